@@ -1,0 +1,30 @@
+/* plugins/cpu/cpu_compute.h — the CPU kernels as a library inside the plugin.
+ *
+ * plugin.c wraps these in the ABI. tests/plugins/testdev (a GPU-like test plugin) compiles the
+ * same sources so that its results are bitwise identical to the CPU plugin's. Nothing here is
+ * exported from the shared library (hidden visibility). Tensors are read through node->data. */
+#ifndef PYGGML_CPU_COMPUTE_H
+#define PYGGML_CPU_COMPUTE_H
+
+#include <stddef.h>
+#include "pyggml/tensor.h"
+
+typedef struct cpu_plan cpu_plan;
+
+typedef struct cpu_options {
+    int n_threads;  /* >= 1 */
+    int reference;  /* 1: plain scalar reference kernels only */
+} cpu_options;
+
+/* 1 when the CPU kernels compute this node (op, types, shapes, strides). */
+int cpu_supports_op(const pyg_tensor *node);
+
+/* Derive a plan (scratch sizes, kernel choice). Returns 0 on success; otherwise a pyg_status code
+ * with a message in err[errlen]. The graph must outlive the plan. */
+int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **out,
+                    char *err, size_t errlen);
+/* Run every non-view node in order on the persistent thread pool. 0 or a pyg_status code. */
+int cpu_plan_compute(cpu_plan *plan, char *err, size_t errlen);
+void cpu_plan_destroy(cpu_plan *plan); /* NULL is a no-op */
+
+#endif
