@@ -1,7 +1,118 @@
-/* plugins/cpu/quants.c — quantized types for the CPU plugin (filled in by the quantized-types work). */
-#include "type_funcs.h"
+/* plugins/cpu/quants.c — the quantized types' function tables for the CPU plugin.
+ *
+ * Two tables per type: the scalar one and, on x86 CPUs with AVX2+FMA+F16C, one whose vec_dot is
+ * the SIMD kernel. The choice is made once per process (CPU feature test) and can be forced to
+ * scalar with PYGGML_CPU_NO_AVX2=1 (useful to compare paths). vec_dot_ref is always scalar.
+ * Every table has every slot: a quantized type can be converted both ways and dotted against its
+ * vec_dot_type. See quants.h for the layouts and the calling contract.
+ */
+#include <stdlib.h>
+#include "quants.h"
+
+int quant_cpu_has_avx2(void) {
+    static int cached = -1; /* benign race: every thread computes the same value */
+    int v = cached;
+    if (v < 0) {
+        v = 0;
+#ifdef QUANT_HAVE_X86
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c");
+#endif
+        const char *env = getenv("PYGGML_CPU_NO_AVX2");
+        if (env && env[0] && env[0] != '0') v = 0;
+        cached = v;
+    }
+    return v;
+}
+
+#define FUNCS(T, VT, DOT, REF) \
+    { quant_##T##_to_f32, quant_##T##_from_f32, PYG_TYPE_##VT, DOT, REF }
+
+static const cpu_type_funcs scalar_tables[] = {
+    FUNCS(q4_0, Q8_0, quant_vec_dot_q4_0_q8_0_ref, quant_vec_dot_q4_0_q8_0_ref),
+    FUNCS(q4_1, Q8_1, quant_vec_dot_q4_1_q8_1_ref, quant_vec_dot_q4_1_q8_1_ref),
+    FUNCS(q5_0, Q8_0, quant_vec_dot_q5_0_q8_0_ref, quant_vec_dot_q5_0_q8_0_ref),
+    FUNCS(q5_1, Q8_1, quant_vec_dot_q5_1_q8_1_ref, quant_vec_dot_q5_1_q8_1_ref),
+    FUNCS(q8_0, Q8_0, quant_vec_dot_q8_0_q8_0_ref, quant_vec_dot_q8_0_q8_0_ref),
+    FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
+    FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_ref, quant_vec_dot_q4_K_q8_K_ref),
+    FUNCS(q6_K, Q8_K, quant_vec_dot_q6_K_q8_K_ref, quant_vec_dot_q6_K_q8_K_ref),
+    FUNCS(q8_K, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
+};
+
+#ifdef QUANT_HAVE_X86
+static const cpu_type_funcs avx2_tables[] = {
+    FUNCS(q4_0, Q8_0, quant_vec_dot_q4_0_q8_0_avx2, quant_vec_dot_q4_0_q8_0_ref),
+    FUNCS(q4_1, Q8_1, quant_vec_dot_q4_1_q8_1_ref, quant_vec_dot_q4_1_q8_1_ref),
+    FUNCS(q5_0, Q8_0, quant_vec_dot_q5_0_q8_0_ref, quant_vec_dot_q5_0_q8_0_ref),
+    FUNCS(q5_1, Q8_1, quant_vec_dot_q5_1_q8_1_ref, quant_vec_dot_q5_1_q8_1_ref),
+    FUNCS(q8_0, Q8_0, quant_vec_dot_q8_0_q8_0_avx2, quant_vec_dot_q8_0_q8_0_ref),
+    FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
+    FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_avx2, quant_vec_dot_q4_K_q8_K_ref),
+    FUNCS(q6_K, Q8_K, quant_vec_dot_q6_K_q8_K_avx2, quant_vec_dot_q6_K_q8_K_ref),
+    FUNCS(q8_K, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
+};
+#endif
+
+static int table_index(int32_t type) {
+    switch (type) {
+    case PYG_TYPE_Q4_0: return 0;
+    case PYG_TYPE_Q4_1: return 1;
+    case PYG_TYPE_Q5_0: return 2;
+    case PYG_TYPE_Q5_1: return 3;
+    case PYG_TYPE_Q8_0: return 4;
+    case PYG_TYPE_Q8_1: return 5;
+    case PYG_TYPE_Q4_K: return 6;
+    case PYG_TYPE_Q6_K: return 7;
+    case PYG_TYPE_Q8_K: return 8;
+    default: return -1;
+    }
+}
 
 const cpu_type_funcs *cpu_quant_funcs_get(int32_t type) {
-    (void)type;
-    return NULL;
+    const int i = table_index(type);
+    if (i < 0) return NULL;
+#ifdef QUANT_HAVE_X86
+    if (quant_cpu_has_avx2()) return &avx2_tables[i];
+#endif
+    return &scalar_tables[i];
+}
+
+/* ---- multi-row dot products: a loop over vec_dot where no dedicated kernel exists ---- */
+
+#define MULTI_LOOP(T)                                                                         \
+    static void multi_loop_##T(int64_t n, float *s, const void *x, const void *y,            \
+                               size_t y_stride, int ny) {                                     \
+        const cpu_type_funcs *f = cpu_quant_funcs_get(PYG_TYPE_##T);                          \
+        for (int k = 0; k < ny; k++) f->vec_dot(n, s + k, x, (const char *)y + (size_t)k * y_stride); \
+    }
+MULTI_LOOP(Q4_0) MULTI_LOOP(Q4_1) MULTI_LOOP(Q5_0) MULTI_LOOP(Q5_1) MULTI_LOOP(Q8_0)
+MULTI_LOOP(Q8_1) MULTI_LOOP(Q4_K) MULTI_LOOP(Q6_K) MULTI_LOOP(Q8_K)
+#undef MULTI_LOOP
+
+quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type) {
+#ifdef QUANT_HAVE_X86
+    if (quant_cpu_has_avx2()) {
+        switch (type) {
+        case PYG_TYPE_Q4_0: return quant_vec_dot_multi_q4_0_q8_0_avx2;
+        case PYG_TYPE_Q8_0: return quant_vec_dot_multi_q8_0_q8_0_avx2;
+        case PYG_TYPE_Q4_K: return quant_vec_dot_multi_q4_K_q8_K_avx2;
+        case PYG_TYPE_Q6_K: return quant_vec_dot_multi_q6_K_q8_K_avx2;
+        default: break;
+        }
+    }
+#endif
+    switch (type) {
+    case PYG_TYPE_Q4_0: return multi_loop_Q4_0;
+    case PYG_TYPE_Q4_1: return multi_loop_Q4_1;
+    case PYG_TYPE_Q5_0: return multi_loop_Q5_0;
+    case PYG_TYPE_Q5_1: return multi_loop_Q5_1;
+    case PYG_TYPE_Q8_0: return multi_loop_Q8_0;
+    case PYG_TYPE_Q8_1: return multi_loop_Q8_1;
+    case PYG_TYPE_Q4_K: return multi_loop_Q4_K;
+    case PYG_TYPE_Q6_K: return multi_loop_Q6_K;
+    case PYG_TYPE_Q8_K: return multi_loop_Q8_K;
+    default: return NULL;
+    }
 }

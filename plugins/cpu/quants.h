@@ -1,0 +1,147 @@
+/* plugins/cpu/quants.h — ggml's quantized block formats inside the CPU plugin.
+ *
+ * Internal (hidden visibility). cpu_quant_funcs_get() (type_funcs.h) is the entry the rest of
+ * the plugin uses; this header adds the block layouts, the f16 helpers and the multi-row dot
+ * product for mat-mat kernels.
+ *
+ * Contract of every function here: n is a positive multiple of the type's block size (the caller
+ * checks; nothing here re-checks), pointers are valid for the whole rows, and the rows do not
+ * overlap. Blocks may sit at any 2-byte aligned address (q8_K: 4-byte aligned).
+ *
+ * Layouts are byte-for-byte those of ggml/GGUF (little-endian):
+ *   q4_0  f16 d, 16 B nibbles              x = d*(q-8); element j in low nibble of qs[j],
+ *                                          element j+16 in the high nibble
+ *   q4_1  f16 d, f16 m, 16 B nibbles       x = d*q + m
+ *   q5_0  f16 d, u32 qh, 16 B nibbles      x = d*(q-16); bit 4 of element j in qh bit j
+ *   q5_1  f16 d, f16 m, u32 qh, 16 B       x = d*q + m
+ *   q8_0  f16 d, 32 x i8                   x = d*q
+ *   q8_1  f16 d, f16 s = d*sum(q), 32 x i8 x = d*q
+ *   q4_K  f16 d, f16 dmin, 12 B 6-bit scales/mins, 128 B nibbles (super-block of 256, 8 x 32)
+ *                                          x = d*sc[j]*q - dmin*m[j]
+ *   q6_K  128 B low nibbles, 64 B high 2-bit pairs, 16 x i8 scales, f16 d (16 x 16)
+ *                                          x = d*sc[j]*(q-32)
+ *   q8_K  f32 d, 256 x i8, 16 x i16 sums of 16 consecutive q   x = d*q
+ */
+#ifndef PYGGML_CPU_QUANTS_H
+#define PYGGML_CPU_QUANTS_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include "type_funcs.h"
+
+#define QK_32 32
+#define QK_SUPER 256
+
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1;
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[32]; } blk_q8_1;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } blk_q8_K;
+
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
+
+/* IEEE binary16 <-> binary32. f32 -> f16 rounds to nearest, ties to even (numpy's astype),
+ * overflow gives inf, NaN stays NaN (quiet). Exact in the other direction. */
+static inline float quant_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    if (e == 0x1f) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        bits = sign | ((e + 112u) << 23) | (m << 13);
+    } else {
+        float f = (float)m * 0x1p-24f; /* subnormal or zero: exact */
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline uint16_t quant_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((ax >> 13) & 0x3ffu);  /* NaN */
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;          /* >= 65520 rounds to inf */
+    if (ax >= 0x38800000u) {                               /* normal in f16 */
+        uint32_t r = ax - 0x38000000u;                     /* rebias 127 -> 15 */
+        r += 0xfffu + ((r >> 13) & 1u);                    /* ties to even */
+        return sign | (uint16_t)(r >> 13);
+    }
+    /* below 2^-14: subnormal in f16. Adding 0.5 puts the value where one ulp is 2^-24 (the f16
+     * subnormal step), so the hardware add performs the tie-to-even rounding for us. */
+    float a, t;
+    memcpy(&a, &ax, sizeof a);
+    t = a + 0.5f;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    return sign | (uint16_t)(tb - 0x3f000000u);
+}
+
+/* ---- scalar (reference) kernels, quants_ref.c ---- */
+#define QUANT_DECL(T) \
+    void quant_##T##_to_f32(const void *src, float *dst, int64_t n); \
+    void quant_##T##_from_f32(const float *src, void *dst, int64_t n);
+QUANT_DECL(q4_0) QUANT_DECL(q4_1) QUANT_DECL(q5_0) QUANT_DECL(q5_1) QUANT_DECL(q8_0)
+QUANT_DECL(q8_1) QUANT_DECL(q4_K) QUANT_DECL(q6_K) QUANT_DECL(q8_K)
+#undef QUANT_DECL
+
+void quant_vec_dot_q4_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q4_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q8_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q8_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
+
+/* ---- AVX2 + FMA + F16C kernels, quants_avx2.c (x86 only; call only when the CPU has them) ---- */
+#if defined(__x86_64__) || defined(__i386__)
+#define QUANT_HAVE_X86 1
+void quant_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_multi_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y,
+                                        size_t y_stride, int ny);
+void quant_vec_dot_multi_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y,
+                                        size_t y_stride, int ny);
+void quant_vec_dot_multi_q4_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y,
+                                        size_t y_stride, int ny);
+void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y,
+                                        size_t y_stride, int ny);
+#endif
+
+/* 1 when the AVX2 kernels may run on this CPU (avx2, fma and f16c all present). */
+int quant_cpu_has_avx2(void);
+
+/* ---- multi-row dot product (for mul_mat with several activation rows) ----
+ * s[k] = dot(x, y_k) for k < ny, where y_k = (const char *)y + k*y_stride is a row of the type's
+ * vec_dot_type. One weight row is decoded once and used against all ny rows, so the weights
+ * stream from memory once per ny activation rows. 1 <= ny <= QUANT_MULTI_MAX per call (callers
+ * loop over larger counts). Results equal vec_dot's up to float summation order. */
+#define QUANT_MULTI_MAX 4
+typedef void (*quant_vec_dot_multi_fn)(int64_t n, float *s, const void *x, const void *y,
+                                       size_t y_stride, int ny);
+/* The fastest multi-row kernel for a quantized type (never NULL for a type that
+ * cpu_quant_funcs_get knows; a generic loop over vec_dot where no special kernel exists);
+ * NULL for other types. */
+quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type);
+
+#endif

@@ -1,0 +1,283 @@
+/* plugins/cpu/quants_avx2.c — AVX2 + FMA + F16C dot products of quantized weight rows against
+ * q8_0 / q8_K activation rows.
+ *
+ * Compiled for the baseline target; each function carries a target attribute and is called only
+ * after quant_cpu_has_avx2() said yes (quants.c). Integer products are exact (maddubs cannot
+ * saturate for these value ranges: |q4| <= 15, |q6| <= 63, |q8| <= 127 with at most one of the two
+ * factors at 128); only the float accumulation order differs from the scalar kernels.
+ */
+#include "quants.h"
+
+#ifdef QUANT_HAVE_X86
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum_ps(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+AVX2 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* 8 int32 sums of products of 4 consecutive signed bytes of x and y (x != -128) */
+AVX2 static inline __m256i dot_i8(__m256i x, __m256i y) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* the 32 nibbles of a q4_0 block as signed bytes -8..7, in element order */
+AVX2 static inline __m256i q4_0_unpack(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xf)), _mm256_set1_epi8(8));
+}
+
+/* ------------------------------------------------------------------ q4_0 x q8_0 */
+
+AVX2 void quant_vec_dot_multi_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy,
+                                             size_t y_stride, int ny) {
+    const blk_q4_0 *x = vx;
+    const int64_t nb = n / QK_32;
+    __m256 acc[QUANT_MULTI_MAX];
+    for (int k = 0; k < ny; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i qx = q4_0_unpack(x[b].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16(x[b].d);
+        for (int k = 0; k < ny; k++) {
+            const blk_q8_0 *y = (const blk_q8_0 *)((const char *)vy + (size_t)k * y_stride) + b;
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx)),
+                                                _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
+}
+
+AVX2 void quant_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    const int64_t nb = n / QK_32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const __m256i p0 = dot_i8(q4_0_unpack(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_i8(q4_0_unpack(x[b + 1].qs), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b + 1].d) * f16(y[b + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_i8(q4_0_unpack(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* ------------------------------------------------------------------ q8_0 x q8_0 */
+
+AVX2 void quant_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q8_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    const int64_t nb = n / QK_32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const __m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_i8(_mm256_loadu_si256((const __m256i *)x[b + 1].qs), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b + 1].d) * f16(y[b + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 void quant_vec_dot_multi_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy,
+                                             size_t y_stride, int ny) {
+    const blk_q8_0 *x = vx;
+    const int64_t nb = n / QK_32;
+    __m256 acc[QUANT_MULTI_MAX];
+    for (int k = 0; k < ny; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16(x[b].d);
+        for (int k = 0; k < ny; k++) {
+            const blk_q8_0 *y = (const blk_q8_0 *)((const char *)vy + (size_t)k * y_stride) + b;
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx)),
+                                                _mm256_set1_epi16(1));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(y->d)), _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
+}
+
+/* ------------------------------------------------------------------ q4_K x q8_K */
+
+/* The 8 six-bit scales (bytes 0..7 of *sc) and mins (of *mn) of a q4_K block. */
+static inline void q4_K_unpack_scales(const uint8_t *s12, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t a, b, c, w[2];
+    memcpy(&a, s12, 4);
+    memcpy(&b, s12 + 4, 4);
+    memcpy(&c, s12 + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;
+    w[1] = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+    memcpy(sc, w, 8);
+    w[0] = b & 0x3f3f3f3fu;
+    w[1] = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+    memcpy(mn, w, 8);
+}
+
+/* sum over the 8 sub-blocks of min_j * (sum of the 32 activations of sub-block j) */
+AVX2 static inline int q4_K_min_term(const uint8_t mn[8], const int16_t *bsums) {
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                      _mm_loadu_si128((const __m128i *)(bsums + 8)));
+    __m128i p = _mm_madd_epi16(m16, bs);
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
+/* integer part of one q4_K block against one q8_K block: sum_j sc_j * sum(q * q8) */
+AVX2 static inline __m256i q4_K_block_dot(const __m256i lo[4], const __m256i hi[4], const __m256i scl[4],
+                                          const __m256i sch[4], const int8_t *q8) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(q8 + 64 * c));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], y0), scl[c]);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], y1), sch[c]);
+        sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
+    }
+    return sum;
+}
+
+AVX2 static inline void q4_K_load(const blk_q4_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
+                                  __m256i sch[4], uint8_t mn[8]) {
+    uint8_t sc[8];
+    q4_K_unpack_scales(x->scales, sc, mn);
+    const __m256i m4 = _mm256_set1_epi8(0xf);
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        lo[c] = _mm256_and_si256(q, m4);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        scl[c] = _mm256_set1_epi16(sc[2 * c]);
+        sch[c] = _mm256_set1_epi16(sc[2 * c + 1]);
+    }
+}
+
+AVX2 void quant_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_K *x = vx;
+    const blk_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i lo[4], hi[4], scl[4], sch[4];
+        uint8_t mn[8];
+        q4_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y[b].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16(x[b].d)), _mm256_cvtepi32_ps(si), acc);
+        accm += y[b].d * f16(x[b].dmin) * (float)q4_K_min_term(mn, y[b].bsums);
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+AVX2 void quant_vec_dot_multi_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy,
+                                             size_t y_stride, int ny) {
+    const blk_q4_K *x = vx;
+    __m256 acc[QUANT_MULTI_MAX];
+    float accm[QUANT_MULTI_MAX];
+    for (int k = 0; k < ny; k++) {
+        acc[k] = _mm256_setzero_ps();
+        accm[k] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i lo[4], hi[4], scl[4], sch[4];
+        uint8_t mn[8];
+        q4_K_load(&x[b], lo, hi, scl, sch, mn);
+        const float d = f16(x[b].d), dmin = f16(x[b].dmin);
+        for (int k = 0; k < ny; k++) {
+            const blk_q8_K *y = (const blk_q8_K *)((const char *)vy + (size_t)k * y_stride) + b;
+            const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y->qs);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(si), acc[k]);
+            accm[k] += y->d * dmin * (float)q4_K_min_term(mn, y->bsums);
+        }
+    }
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - accm[k];
+}
+
+/* ------------------------------------------------------------------ q6_K x q8_K */
+
+/* The 256 six-bit values of a q6_K block as unsigned bytes 0..63, in element order (q[8]), and
+ * the scale pairs: sc[g] holds scale 2g in its low 128-bit lane and 2g+1 in the high lane (16-bit). */
+AVX2 static inline void q6_K_load(const blk_q6_K *x, __m256i q[8], __m256i sc[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0xf), m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+    }
+    for (int g = 0; g < 8; g++)
+        sc[g] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * g + 1]), _mm_set1_epi16(x->scales[2 * g]));
+}
+
+/* sum_j sc_j * sum((q - 32) * q8) over one block, as 8 int32 lanes; the -32 offset is applied
+ * through the activations' 16-element sums (q8_K's bsums line up with q6_K's 16-element scales) */
+AVX2 static inline __m256i q6_K_block_dot(const __m256i q[8], const __m256i sc[8], const __m256i sc16,
+                                          const int8_t *q8, const int16_t *bsums) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], y), sc[g]));
+    }
+    const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums));
+    return _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
+}
+
+AVX2 void quant_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q6_K *x = vx;
+    const blk_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i q[8], sc[8];
+        q6_K_load(&x[b], q, sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        const __m256i si = q6_K_block_dot(q, sc, sc16, y[b].qs, y[b].bsums);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16(x[b].d)), _mm256_cvtepi32_ps(si), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy,
+                                             size_t y_stride, int ny) {
+    const blk_q6_K *x = vx;
+    __m256 acc[QUANT_MULTI_MAX];
+    for (int k = 0; k < ny; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i q[8], sc[8];
+        q6_K_load(&x[b], q, sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        const float d = f16(x[b].d);
+        for (int k = 0; k < ny; k++) {
+            const blk_q8_K *y = (const blk_q8_K *)((const char *)vy + (size_t)k * y_stride) + b;
+            const __m256i si = q6_K_block_dot(q, sc, sc16, y->qs, y->bsums);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(si), acc[k]);
+        }
+    }
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
+}
+
+#endif /* QUANT_HAVE_X86 */
