@@ -1,0 +1,86 @@
+#version 450
+// flash attention, one workgroup per (query row, head, batch): KV in chunks of 64 positions,
+// one score per thread, online softmax; each thread owns output dims d = t, t+64, ...
+#include "common.glsl"
+layout(local_size_x = 64) in;
+#define MAXD 512u
+shared float qs[MAXD];
+shared float ps[64];
+shared float red[64];
+
+float wg_reduce(float v, bool is_max) {
+    uint t = gl_LocalInvocationID.x;
+    red[t] = v;
+    barrier();
+    for (uint s = 32u; s > 0u; s >>= 1) {
+        if (t < s) red[t] = is_max ? max(red[t], red[t + s]) : red[t] + red[t + s];
+        barrier();
+    }
+    float r = red[0];
+    barrier();
+    return r;
+}
+
+void main() {
+    uint w = wg_linear();
+    if (w >= ex_u(0u)) return;
+    uint nq = t_ne(0u, 1u), H = t_ne(0u, 2u);
+    uint iq = w % nq; w /= nq;
+    uint h = w % H; uint b = w / H;
+    uint D = t_ne(0u, 0u), Dv = t_ne(2u, 0u), nkv = t_ne(1u, 1u);
+    uint hk = h / (H / t_ne(1u, 2u)), hv = h / (H / t_ne(2u, 2u));
+    uint bk = b % t_ne(1u, 3u), bv = b % t_ne(2u, 3u);
+    uint t = gl_LocalInvocationID.x;
+    const float NEG_INF = uintBitsToFloat(0xFF800000u);
+    uint qrow = t_row(0u, iq, h, b);
+    for (uint d = t; d < D; d += 64u) qs[d] = ldf(0u, qrow + d * t_nb(0u, 0u), t_type(0u));
+    barrier();
+    float scale = op_f(0u), softcap = op_f(2u);
+    if (softcap != 0.0) scale /= softcap;
+    bool has_mask = ex_u(1u) != 0u;
+    float slope = alibi_slope(op_f(1u), h, H);
+    uint mrow = has_mask ? t_row(3u, iq, h % t_ne(3u, 2u), b % t_ne(3u, 3u)) : 0u;
+    uint kty = t_type(1u), vty = t_type(2u), knb0 = t_nb(1u, 0u), vnb0 = t_nb(2u, 0u);
+    float M = NEG_INF, L = 0.0;
+    float acc[MAXD / 64u];
+    for (uint i = 0u; i < MAXD / 64u; i++) acc[i] = 0.0;
+    for (uint j0 = 0u; j0 < nkv; j0 += 64u) {
+        uint j = j0 + t;
+        float s = NEG_INF;
+        if (j < nkv) {
+            uint kr = t_row(1u, j, hk, bk);
+            float dot = 0.0;
+            for (uint d = 0u; d < D; d++) dot += qs[d] * ldf(1u, kr + d * knb0, kty);
+            s = dot * scale;
+            if (softcap != 0.0) s = softcap * tanh_s(s);
+            if (has_mask) s += slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
+        }
+        float mc = wg_reduce(s, true);
+        float mn = max(M, mc);
+        float pj = (mn == NEG_INF || s == NEG_INF) ? 0.0 : exp(s - mn);
+        ps[t] = pj;
+        float alpha = (M == NEG_INF) ? 0.0 : exp(M - mn);
+        float psum = wg_reduce(pj, false);   // its barriers also publish ps[]
+        L = L * alpha + psum;
+        uint jn = min(64u, nkv - j0);
+        for (uint i = 0u; i < MAXD / 64u; i++) {
+            uint d = t + 64u * i;
+            if (d >= Dv) break;
+            float a = acc[i] * alpha;
+            for (uint jj = 0u; jj < jn; jj++) {
+                float pv = ps[jj];
+                if (pv != 0.0) a += pv * ldf(2u, t_row(2u, j0 + jj, hv, bv) + d * vnb0, vty);
+            }
+            acc[i] = a;
+        }
+        M = mn;
+        barrier();
+    }
+    float inv = L > 0.0 ? 1.0 / L : 0.0;
+    // dst [Dv, H, n_q, B]
+    for (uint i = 0u; i < MAXD / 64u; i++) {
+        uint d = t + 64u * i;
+        if (d >= Dv) break;
+        stf(t_at(4u, d, h, iq, b), t_type(4u), acc[i] * inv);
+    }
+}

@@ -1,0 +1,44 @@
+#version 450
+// rotary embedding (normal: adjacent pairs; neox: (i, i + n_dims/2)), YaRN as in ggml.
+// One thread per rotated pair or per passed-through element pair.
+#include "common.glsl"
+layout(local_size_x = 256) in;
+
+void main() {
+    uint i = wg_linear() * 256u + gl_LocalInvocationID.x;
+    if (i >= ex_u(0u)) return;   // total = ne0/2 * ne1 * ne2 * ne3
+    uint hd = t_ne(0u, 0u), half_hd = hd / 2u;
+    uint ip = i % half_hd; uint r = i / half_hd;
+    uint i1 = r % t_ne(0u, 1u); r /= t_ne(0u, 1u);
+    uint i2 = r % t_ne(0u, 2u); uint i3 = r / t_ne(0u, 2u);
+    uint n_dims = uint(op_i(0u));
+    bool neox = (op_i(1u) & 2) != 0;
+    uint ty = t_type(0u), dty = t_type(4u);
+    uint ia, ib, i0;   // element indices of the pair, i0 = the even "dimension index" of the pair
+    if (2u * ip >= n_dims) {
+        ia = 2u * ip; ib = ia + 1u;
+        stf(t_at(4u, ia, i1, i2, i3), dty, ldf(0u, t_at(0u, ia, i1, i2, i3), ty));
+        stf(t_at(4u, ib, i1, i2, i3), dty, ldf(0u, t_at(0u, ib, i1, i2, i3), ty));
+        return;
+    }
+    if (neox) { ia = ip; ib = ip + n_dims / 2u; } else { ia = 2u * ip; ib = ia + 1u; }
+    i0 = 2u * ip;
+    float pos = float(int(rd32(1u, t_off(1u) + i2 * t_nb(1u, 0u))));
+    float freq_scale = op_f(4u), ext_factor = op_f(5u), mscale = op_f(6u);
+    // theta_extrap = pos * base^(-i0/n_dims); ex_f(1) = log2(freq_base)
+    float theta_extrap = pos * exp2(-float(i0) / float(n_dims) * ex_f(1u));
+    if (ex_u(4u) != 0u) theta_extrap /= ldf(2u, t_off(2u) + ip * t_nb(2u, 0u), t_type(2u));
+    float theta_interp = freq_scale * theta_extrap;
+    float theta = theta_interp;
+    if (ext_factor != 0.0) {
+        float y = (float(i0) / 2.0 - ex_f(2u)) / max(0.001, ex_f(3u) - ex_f(2u));
+        float ramp = (1.0 - min(1.0, max(0.0, y))) * ext_factor;
+        theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
+        mscale *= 1.0 + 0.1 * log(1.0 / freq_scale);
+    }
+    float c = cos(theta) * mscale, s = sin(theta) * mscale;
+    float x0 = ldf(0u, t_at(0u, ia, i1, i2, i3), ty);
+    float x1 = ldf(0u, t_at(0u, ib, i1, i2, i3), ty);
+    stf(t_at(4u, ia, i1, i2, i3), dty, x0 * c - x1 * s);
+    stf(t_at(4u, ib, i1, i2, i3), dty, x0 * s + x1 * c);
+}

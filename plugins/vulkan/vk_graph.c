@@ -1,0 +1,422 @@
+/* plugins/vulkan/vk_graph.c — which nodes the Vulkan plugin runs, and graph plans.
+ *
+ * A plan is derived once per graph: one dispatch per compute node (pipeline, descriptor set,
+ * parameter block), recorded into one command buffer that graph_plan_compute resubmits.
+ * Barriers: each dispatch's read and write byte ranges are tracked since the last barrier; a
+ * compute->compute barrier goes in only when a dispatch reads or writes a range written since
+ * then, or writes a range read since then (the allocator reuses memory, so WAR matters too). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "vk_internal.h"
+
+/* elementwise shader specializations */
+enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
+
+static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16; }
+static int is_weight_type(int32_t t) {
+    return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
+}
+
+/* Every operand must fit one storage-buffer binding and 32-bit shader indexing. */
+static int fits(const pyg_device *d, const pyg_tensor *t) {
+    if (!t || !pyg_type_get_traits(t->type)) return 0;
+    uint64_t n = pyg_tensor_nbytes(t) + d->props.limits.minStorageBufferOffsetAlignment + 4;
+    if (n > d->max_range || n > 0xFFFFFFFFull) return 0;
+    for (int i = 0; i < PYG_MAX_DIMS; i++)
+        if (t->ne[i] < 1 || t->ne[i] > 0x7FFFFFFF || t->nb[i] > 0xFFFFFFFFull) return 0;
+    return (uint64_t)pyg_tensor_nelements(t) < 0xFFFFFFFFull;
+}
+
+/* quantized rows are read block by block: rows must be contiguous */
+static int weight_ok(const pyg_device *d, const pyg_tensor *t) {
+    if (!fits(d, t) || !is_weight_type(t->type)) return 0;
+    return is_plain(t->type) || pyg_tensor_rows_contiguous(t);
+}
+
+static int same_shape(const pyg_tensor *a, const pyg_tensor *b) {
+    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i]) return 0;
+    return 1;
+}
+
+int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *n) {
+    if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) return 1;
+    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1], *s2 = n->src[2], *s3 = n->src[3];
+    if (!s0 || !fits(d, n)) return 0;
+    for (int i = 0; i < 4; i++) if (n->src[i] && !fits(d, n->src[i])) return 0;
+    switch (n->op) {
+    case PYG_OP_ADD: case PYG_OP_MUL:
+        if (!s1 || !is_plain(s0->type) || !is_plain(s1->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
+        for (int i = 0; i < 4; i++) if (s0->ne[i] % s1->ne[i]) return 0;
+        return 1;
+    case PYG_OP_SCALE: case PYG_OP_SILU: case PYG_OP_GELU:
+        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
+    case PYG_OP_SWIGLU:
+        if (!is_plain(s0->type) || !is_plain(n->type)) return 0;
+        if (s1) return is_plain(s1->type) && same_shape(s0, s1) && same_shape(n, s0);
+        return s0->ne[0] == 2 * n->ne[0] && s0->ne[1] == n->ne[1] && s0->ne[2] == n->ne[2] && s0->ne[3] == n->ne[3];
+    case PYG_OP_CPY: case PYG_OP_CONT:
+        if (n->op == PYG_OP_CPY && (!s1 || s1->type != n->type)) return 0;
+        return is_plain(s0->type) && is_plain(n->type) && pyg_tensor_nelements(s0) == pyg_tensor_nelements(n);
+    case PYG_OP_RMS_NORM: case PYG_OP_NORM:
+        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
+    case PYG_OP_SOFT_MAX:
+        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
+        if (s1 && (!is_plain(s1->type) || s1->ne[0] != s0->ne[0] || s1->ne[1] < s0->ne[1] ||
+                   s0->ne[2] % s1->ne[2] || s0->ne[3] % s1->ne[3])) return 0;
+        return 1;
+    case PYG_OP_ROPE: {
+        int32_t n_dims = n->op_params[0], mode = n->op_params[1];
+        if (mode != PYG_ROPE_NORMAL && mode != PYG_ROPE_NEOX) return 0;
+        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
+        if (n_dims <= 0 || n_dims % 2 || n_dims > s0->ne[0] || s0->ne[0] % 2) return 0;
+        if (!s1 || s1->type != PYG_TYPE_I32 || s1->ne[0] < s0->ne[2]) return 0;
+        if (s2 && (s2->type != PYG_TYPE_F32 || s2->ne[0] < n_dims / 2)) return 0;
+        return 1;
+    }
+    case PYG_OP_ARGMAX:
+        return is_plain(s0->type) && n->type == PYG_TYPE_I32 && n->ne[0] == s0->ne[1] &&
+               s0->ne[2] == 1 && s0->ne[3] == 1;
+    case PYG_OP_MUL_MAT:
+        if (!s1 || !weight_ok(d, s0) || !is_plain(s1->type) || n->type != PYG_TYPE_F32) return 0;
+        if (s0->ne[0] != s1->ne[0] || n->ne[0] != s0->ne[1] || n->ne[1] != s1->ne[1] ||
+            n->ne[2] != s1->ne[2] || n->ne[3] != s1->ne[3]) return 0;
+        return s1->ne[2] % s0->ne[2] == 0 && s1->ne[3] % s0->ne[3] == 0;
+    case PYG_OP_GET_ROWS:
+        if (!s1 || !weight_ok(d, s0) || s1->type != PYG_TYPE_I32 || !is_plain(n->type)) return 0;
+        return n->ne[0] == s0->ne[0] && n->ne[1] == s1->ne[0] && n->ne[2] == s1->ne[1] && n->ne[3] == s1->ne[2] &&
+               s0->ne[2] == s1->ne[1] && s0->ne[3] == s1->ne[2];
+    case PYG_OP_SET_ROWS:
+        if (!s1 || !s2 || !is_plain(n->type) || !is_plain(s1->type)) return 0;
+        if (s2->type != PYG_TYPE_I32 && s2->type != PYG_TYPE_I64) return 0;
+        if (s1->ne[0] != n->ne[0] || s1->ne[2] != n->ne[2] || s1->ne[3] != n->ne[3] || s2->ne[0] != s1->ne[1]) return 0;
+        return s1->ne[2] % s2->ne[1] == 0 && s1->ne[3] % s2->ne[2] == 0;
+    case PYG_OP_FLASH_ATTN_EXT:
+        if (!s1 || !s2 || s0->type != PYG_TYPE_F32 || !is_plain(s1->type) || !is_plain(s2->type) || n->type != PYG_TYPE_F32) return 0;
+        if (s0->ne[0] > 512 || s2->ne[0] > 512 || s1->ne[0] != s0->ne[0] || s1->ne[1] != s2->ne[1]) return 0;
+        if (s0->ne[2] % s1->ne[2] || s0->ne[2] % s2->ne[2]) return 0;
+        if (n->ne[0] != s2->ne[0] || n->ne[1] != s0->ne[2] || n->ne[2] != s0->ne[1] || n->ne[3] != s0->ne[3]) return 0;
+        if (s3 && (!is_plain(s3->type) || s3->ne[0] != s1->ne[1] || s3->ne[1] < s0->ne[1] ||
+                   s0->ne[2] % s3->ne[2] || s0->ne[3] % s3->ne[3])) return 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ---------------------------------------------------------------- plans */
+
+typedef struct range { const pyg_buffer *buf; uint64_t lo, hi; } range;
+
+typedef struct dispatch {
+    VkPipeline pipe;
+    uint32_t groups[3];
+    const pyg_tensor *slot[VKP_NBIND];
+    int writes_slot4;
+} dispatch;
+
+struct pyg_graph_plan {
+    pyg_device *dev;
+    VkCommandPool pool;
+    VkCommandBuffer cb;
+    VkDescriptorPool dpool;
+    VkBuffer pbuf;
+    VkDeviceMemory pmem;
+    int n_dispatch, n_barriers;
+};
+
+/* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
+static int resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
+    uint64_t extra = 0;
+    for (int depth = 0; t && depth < 16; depth++) {
+        if (t->buffer) { *b = t->buffer; *off = t->offset + extra; return 1; }
+        extra += t->view_offs;
+        t = t->view_src;
+    }
+    return 0;
+}
+
+static void fold_groups(uint64_t total, uint32_t g[3]) {
+    if (total == 0) total = 1;
+    g[0] = total < 65535 ? (uint32_t)total : 65535;
+    uint64_t rest = (total + g[0] - 1) / g[0];
+    g[1] = rest < 65535 ? (uint32_t)rest : 65535;
+    g[2] = (uint32_t)((rest + g[1] - 1) / g[1]);
+}
+
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* rope YaRN correction dims, as ggml defines them */
+static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
+static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
+    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
+    int shader = -1;
+    uint32_t spec = 0;
+    uint64_t work = 0;   /* workgroups */
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[VKP_SLOT_DST] = n;
+    dp->slot[0] = s0;
+    memcpy(&p[80], n->op_params, sizeof n->op_params);
+    uint32_t *ex = &p[96];
+    switch (n->op) {
+    case PYG_OP_ADD: case PYG_OP_MUL: case PYG_OP_SCALE: case PYG_OP_SILU: case PYG_OP_GELU:
+    case PYG_OP_SWIGLU: case PYG_OP_CPY: case PYG_OP_CONT:
+        shader = VKP_SH_ELEMENTWISE;
+        spec = n->op == PYG_OP_ADD ? E_ADD : n->op == PYG_OP_MUL ? E_MUL : n->op == PYG_OP_SCALE ? E_SCALE :
+               n->op == PYG_OP_SILU ? E_SILU : n->op == PYG_OP_GELU ? E_GELU :
+               n->op == PYG_OP_SWIGLU ? (s1 ? E_SWIGLU2 : E_SWIGLU1) : E_COPY;
+        if (n->op == PYG_OP_ADD || n->op == PYG_OP_MUL || (n->op == PYG_OP_SWIGLU && s1)) dp->slot[1] = s1;
+        ex[0] = (uint32_t)pyg_tensor_nelements(n);
+        work = (ex[0] + 255) / 256;
+        break;
+    case PYG_OP_RMS_NORM: case PYG_OP_NORM: case PYG_OP_SOFT_MAX: case PYG_OP_ARGMAX:
+        shader = n->op == PYG_OP_SOFT_MAX ? VKP_SH_SOFT_MAX : n->op == PYG_OP_ARGMAX ? VKP_SH_ARGMAX : VKP_SH_NORM;
+        spec = n->op == PYG_OP_NORM;
+        if (n->op == PYG_OP_SOFT_MAX && s1) { dp->slot[1] = s1; ex[1] = 1; }
+        ex[0] = (uint32_t)pyg_tensor_nrows(s0);
+        work = ex[0];
+        break;
+    case PYG_OP_ROPE: {
+        shader = VKP_SH_ROPE;
+        dp->slot[1] = s1;
+        if (n->src[2]) { dp->slot[2] = n->src[2]; ex[4] = 1; }
+        int n_dims = n->op_params[0], n_ctx_orig = n->op_params[2];
+        float base = pyg_op_param_f32(n->op_params, 3);
+        float beta_fast = pyg_op_param_f32(n->op_params, 7), beta_slow = pyg_op_param_f32(n->op_params, 8);
+        float lo = floorf(corr_dim(n_dims, n_ctx_orig, beta_fast, base));
+        float hi = ceilf(corr_dim(n_dims, n_ctx_orig, beta_slow, base));
+        lo = lo > 0 ? lo : 0;
+        hi = hi < n_dims - 1 ? hi : (float)(n_dims - 1);
+        ex[1] = f2u((float)log2((double)base));
+        ex[2] = f2u(lo);
+        ex[3] = f2u(hi);
+        ex[0] = (uint32_t)(pyg_tensor_nelements(s0) / 2);
+        work = (ex[0] + 255) / 256;
+        break;
+    }
+    case PYG_OP_GET_ROWS:
+        shader = VKP_SH_GET_ROWS;
+        dp->slot[1] = s1;
+        ex[0] = (uint32_t)pyg_tensor_nelements(n);
+        work = (ex[0] + 255) / 256;
+        break;
+    case PYG_OP_SET_ROWS:
+        shader = VKP_SH_SET_ROWS;
+        dp->slot[0] = NULL;   /* src0 is the destination itself */
+        dp->slot[1] = s1;
+        dp->slot[2] = n->src[2];
+        ex[0] = (uint32_t)pyg_tensor_nelements(s1);
+        work = (ex[0] + 255) / 256;
+        break;
+    case PYG_OP_MUL_MAT: {
+        dp->slot[1] = s1;
+        spec = (uint32_t)s0->type;
+        uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
+        if (N <= 4 && d->subgroup_arith) {
+            shader = VKP_SH_MUL_MAT_VEC;
+            work = M * N * B;
+        } else {
+            shader = VKP_SH_MUL_MAT;
+            work = ((M + 63) / 64) * ((N + 63) / 64) * B;
+        }
+        if (work > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
+        ex[0] = (uint32_t)work;
+        break;
+    }
+    case PYG_OP_FLASH_ATTN_EXT:
+        shader = VKP_SH_FLASH_ATTN;
+        dp->slot[1] = s1;
+        dp->slot[2] = n->src[2];
+        if (n->src[3]) { dp->slot[3] = n->src[3]; ex[1] = 1; }
+        ex[0] = (uint32_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]);
+        work = ex[0];
+        break;
+    default:
+        return vkp_err(PYG_ERR_UNSUPPORTED, "op %s not implemented", pyg_op_name(n->op));
+    }
+    fold_groups(work, dp->groups);
+    return vkp_get_pipeline(d, shader, spec, &dp->pipe);
+}
+
+static int overlaps(const range *set, int n, const range *r) {
+    for (int i = 0; i < n; i++)
+        if (set[i].buf == r->buf && set[i].lo < r->hi && r->lo < set[i].hi) return 1;
+    return 0;
+}
+
+void vkp_plan_destroy(pyg_graph_plan *plan) {
+    if (!plan) return;
+    pyg_device *d = plan->dev;
+    if (plan->pool) d->fn.vkDestroyCommandPool(d->dev, plan->pool, NULL);
+    if (plan->dpool) d->fn.vkDestroyDescriptorPool(d->dev, plan->dpool, NULL);
+    if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);
+    if (plan->pmem) d->fn.vkFreeMemory(d->dev, plan->pmem, NULL);
+    free(plan);
+}
+
+pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
+    pyg_error *e = NULL;
+    int nn = g->n_nodes;
+    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1), sizeof *dps);
+    range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 4 + 4, sizeof *rd);
+    range *wr = calloc((size_t)(nn > 0 ? nn : 1) + 1, sizeof *wr);
+    uint32_t *params = NULL;
+    pyg_graph_plan *plan = calloc(1, sizeof *plan);
+    if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
+    plan->dev = d;
+    const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
+    const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + align - 1) / align) * align;
+    params = calloc((size_t)(nn > 0 ? nn : 1), (size_t)pstride);
+    if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
+
+    /* one dispatch per compute node */
+    int nd = 0;
+    for (int i = 0; i < nn; i++) {
+        const pyg_tensor *n = g->nodes[i];
+        if (!n) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph node %d is NULL", i); goto fail; }
+        if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) continue;
+        if (!vkp_supports_op(d, n)) {
+            e = vkp_err(PYG_ERR_UNSUPPORTED, "node '%s' (%s, type %d) is not supported by this device", n->name, pyg_op_name(n->op), n->type);
+            goto fail;
+        }
+        uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
+        if ((e = build(d, n, &dps[nd], p))) goto fail;
+        for (int s = 0; s < VKP_NBIND; s++) {
+            const pyg_tensor *t = dps[nd].slot[s];
+            if (!t) continue;
+            const pyg_buffer *b; uint64_t off;
+            if (!resolve(t, &b, &off)) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer", t->name); goto fail; }
+            if (b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' is in another device's buffer", t->name); goto fail; }
+            p[16 * s + 0] = (uint32_t)(off & (align - 1));
+            p[16 * s + 1] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
+        }
+        nd++;
+    }
+    plan->n_dispatch = nd;
+
+    /* parameter blocks: one host-visible buffer, written once */
+    {
+        void *map;
+        uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
+        extern pyg_error *vkp_raw_host_buffer(pyg_device *, uint64_t, VkBuffer *, VkDeviceMemory *, void **);
+        if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
+        memcpy(map, params, (size_t)((uint64_t)nd * pstride));
+    }
+
+    /* descriptor sets */
+    if (nd > 0) {
+        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * (VKP_NBIND + 1) };
+        VkDescriptorPoolCreateInfo pi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+            .maxSets = (uint32_t)nd, .poolSizeCount = 1, .pPoolSizes = &ps };
+        VkResult r = d->fn.vkCreateDescriptorPool(d->dev, &pi, NULL, &plan->dpool);
+        if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkCreateDescriptorPool"); goto fail; }
+    }
+    VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
+    VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
+    VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * (VKP_NBIND + 1), sizeof *bi);
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1), sizeof *wds);
+    if (!sets || !layouts || !bi || !wds) {
+        free(sets); free(layouts); free(bi); free(wds);
+        e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
+        goto fail;
+    }
+    if (nd > 0) {
+        for (int i = 0; i < nd; i++) layouts[i] = d->dsl;
+        VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+            .descriptorPool = plan->dpool, .descriptorSetCount = (uint32_t)nd, .pSetLayouts = layouts };
+        VkResult r = d->fn.vkAllocateDescriptorSets(d->dev, &ai, sets);
+        if (r != VK_SUCCESS) e = vkp_vk_err(r, "vkAllocateDescriptorSets");
+    }
+    for (int i = 0; i < nd && !e; i++) {
+        for (int s = 0; s < VKP_NBIND; s++) {
+            VkDescriptorBufferInfo *b = &bi[i * (VKP_NBIND + 1) + s];
+            const pyg_tensor *t = dps[i].slot[s];
+            if (!t) { *b = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE }; continue; }
+            const pyg_buffer *buf = NULL; uint64_t off = 0;
+            resolve(t, &buf, &off);
+            uint64_t lo = off & ~(align - 1);
+            uint64_t hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
+            if (hi > buf->alloc_size) hi = buf->alloc_size;
+            if (hi - lo > d->max_range) {
+                e = vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu): "
+                            "tensors larger than one binding are refused, not split", t->name,
+                            (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
+                break;
+            }
+            *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+        }
+        bi[i * (VKP_NBIND + 1) + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
+        wds[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
+            .dstBinding = 0, .descriptorCount = VKP_NBIND + 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &bi[i * (VKP_NBIND + 1)] };
+    }
+    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd, wds, 0, NULL);
+    free(layouts); free(bi); free(wds);
+    if (e) { free(sets); goto fail; }
+
+    /* record once; graph_plan_compute resubmits (SIMULTANEOUS_USE: a new compute may be queued
+     * while the previous one still runs; the stream's timeline orders them) */
+    {
+        VkCommandPoolCreateInfo pi = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = d->queue_family };
+        VkResult r = d->fn.vkCreateCommandPool(d->dev, &pi, NULL, &plan->pool);
+        if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "vkCreateCommandPool"); goto fail; }
+        VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+            .commandPool = plan->pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+        r = d->fn.vkAllocateCommandBuffers(d->dev, &ai, &plan->cb);
+        VkCommandBufferBeginInfo bgi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
+        if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
+        if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
+        int nrd = 0, nwr = 0;
+        for (int i = 0; i < nd; i++) {
+            range myr[4]; int nmyr = 0; range myw = { 0 };
+            for (int s = 0; s < VKP_NBIND; s++) {
+                const pyg_tensor *t = dps[i].slot[s];
+                if (!t) continue;
+                const pyg_buffer *buf = NULL; uint64_t off = 0;
+                resolve(t, &buf, &off);
+                range rg = { buf, off, off + pyg_tensor_nbytes(t) };
+                if (s == VKP_SLOT_DST) myw = rg; else myr[nmyr++] = rg;
+            }
+            int hazard = overlaps(wr, nwr, &myw) || overlaps(rd, nrd, &myw);
+            for (int k = 0; k < nmyr && !hazard; k++) hazard = overlaps(wr, nwr, &myr[k]);
+            if (hazard) {
+                VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                    .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
+                d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                           0, 1, &mb, 0, NULL, 0, NULL);
+                plan->n_barriers++;
+                nrd = nwr = 0;
+            }
+            for (int k = 0; k < nmyr; k++) rd[nrd++] = myr[k];
+            wr[nwr++] = myw;
+            d->fn.vkCmdBindPipeline(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, dps[i].pipe);
+            d->fn.vkCmdBindDescriptorSets(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &sets[i], 0, NULL);
+            d->fn.vkCmdDispatch(plan->cb, dps[i].groups[0], dps[i].groups[1], dps[i].groups[2]);
+        }
+        vkp_full_barrier(d, plan->cb);
+        r = d->fn.vkEndCommandBuffer(plan->cb);
+        free(sets);
+        if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
+    }
+    vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers", (unsigned long long)g->id,
+            plan->n_dispatch, plan->n_barriers);
+    free(dps); free(rd); free(wr); free(params);
+    *out = plan;
+    return NULL;
+fail:
+    free(dps); free(rd); free(wr); free(params);
+    vkp_plan_destroy(plan);
+    return e;
+}
+
+pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
+    if (s->dev != plan->dev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: stream of another device");
+    if (plan->n_dispatch == 0) return NULL;
+    return vkp_submit(s, plan->cb);
+}

@@ -1,0 +1,145 @@
+/* plugins/vulkan/vk_internal.h — shared between the Vulkan plugin's C files (hidden visibility).
+ *
+ * The plugin never links libvulkan: VK_NO_PROTOTYPES, and every entry point is loaded through
+ * vkGetInstanceProcAddr / vkGetDeviceProcAddr after dlopen("libvulkan.so.1") in plugin_init. */
+#ifndef PYGGML_VK_INTERNAL_H
+#define PYGGML_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+#include <pthread.h>
+#include "pyggml/pyggml.h"
+
+/* Vulkan functions the plugin uses, by level. */
+#define VKP_INSTANCE_FUNCS(X) \
+    X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) \
+    X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) \
+    X(vkCreateDevice) X(vkGetDeviceProcAddr)
+
+#define VKP_DEVICE_FUNCS(X) \
+    X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements) \
+    X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) \
+    X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) \
+    X(vkFreeCommandBuffers) X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkResetCommandBuffer) \
+    X(vkCmdCopyBuffer) X(vkCmdPipelineBarrier) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
+    X(vkCmdDispatch) X(vkQueueSubmit) X(vkCreateSemaphore) X(vkDestroySemaphore) \
+    X(vkWaitSemaphores) X(vkGetSemaphoreCounterValue) X(vkCreateShaderModule) \
+    X(vkDestroyShaderModule) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
+    X(vkCreatePipelineLayout) X(vkCreateDescriptorSetLayout) X(vkCreateDescriptorPool) \
+    X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) \
+    X(vkDeviceWaitIdle)
+
+#define VKP_DECL(name) PFN_##name name;
+typedef struct vkp_instance_fns { VKP_INSTANCE_FUNCS(VKP_DECL) } vkp_instance_fns;
+typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
+#undef VKP_DECL
+
+/* Shaders (one SPIR-V module each, embedded at build time). */
+enum {
+    VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
+    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_COUNT
+};
+#define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
+
+/* Parameter block of one dispatch (binding 5), in 32-bit words: tensor slot t (0..3 = src,
+ * 4 = dst) at 16*t: [0] byte offset in its binding, [1] type, [4..7] ne, [8..11] nb;
+ * [80..95] the node's op_params; [96..127] per-shader extras (extra[0] = work item count). */
+#define VKP_PARAM_WORDS 128
+#define VKP_SLOT_DST 4
+#define VKP_NBIND 5
+
+typedef struct vkp_pipeline {
+    int shader;
+    uint32_t spec;
+    VkPipeline pipeline;
+} vkp_pipeline;
+
+struct pyg_device {
+    int index;
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    vkp_device_fns fn;
+    pthread_mutex_t queue_lock;     /* vkQueueSubmit is externally synchronized */
+    pthread_mutex_t lock;           /* pipeline cache, internal stream, accounting */
+    int32_t device_type;
+    int subgroup_arith;             /* subgroup add usable in compute shaders */
+    uint32_t subgroup_size;
+    uint64_t max_range;             /* maxStorageBufferRange: largest tensor one binding can see */
+    uint64_t max_alloc;
+    uint64_t heap_size, allocated;
+    uint32_t mt_device, mt_host;    /* memory type indices */
+    int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    vkp_pipeline pipes[VKP_MAX_PIPELINES];
+    int n_pipes;
+    VkBuffer dummy;                 /* bound to unused slots */
+    VkDeviceMemory dummy_mem;
+    struct pyg_stream *internal;    /* for blocking copies; guarded by lock */
+};
+
+struct pyg_buffer {
+    pyg_device *dev;
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint64_t size;
+    uint64_t alloc_size;
+    uint32_t flags;
+    void *map;                      /* persistent mapping or NULL */
+};
+
+typedef struct vkp_staging {        /* a host-visible buffer in flight on a stream */
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    void *map;
+    uint64_t size;
+    uint64_t busy_until;            /* stream timeline value after which it is free */
+} vkp_staging;
+
+typedef struct vkp_cmd {
+    VkCommandBuffer cb;
+    uint64_t busy_until;
+} vkp_cmd;
+
+#define VKP_MAX_WAITS 16
+struct pyg_stream {
+    pyg_device *dev;
+    VkCommandPool pool;
+    VkSemaphore timeline;
+    uint64_t value;                 /* last value a submission of this stream signals */
+    VkSemaphore wait_sem[VKP_MAX_WAITS];
+    uint64_t wait_val[VKP_MAX_WAITS];
+    int n_waits;
+    vkp_cmd *cmds; int n_cmds;
+    vkp_staging *stage; int n_stage;
+};
+
+struct pyg_event {
+    pyg_device *dev;
+    VkSemaphore sem;
+    uint64_t value;                 /* the value that marks the last record; 0 = fresh */
+};
+
+/* errors (vk_plugin.c) */
+pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+pyg_error *vkp_vk_err(VkResult r, const char *what);
+void vkp_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* pipelines (vk_plugin.c): created once per (shader, spec) and cached on the device */
+pyg_error *vkp_get_pipeline(pyg_device *d, int shader, uint32_t spec, VkPipeline *out);
+/* submit one recorded command buffer on a stream (waits + timeline signal) */
+pyg_error *vkp_submit(pyg_stream *s, VkCommandBuffer cb);
+void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> everything incl. host */
+
+/* graph (vk_graph.c) */
+int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
+pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);
+void vkp_plan_destroy(pyg_graph_plan *plan);
+pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s);
+
+#endif

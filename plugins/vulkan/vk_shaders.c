@@ -1,0 +1,55 @@
+/* plugins/vulkan/vk_shaders.c — the SPIR-V of every shader, compiled by glslc at build time
+ * (glslc -mfmt=c writes a C initializer list) and embedded here. */
+#include <stddef.h>
+#include <stdint.h>
+#include "vk_internal.h"
+
+#define VKP_SPV(name) static const uint32_t spv_##name[] =
+VKP_SPV(elementwise)
+#include "elementwise.spv.h"
+;
+VKP_SPV(norm)
+#include "norm.spv.h"
+;
+VKP_SPV(soft_max)
+#include "soft_max.spv.h"
+;
+VKP_SPV(argmax)
+#include "argmax.spv.h"
+;
+VKP_SPV(rope)
+#include "rope.spv.h"
+;
+VKP_SPV(get_rows)
+#include "get_rows.spv.h"
+;
+VKP_SPV(set_rows)
+#include "set_rows.spv.h"
+;
+VKP_SPV(mul_mat_vec)
+#include "mul_mat_vec.spv.h"
+;
+VKP_SPV(mul_mat)
+#include "mul_mat.spv.h"
+;
+VKP_SPV(flash_attn)
+#include "flash_attn.spv.h"
+;
+
+const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
+#define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
+    switch (shader) {
+    VKP_CASE(VKP_SH_ELEMENTWISE, elementwise)
+    VKP_CASE(VKP_SH_NORM, norm)
+    VKP_CASE(VKP_SH_SOFT_MAX, soft_max)
+    VKP_CASE(VKP_SH_ARGMAX, argmax)
+    VKP_CASE(VKP_SH_ROPE, rope)
+    VKP_CASE(VKP_SH_GET_ROWS, get_rows)
+    VKP_CASE(VKP_SH_SET_ROWS, set_rows)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC, mul_mat_vec)
+    VKP_CASE(VKP_SH_MUL_MAT, mul_mat)
+    VKP_CASE(VKP_SH_FLASH_ATTN, flash_attn)
+    default: *bytes = 0; return NULL;
+    }
+#undef VKP_CASE
+}

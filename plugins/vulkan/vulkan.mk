@@ -1,0 +1,29 @@
+# Builds libpyggml-vulkan.so (included by the top Makefile). Needs glslc and the Vulkan headers
+# at build time only; the library dlopens libvulkan.so.1 at run time and links nothing of Vulkan.
+# Without glslc or <vulkan/vulkan.h> this fragment adds nothing.
+VK_GLSLC := $(shell command -v glslc 2>/dev/null)
+VK_HAVE_HEADERS := $(shell printf '\#include <vulkan/vulkan.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
+
+ifneq ($(VK_GLSLC),)
+ifeq ($(VK_HAVE_HEADERS),yes)
+
+VK_DIR := plugins/vulkan
+VK_BUILD := build/vulkan
+VK_LIB := $(PLUGIN_DIR)/libpyggml-vulkan.so
+VK_SRCS := $(wildcard $(VK_DIR)/*.c)
+VK_SHADERS := $(wildcard $(VK_DIR)/shaders/*.comp)
+VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS))
+VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
+
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
+
+$(VK_LIB): $(VK_SRCS) $(VK_DIR)/vk_internal.h $(VK_SPV_H) $(PYG_HEADERS) plugins/plugin.map
+	@mkdir -p $(PLUGIN_DIR)
+	$(CC) $(VK_CFLAGS) -shared -o $@ $(VK_SRCS) $(PLUGIN_LDFLAGS) -ldl -lpthread -lm
+
+PLUGINS += $(VK_LIB)
+
+endif
+endif
