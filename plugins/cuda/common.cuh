@@ -1,0 +1,271 @@
+/* plugins/cuda/common.cuh — shared by every .cu of the CUDA plugin (and, later, HIP/MUSA):
+ * element loads/stores for the plain types, the ggml-compatible quant block layouts with their
+ * dequantizers (host+device, so a CPU-only test can check them), and the op launcher interface
+ * between graph.cu and the ops_*.cu / mul_mat.cu / flash_attn.cu files.
+ *
+ * Nothing here is exported from the library (built with -fvisibility=hidden).
+ */
+#ifndef PYG_CUDA_COMMON_CUH
+#define PYG_CUDA_COMMON_CUH
+
+#include <stdint.h>
+#include <stddef.h>
+#include "vendor.h"
+#include "pyggml/pyggml.h"
+
+#define PYG_HD __host__ __device__ __forceinline__
+
+/* ---------------------------------------------------------------- tensor view for kernels */
+
+/* What a kernel needs of a pyg_tensor, passed by value (descriptors live in host memory). */
+struct tview {
+    char *data;
+    int32_t type;
+    int32_t pad;
+    int64_t ne[4];
+    int64_t nb[4];
+};
+
+static inline tview make_view(const pyg_tensor *t) {
+    tview v;
+    v.data = (char *)t->data;
+    v.type = t->type;
+    v.pad = 0;
+    for (int i = 0; i < 4; i++) { v.ne[i] = t->ne[i]; v.nb[i] = (int64_t)t->nb[i]; }
+    return v;
+}
+
+/* ---------------------------------------------------------------- plain type conversions */
+
+PYG_HD float f16_bits_to_f32(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return gpu_half2float(*(const gpu_half *)&h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) { u = sign; }
+        else { /* subnormal: renormalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+PYG_HD float bits_as_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+PYG_HD uint32_t f32_as_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+PYG_HD float bf16_bits_to_f32(uint16_t h) {
+    return bits_as_f32((uint32_t)h << 16);
+}
+
+/* Round to nearest even; NaN stays a quiet NaN (ggml's rule). */
+PYG_HD uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u = f32_as_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+__device__ __forceinline__ float load_f(const char *p, int type) {
+    switch (type) {
+    case PYG_TYPE_F16: return f16_bits_to_f32(*(const uint16_t *)p);
+    case PYG_TYPE_BF16: return bf16_bits_to_f32(*(const uint16_t *)p);
+    default: return *(const float *)p;
+    }
+}
+
+__device__ __forceinline__ void store_f(char *p, int type, float v) {
+    switch (type) {
+    case PYG_TYPE_F16: { gpu_half h = gpu_float2half(v); *(gpu_half *)p = h; break; }
+    case PYG_TYPE_BF16: *(uint16_t *)p = f32_to_bf16_bits(v); break;
+    default: *(float *)p = v; break;
+    }
+}
+
+static inline int is_plain_float(int type) {
+    return type == PYG_TYPE_F32 || type == PYG_TYPE_F16 || type == PYG_TYPE_BF16;
+}
+
+/* ---------------------------------------------------------------- quant blocks (ggml layouts)
+ * Offsets in bytes inside one block; blocks are only 2-byte aligned in general. */
+
+/* q4_0: 32 weights, 18 bytes: f16 d; 16 bytes of nibbles (low = weights 0..15, high = 16..31); w = d*(q-8) */
+/* q8_0: 32 weights, 34 bytes: f16 d; 32 int8; w = d*q */
+/* q4_K: 256 weights, 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins for 8 sub-blocks,
+ *       128 bytes of nibbles: byte 32g+l holds weight 64g+l (low) and 64g+32+l (high);
+ *       w = d*sc[s]*q - dmin*mn[s] */
+/* q6_K: 256 weights, 210 bytes: 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits),
+ *       16 int8 scales, f16 d; w = d*sc*(q-32) */
+
+#define Q4_K_BYTES 144
+#define Q6_K_BYTES 210
+
+PYG_HD uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* Scale and min of sub-block j (0..7) of a q4_K block, from its 12 packed bytes. */
+PYG_HD void q4k_scale_min(const uint8_t *sc, int j, int *s, int *m) {
+    if (j < 4) {
+        *s = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+/* Weight i of one block of `type` (i < block size). Slow but simple: used by get_rows and the
+ * generic GEMM loader; the mat-vec kernels have their own vectorised decoders. */
+PYG_HD float dequant_one(const uint8_t *blk, int type, int i) {
+    switch (type) {
+    case PYG_TYPE_Q4_0: {
+        const float d = f16_bits_to_f32(rd16(blk));
+        const uint8_t b = blk[2 + (i & 15)];
+        const int q = (i < 16 ? (b & 15) : (b >> 4)) - 8;
+        return d * (float)q;
+    }
+    case PYG_TYPE_Q8_0:
+        return f16_bits_to_f32(rd16(blk)) * (float)(int8_t)blk[2 + i];
+    case PYG_TYPE_Q4_K: {
+        const float d = f16_bits_to_f32(rd16(blk)), dmin = f16_bits_to_f32(rd16(blk + 2));
+        const int g = i >> 6, w = i & 63, l = w & 31, sub = 2 * g + (w >> 5);
+        const uint8_t b = blk[16 + 32 * g + l];
+        const int q = (w < 32) ? (b & 15) : (b >> 4);
+        int s, m;
+        q4k_scale_min(blk + 4, sub, &s, &m);
+        return d * (float)s * (float)q - dmin * (float)m;
+    }
+    case PYG_TYPE_Q6_K: {
+        const int n = i >> 7, r = i & 127, quarter = r >> 5, l = r & 31;
+        const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+        const int8_t *sc = (const int8_t *)(blk + 192) + 8 * n;
+        const uint8_t lo = ql[l + ((quarter & 1) ? 32 : 0)];
+        const int q = (((quarter & 2) ? (lo >> 4) : (lo & 15)) | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+        const float d = f16_bits_to_f32(rd16(blk + 208));
+        return d * (float)sc[(l >> 4) + 2 * quarter] * (float)q;
+    }
+    default:
+        return 0.0f;
+    }
+}
+
+static inline int is_supported_quant(int type) {
+    return type == PYG_TYPE_Q4_0 || type == PYG_TYPE_Q8_0 || type == PYG_TYPE_Q4_K ||
+           type == PYG_TYPE_Q6_K;
+}
+
+/* Element i0 of a row of any supported type (plain or quantized). */
+__device__ __forceinline__ float load_row_elem(const char *row, int type, int64_t i0, int64_t nb0) {
+    switch (type) {
+    case PYG_TYPE_F32: case PYG_TYPE_F16: case PYG_TYPE_BF16:
+        return load_f(row + i0 * nb0, type);
+    case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0:
+        return dequant_one((const uint8_t *)row + (i0 >> 5) * nb0, type, (int)(i0 & 31));
+    default:
+        return dequant_one((const uint8_t *)row + (i0 >> 8) * nb0, type, (int)(i0 & 255));
+    }
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = PYG_WARP_SIZE / 2; o > 0; o >>= 1) v += gpu_shfl_xor(v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = PYG_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, gpu_shfl_xor(v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of the warp size, <= 1024); every thread gets it. */
+__device__ __forceinline__ float block_sum(float v, float *sh /* >= 32 floats */) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
+    const int nw = blockDim.x / PYG_WARP_SIZE;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
+    const int nw = blockDim.x / PYG_WARP_SIZE;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* ALiBi slope of head h of n_head (ggml's rule); 1 when max_bias == 0. */
+__device__ __forceinline__ float alibi_slope(float max_bias, int h, int n_head) {
+    if (max_bias <= 0.0f) return 1.0f;
+    int n_log2 = 1;
+    while (n_log2 * 2 <= n_head) n_log2 *= 2;
+    const float m0 = exp2f(-max_bias / (float)n_log2);
+    const float m1 = exp2f(-(max_bias / 2.0f) / (float)n_log2);
+    return h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+}
+
+/* ---------------------------------------------------------------- op launcher interface */
+
+/* Per-launch context handed from graph.cu to the launchers. */
+struct op_ctx {
+    gpuStream_t stream;
+    int device;
+    int n_sm;                 /* multiprocessors of the device */
+    void *scratch;            /* plan-owned device scratch (may be NULL) */
+    size_t scratch_size;
+    char *err;                /* message buffer for a non-OK return */
+    size_t errlen;
+};
+
+/* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
+ * writes err on failure). scratch_bytes says what launch needs in op_ctx.scratch. */
+int basic_supports(const pyg_tensor *node);
+int basic_launch(const pyg_tensor *node, op_ctx *c);
+int rows_supports(const pyg_tensor *node);
+int rows_launch(const pyg_tensor *node, op_ctx *c);
+int mul_mat_supports(const pyg_tensor *node);
+int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
+int flash_attn_supports(const pyg_tensor *node);
+size_t flash_attn_scratch_bytes(const pyg_tensor *node, int n_sm);
+int flash_attn_launch(const pyg_tensor *node, op_ctx *c);
+
+/* Launch-error check shared by the launchers. */
+int check_launch(op_ctx *c, const char *what);
+
+static inline unsigned ceil_div_u(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+#endif /* PYG_CUDA_COMMON_CUH */

@@ -1,0 +1,209 @@
+/* plugins/cuda/flash_attn.cu — FLASH_ATTN_EXT: out = softmax(scale*q.k (softcap) + slope*mask) . v
+ * with online softmax, never materialising the scores.
+ *
+ * One block (FA_WARPS warps) per (head, query, batch, kv split); each warp walks its share of the
+ * kv positions keeping its own running max / sum / accumulator (q and the accumulator live in
+ * registers, DPL values per lane), and the warps are merged through shared memory at the end.
+ * For decode (n_q == 1) the rows are few, so the kv range is split over several blocks that write
+ * partial results to plan scratch, merged by a second kernel. General n_q runs the same kernel
+ * with one block per query row. Grouped-query: kv head = h / (H / H_kv).
+ */
+#include <math.h>
+#include <stdio.h>
+#include "common.cuh"
+
+#define FA_WARPS 4
+#define FA_MAX_D 256
+#define FA_MIN_KV_PER_SPLIT 256
+#define FA_MAX_SPLITS 32
+
+struct fa_args {
+    tview q, k, v, mask, dst;
+    int has_mask;
+    int H, n_q, n_kv, B, D, Dv, nsplit;
+    int64_t gqa;          /* H / H_kv */
+    float scale, max_bias, softcap;
+    float *part;          /* nsplit > 1: [rows][nsplit][Dv + 2] partials (m, l, o...) */
+};
+
+template <int DPL>
+__global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
+    const int h = blockIdx.x, iq = blockIdx.y;
+    const int b = blockIdx.z / a.nsplit, split = blockIdx.z % a.nsplit;
+    const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
+    const int hk = (int)(h / a.gqa);
+    const int chunk = (a.n_kv + a.nsplit - 1) / a.nsplit;
+    const int j0 = split * chunk, j1 = min(a.n_kv, j0 + chunk);
+
+    const char *qp = a.q.data + (int64_t)iq * a.q.nb[1] + (int64_t)h * a.q.nb[2] + (int64_t)b * a.q.nb[3];
+    const char *kb = a.k.data + (int64_t)hk * a.k.nb[2] + (int64_t)(b % a.k.ne[3]) * a.k.nb[3];
+    const char *vb = a.v.data + (int64_t)hk * a.v.nb[2] + (int64_t)(b % a.v.ne[3]) * a.v.nb[3];
+    const char *mrow = a.has_mask ? a.mask.data + (int64_t)iq * a.mask.nb[1] + (int64_t)(h % a.mask.ne[2]) * a.mask.nb[2] +
+                                        (int64_t)(b % a.mask.ne[3]) * a.mask.nb[3]
+                                  : NULL;
+    const float slope = a.has_mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
+
+    float qr[DPL], acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; i++) {
+        const int d = lane + PYG_WARP_SIZE * i;
+        qr[i] = d < a.D ? load_f(qp + (int64_t)d * a.q.nb[0], a.q.type) : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = j0 + w; j < j1; j += FA_WARPS) {
+        const char *kr = kb + (int64_t)j * a.k.nb[1];
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + PYG_WARP_SIZE * i;
+            if (d < a.D) s += qr[i] * load_f(kr + (int64_t)d * a.k.nb[0], a.k.type);
+        }
+        s = warp_sum(s) * a.scale;
+        if (a.softcap != 0.0f) s = a.softcap * tanhf(s / a.softcap);
+        if (mrow) s += slope * load_f(mrow + (int64_t)j * a.mask.nb[0], a.mask.type);
+        if (s == -INFINITY) continue; /* warp-uniform */
+        const float mn = fmaxf(m, s);
+        const float corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+        m = mn;
+        const char *vr = vb + (int64_t)j * a.v.nb[1];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + PYG_WARP_SIZE * i;
+            const float vv = d < a.Dv ? load_f(vr + (int64_t)d * a.v.nb[0], a.v.type) : 0.0f;
+            acc[i] = acc[i] * corr + p * vv;
+        }
+    }
+    /* merge the warps */
+    __shared__ float sm[FA_WARPS], sl[FA_WARPS];
+    __shared__ float so[FA_WARPS][DPL * PYG_WARP_SIZE];
+    if (lane == 0) { sm[w] = m; sl[w] = l; }
+#pragma unroll
+    for (int i = 0; i < DPL; i++) so[w][lane + PYG_WARP_SIZE * i] = acc[i];
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < FA_WARPS; k++) M = fmaxf(M, sm[k]);
+    float L = 0.0f, f[FA_WARPS];
+#pragma unroll
+    for (int k = 0; k < FA_WARPS; k++) {
+        f[k] = sm[k] == -INFINITY ? 0.0f : expf(sm[k] - M);
+        L += sl[k] * f[k];
+    }
+    const int64_t row = ((int64_t)b * a.n_q + iq) * a.H + h;
+    for (int d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int k = 0; k < FA_WARPS; k++) o += so[k][d] * f[k];
+        if (a.nsplit == 1) {
+            *(float *)(a.dst.data + (int64_t)d * a.dst.nb[0] + (int64_t)h * a.dst.nb[1] + (int64_t)iq * a.dst.nb[2] +
+                       (int64_t)b * a.dst.nb[3]) = L > 0.0f ? o / L : 0.0f;
+        } else {
+            a.part[(row * a.nsplit + split) * (a.Dv + 2) + 2 + d] = o;
+        }
+    }
+    if (a.nsplit > 1 && threadIdx.x == 0) {
+        float *pp = a.part + (row * a.nsplit + split) * (a.Dv + 2);
+        pp[0] = M;
+        pp[1] = L;
+    }
+}
+
+/* Merge the kv splits of one (head, query, batch) row. */
+__global__ void k_fattn_merge(fa_args a) {
+    const int h = blockIdx.x, iq = blockIdx.y, b = blockIdx.z;
+    const int64_t row = ((int64_t)b * a.n_q + iq) * a.H + h;
+    const float *pp = a.part + row * a.nsplit * (a.Dv + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.nsplit; s++) M = fmaxf(M, pp[s * (a.Dv + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < a.nsplit; s++) {
+        const float ms = pp[s * (a.Dv + 2)];
+        if (ms != -INFINITY) L += pp[s * (a.Dv + 2) + 1] * expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < a.nsplit; s++) {
+            const float ms = pp[s * (a.Dv + 2)];
+            if (ms != -INFINITY) o += pp[s * (a.Dv + 2) + 2 + d] * expf(ms - M);
+        }
+        *(float *)(a.dst.data + (int64_t)d * a.dst.nb[0] + (int64_t)h * a.dst.nb[1] + (int64_t)iq * a.dst.nb[2] +
+                   (int64_t)b * a.dst.nb[3]) = L > 0.0f ? o / L : 0.0f;
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+int flash_attn_supports(const pyg_tensor *n) {
+    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    if (!q || !k || !v || n->type != PYG_TYPE_F32 || q->type != PYG_TYPE_F32) return 0;
+    if ((k->type != PYG_TYPE_F32 && k->type != PYG_TYPE_F16) || (v->type != PYG_TYPE_F32 && v->type != PYG_TYPE_F16))
+        return 0;
+    const int64_t D = q->ne[0], n_q = q->ne[1], H = q->ne[2], B = q->ne[3];
+    const int64_t n_kv = k->ne[1], H_kv = k->ne[2], Dv = v->ne[0];
+    if (D > FA_MAX_D || Dv > FA_MAX_D || k->ne[0] != D || v->ne[1] != n_kv || v->ne[2] != H_kv) return 0;
+    if (H % H_kv || (k->ne[3] != B && k->ne[3] != 1) || (v->ne[3] != B && v->ne[3] != 1)) return 0;
+    if (n->ne[0] != Dv || n->ne[1] != H || n->ne[2] != n_q || n->ne[3] != B) return 0;
+    if (H > 0x7fffffff || n_q > 65535 || B * FA_MAX_SPLITS > 65535 || n_kv > 0x7fffffff) return 0;
+    if (m) {
+        if (m->type != PYG_TYPE_F32 && m->type != PYG_TYPE_F16) return 0;
+        if (m->ne[0] != n_kv || m->ne[1] < n_q || H % m->ne[2] || B % m->ne[3]) return 0;
+    }
+    return 1;
+}
+
+static int fa_splits(const pyg_tensor *n, int n_sm) {
+    const int64_t rows = n->ne[1] * n->ne[2] * n->ne[3];
+    const int64_t n_kv = n->src[1]->ne[1];
+    const int64_t want = 2 * (int64_t)n_sm; /* blocks to fill the device about twice */
+    if (rows >= want) return 1;
+    int64_t s = (want + rows - 1) / rows;
+    const int64_t by_kv = n_kv / FA_MIN_KV_PER_SPLIT;
+    if (s > by_kv) s = by_kv;
+    if (s > FA_MAX_SPLITS) s = FA_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+
+size_t flash_attn_scratch_bytes(const pyg_tensor *n, int n_sm) {
+    const int s = fa_splits(n, n_sm);
+    if (s <= 1) return 0;
+    const int64_t rows = n->ne[1] * n->ne[2] * n->ne[3];
+    return (size_t)rows * (size_t)s * (size_t)(n->ne[0] + 2) * sizeof(float);
+}
+
+int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
+    fa_args a;
+    a.q = make_view(n->src[0]);
+    a.k = make_view(n->src[1]);
+    a.v = make_view(n->src[2]);
+    a.has_mask = n->src[3] != NULL;
+    a.mask = a.has_mask ? make_view(n->src[3]) : a.q;
+    a.dst = make_view(n);
+    a.D = (int)a.q.ne[0];
+    a.n_q = (int)a.q.ne[1];
+    a.H = (int)a.q.ne[2];
+    a.B = (int)a.q.ne[3];
+    a.n_kv = (int)a.k.ne[1];
+    a.Dv = (int)a.v.ne[0];
+    a.gqa = a.q.ne[2] / a.k.ne[2];
+    a.scale = pyg_op_param_f32(n->op_params, 0);
+    a.max_bias = pyg_op_param_f32(n->op_params, 1);
+    a.softcap = pyg_op_param_f32(n->op_params, 2);
+    a.nsplit = fa_splits(n, c->n_sm);
+    a.part = (float *)c->scratch;
+    if (a.nsplit > 1 && (!c->scratch || c->scratch_size < flash_attn_scratch_bytes(n, c->n_sm))) {
+        snprintf(c->err, c->errlen, "flash_attn_ext: plan scratch too small");
+        return PYG_ERR_INTERNAL;
+    }
+    const int dmax = a.D > a.Dv ? a.D : a.Dv;
+    const dim3 grid((unsigned)a.H, (unsigned)a.n_q, (unsigned)(a.B * a.nsplit));
+    const unsigned th = FA_WARPS * PYG_WARP_SIZE;
+    if (dmax <= 64) k_fattn<2><<<grid, th, 0, c->stream>>>(a);
+    else if (dmax <= 128) k_fattn<4><<<grid, th, 0, c->stream>>>(a);
+    else k_fattn<8><<<grid, th, 0, c->stream>>>(a);
+    int st = check_launch(c, "flash_attn_ext");
+    if (st != PYG_OK || a.nsplit == 1) return st;
+    k_fattn_merge<<<dim3((unsigned)a.H, (unsigned)a.n_q, (unsigned)a.B), 128, 0, c->stream>>>(a);
+    return check_launch(c, "flash_attn_ext (merge)");
+}

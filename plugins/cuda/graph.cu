@@ -1,0 +1,206 @@
+/* plugins/cuda/graph.cu — graph plans: validation, scratch memory, launching the nodes on a stream,
+ * and CUDA graphs (capture on the 2nd compute of a plan, replay from the 3rd on; the host
+ * guarantees that a plan's tensors keep their addresses, so a captured graph stays valid).
+ * PYGGML_CUDA_GRAPHS=0 or the device option graphs=0 turns capture off. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common.cuh"
+#include "plugin_internal.h"
+
+struct pyg_graph_plan {
+    pyg_device *dev;
+    const pyg_graph *graph;
+    int n_nodes;                  /* nodes that run a kernel */
+    const pyg_tensor **nodes;
+    void *scratch;
+    size_t scratch_size;
+    int n_computes;
+    int graphs_failed;            /* capture failed once: launch directly from then on */
+    gpuGraphExec_t exec;          /* captured graph, NULL until the 2nd compute */
+};
+
+int check_launch(op_ctx *c, const char *what) {
+    gpuError_t e = gpuGetLastError();
+    if (e == gpuSuccess) return PYG_OK;
+    snprintf(c->err, c->errlen, "%s: kernel launch failed: %s", what, gpuGetErrorString(e));
+    return PYG_ERR_DEVICE;
+}
+
+static int type_known(int32_t type) { return pyg_type_get_traits(type) != NULL; }
+
+int32_t pyg_cuda_supports_op(pyg_device *dev, const pyg_tensor *node) {
+    if (!node || !type_known(node->type)) return 0;
+    for (int i = 0; i < 4; i++)
+        if (node->ne[i] < 1) return 0;
+    if (pyg_tensor_nrows(node) > 0x7fffffffLL) return 0; /* rows go into one grid dimension */
+    for (int i = 0; i < PYG_MAX_SRC; i++) {
+        const pyg_tensor *s = node->src[i];
+        if (s && (!type_known(s->type) || pyg_tensor_nrows(s) > 0x7fffffffLL)) return 0;
+    }
+    switch (node->op) {
+    case PYG_OP_NONE: case PYG_OP_VIEW: case PYG_OP_RESHAPE: case PYG_OP_PERMUTE: case PYG_OP_TRANSPOSE:
+        return 1; /* nothing runs */
+    case PYG_OP_CPY: case PYG_OP_CONT: case PYG_OP_ADD: case PYG_OP_MUL: case PYG_OP_SCALE:
+    case PYG_OP_SILU: case PYG_OP_GELU: case PYG_OP_SWIGLU: case PYG_OP_GET_ROWS: case PYG_OP_SET_ROWS:
+    case PYG_OP_ARGMAX:
+        return basic_supports(node);
+    case PYG_OP_RMS_NORM: case PYG_OP_NORM: case PYG_OP_SOFT_MAX: case PYG_OP_ROPE:
+        return rows_supports(node);
+    case PYG_OP_MUL_MAT:
+        return mul_mat_supports(node);
+    case PYG_OP_FLASH_ATTN_EXT:
+        return flash_attn_supports(node);
+    default:
+        return 0;
+    }
+}
+
+static int launch_node(const pyg_tensor *node, op_ctx *c) {
+    switch (node->op) {
+    case PYG_OP_RMS_NORM: case PYG_OP_NORM: case PYG_OP_SOFT_MAX: case PYG_OP_ROPE:
+        return rows_launch(node, c);
+    case PYG_OP_MUL_MAT:
+        return mul_mat_launch(node, c);
+    case PYG_OP_FLASH_ATTN_EXT:
+        return flash_attn_launch(node, c);
+    default:
+        return basic_launch(node, c);
+    }
+}
+
+static size_t node_scratch(const pyg_tensor *node, int n_sm) {
+    if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, n_sm);
+    return 0;
+}
+
+void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
+    if (!p) return;
+    if (gpuSetDevice(p->dev->index) == gpuSuccess) {
+        if (p->exec) gpuGraphExecDestroy(p->exec);
+        if (p->scratch) gpuFree(p->scratch);
+    }
+    gpuGetLastError();
+    free(p->nodes);
+    free(p);
+}
+
+pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_graph_plan **out) {
+    if (!dev || !graph || !out) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_create: NULL argument");
+    if (graph->n_nodes < 0 || (graph->n_nodes > 0 && !graph->nodes))
+        return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_create: bad node list");
+    pyg_graph_plan *p = (pyg_graph_plan *)calloc(1, sizeof *p);
+    if (!p) return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
+    p->dev = dev;
+    p->graph = graph;
+    p->nodes = (const pyg_tensor **)calloc((size_t)graph->n_nodes + 1, sizeof(pyg_tensor *));
+    if (!p->nodes) { free(p); return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory"); }
+    size_t scratch = 0;
+    for (int i = 0; i < graph->n_nodes; i++) {
+        const pyg_tensor *n = graph->nodes[i];
+        if (!n) { pyg_cuda_plan_destroy(p); return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "node %d is NULL", i); }
+        if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) continue;
+        if (!pyg_cuda_supports_op(dev, n)) {
+            pyg_error *e = pyg_cuda_error(PYG_ERR_UNSUPPORTED, "node %d '%s': op %s (type %s) is not supported", i,
+                                          n->name, pyg_op_name(n->op),
+                                          pyg_type_get_traits(n->type) ? pyg_type_get_traits(n->type)->name : "?");
+            pyg_cuda_plan_destroy(p);
+            return e;
+        }
+        if (!n->data) {
+            pyg_cuda_plan_destroy(p);
+            return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "node %d '%s' has no data address", i, n->name);
+        }
+        for (int s = 0; s < PYG_MAX_SRC; s++) {
+            if (n->src[s] && !n->src[s]->data) {
+                pyg_cuda_plan_destroy(p);
+                return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "node %d '%s': operand %d has no data address", i,
+                                      n->name, s);
+            }
+        }
+        size_t need = node_scratch(n, dev->n_sm);
+        if (need > scratch) scratch = need;
+        p->nodes[p->n_nodes++] = n;
+    }
+    if (scratch) {
+        gpuError_t e = gpuSetDevice(dev->index);
+        if (e == gpuSuccess) e = gpuMalloc(&p->scratch, scratch);
+        if (e != gpuSuccess) {
+            pyg_cuda_plan_destroy(p);
+            return pyg_cuda_gpu_error(e, "cudaMalloc (plan scratch)");
+        }
+        p->scratch_size = scratch;
+    }
+    *out = p;
+    return NULL;
+}
+
+static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
+    char err[512];
+    op_ctx c;
+    c.stream = s->s;
+    c.device = p->dev->index;
+    c.n_sm = p->dev->n_sm;
+    c.scratch = p->scratch;
+    c.scratch_size = p->scratch_size;
+    c.err = err;
+    c.errlen = sizeof err;
+    for (int i = 0; i < p->n_nodes; i++) {
+        err[0] = 0;
+        int st = launch_node(p->nodes[i], &c);
+        if (st != PYG_OK)
+            return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);
+    }
+    return NULL;
+}
+
+pyg_error *pyg_cuda_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
+    if (!p || !s) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: NULL argument");
+    if (s->dev != p->dev)
+        return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: stream of device %d, plan of device %d",
+                              s->dev->index, p->dev->index);
+    gpuError_t e = gpuSetDevice(p->dev->index);
+    if (e != gpuSuccess) return pyg_cuda_gpu_error(e, "cudaSetDevice");
+    if (p->n_nodes == 0) return NULL;
+    const int graphs = p->dev->graphs && !p->graphs_failed;
+    if (p->exec && graphs) {
+        p->n_computes++;
+        e = gpuGraphLaunch(p->exec, s->s);
+        return pyg_cuda_gpu_error(e, "cudaGraphLaunch");
+    }
+    if (!graphs || p->n_computes == 0) {
+        p->n_computes++;
+        return launch_all(p, s);
+    }
+    /* 2nd compute: capture the launches into a device graph, then replay it */
+    e = gpuStreamBeginCapture(s->s, gpuStreamCaptureModeThreadLocal);
+    if (e != gpuSuccess) {
+        gpuGetLastError();
+        p->graphs_failed = 1;
+        pyg_cuda_log(PYG_LOG_WARN, "graph capture unavailable (%s); launching nodes directly", gpuGetErrorString(e));
+        p->n_computes++;
+        return launch_all(p, s);
+    }
+    pyg_error *le = launch_all(p, s);
+    gpuGraph_t g = NULL;
+    e = gpuStreamEndCapture(s->s, &g);
+    if (le) {
+        if (g) gpuGraphDestroy(g);
+        gpuGetLastError();
+        return le;
+    }
+    gpuGraphExec_t exec = NULL;
+    if (e == gpuSuccess && g) e = gpuGraphInstantiate(&exec, g);
+    if (g) gpuGraphDestroy(g);
+    if (e != gpuSuccess || !exec) {
+        gpuGetLastError();
+        p->graphs_failed = 1;
+        pyg_cuda_log(PYG_LOG_WARN, "graph capture failed (%s); launching nodes directly", gpuGetErrorString(e));
+        p->n_computes++;
+        return launch_all(p, s);
+    }
+    p->exec = exec;
+    p->n_computes++;
+    e = gpuGraphLaunch(p->exec, s->s);
+    return pyg_cuda_gpu_error(e, "cudaGraphLaunch");
+}

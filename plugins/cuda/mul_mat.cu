@@ -1,0 +1,350 @@
+/* plugins/cuda/mul_mat.cu — dst[m, n] = sum_k src0[k, m] * src1[k, n].
+ *
+ * Two paths:
+ *  - mat-vec (N <= 8, the decode path): one block per weight row, threads walk the row in units of
+ *    32 weights decoded straight from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
+ *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
+ *    weights and 16-byte aligned activation columns.
+ *  - tiled GEMM (everything else): 64x64 tiles, weights dequantized element-wise into shared memory,
+ *    any strides on both operands.
+ * Weights broadcast over dims 2, 3 as in ggml: src0 batch i02 = i12 / (B2 / b2).
+ */
+#include <stdio.h>
+#include "common.cuh"
+
+#define MV_THREADS 128
+#define MV_MAX_COLS 8
+
+struct mv_args {
+    const char *w;                  /* src0 data */
+    int64_t nb01, nb02, nb03;       /* weight strides (bytes) */
+    int64_t r2, r3;                 /* broadcast ratios B2/b2, B3/b3 */
+    int64_t K, B2;
+    const float *y;                 /* src1 data */
+    int64_t ys1, ys2, ys3;          /* activation strides in floats */
+    int ncols;                      /* N */
+    float *dst;
+    int64_t ds1, ds2, ds3;          /* dst strides in floats */
+};
+
+/* Per type: a unit is RUNS runs of RL consecutive k, starting at the returned kbase + r*ROFF. */
+template <int T> struct mv;
+
+template <> struct mv<PYG_TYPE_Q4_0> {
+    static constexpr int RUNS = 2, RL = 16, ROFF = 16;
+    static __device__ __forceinline__ int64_t units(int64_t K) { return K / 32; }
+    static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t, float *w) {
+        const uint8_t *blk = (const uint8_t *)row + u * 18;
+        const float d = f16_bits_to_f32(*(const uint16_t *)blk);
+        const uint16_t *q = (const uint16_t *)(blk + 2);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = q[i];
+            w[2 * i] = d * (float)((int)(v & 15) - 8);
+            w[2 * i + 1] = d * (float)((int)((v >> 8) & 15) - 8);
+            w[16 + 2 * i] = d * (float)((int)((v >> 4) & 15) - 8);
+            w[16 + 2 * i + 1] = d * (float)((int)((v >> 12) & 15) - 8);
+        }
+        return u * 32;
+    }
+};
+
+template <> struct mv<PYG_TYPE_Q8_0> {
+    static constexpr int RUNS = 1, RL = 32, ROFF = 0;
+    static __device__ __forceinline__ int64_t units(int64_t K) { return K / 32; }
+    static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t, float *w) {
+        const uint8_t *blk = (const uint8_t *)row + u * 34;
+        const float d = f16_bits_to_f32(*(const uint16_t *)blk);
+        const uint16_t *q = (const uint16_t *)(blk + 2);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const uint32_t v = q[i];
+            w[2 * i] = d * (float)(int8_t)(v & 0xff);
+            w[2 * i + 1] = d * (float)(int8_t)(v >> 8);
+        }
+        return u * 32;
+    }
+};
+
+/* q4_K: unit j (0..7) of a block reads 16 bytes: weights 64g+16h+t (low nibbles, sub-block 2g) and
+ * 64g+32+16h+t (high nibbles, sub-block 2g+1), g = j/2, h = j%2. */
+template <> struct mv<PYG_TYPE_Q4_K> {
+    static constexpr int RUNS = 2, RL = 16, ROFF = 32;
+    static __device__ __forceinline__ int64_t units(int64_t K) { return K / 32; }
+    static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t, float *w) {
+        const int64_t b = u >> 3;
+        const int j = (int)(u & 7), g = j >> 1, h = j & 1;
+        const uint8_t *blk = (const uint8_t *)row + b * Q4_K_BYTES;
+        const uint4 q = *(const uint4 *)(blk + 16 + 32 * g + 16 * h); /* 16-byte aligned: checked on the host */
+        const float d = f16_bits_to_f32(*(const uint16_t *)blk), dmin = f16_bits_to_f32(*(const uint16_t *)(blk + 2));
+        int s0, m0, s1, m1;
+        q4k_scale_min(blk + 4, 2 * g, &s0, &m0);
+        q4k_scale_min(blk + 4, 2 * g + 1, &s1, &m1);
+        const float dl = d * (float)s0, ml = dmin * (float)m0, dh = d * (float)s1, mh = dmin * (float)m1;
+        const uint32_t words[4] = { q.x, q.y, q.z, q.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t by = (words[i] >> (8 * k)) & 0xff;
+                w[4 * i + k] = dl * (float)(by & 15) - ml;
+                w[16 + 4 * i + k] = dh * (float)(by >> 4) - mh;
+            }
+        }
+        return b * 256 + 64 * g + 16 * h;
+    }
+};
+
+/* q6_K: unit j (0..7): half n = j/4, l = 8*(j%4) .. +7; four runs (quarters) 32 apart. */
+template <> struct mv<PYG_TYPE_Q6_K> {
+    static constexpr int RUNS = 4, RL = 8, ROFF = 32;
+    static __device__ __forceinline__ int64_t units(int64_t K) { return K / 32; }
+    static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t, float *w) {
+        const int64_t b = u >> 3;
+        const int j = (int)(u & 7), n = j >> 2, l0 = 8 * (j & 3);
+        const uint8_t *blk = (const uint8_t *)row + b * Q6_K_BYTES;
+        const uint16_t *qa = (const uint16_t *)(blk + 64 * n + l0);
+        const uint16_t *qb = (const uint16_t *)(blk + 64 * n + 32 + l0);
+        const uint16_t *qh = (const uint16_t *)(blk + 128 + 32 * n + l0);
+        const int8_t *sc = (const int8_t *)(blk + 192) + 8 * n + (l0 >> 4);
+        const float d = f16_bits_to_f32(*(const uint16_t *)(blk + 208));
+        const float d0 = d * sc[0], d1 = d * sc[2], d2 = d * sc[4], d3 = d * sc[6];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t A = qa[i], B = qb[i], H = qh[i];
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const uint32_t a = (A >> (8 * k)) & 0xff, bb = (B >> (8 * k)) & 0xff, hh = (H >> (8 * k)) & 0xff;
+                const int t = 2 * i + k;
+                w[t] = d0 * (float)((int)((a & 15) | ((hh & 3) << 4)) - 32);
+                w[8 + t] = d1 * (float)((int)((bb & 15) | (((hh >> 2) & 3) << 4)) - 32);
+                w[16 + t] = d2 * (float)((int)((a >> 4) | (((hh >> 4) & 3) << 4)) - 32);
+                w[24 + t] = d3 * (float)((int)((bb >> 4) | (((hh >> 6) & 3) << 4)) - 32);
+            }
+        }
+        return b * 256 + 128 * n + l0;
+    }
+};
+
+/* Plain types: a unit is 8 consecutive values; the row tail (K % 8) reads zeros. */
+template <int T> struct mv_plain {
+    static constexpr int RUNS = 1, RL = 8, ROFF = 0;
+    static __device__ __forceinline__ int64_t units(int64_t K) { return (K + 7) / 8; }
+    static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t K, float *w) {
+        const int64_t k0 = u * 8;
+        constexpr int es = T == PYG_TYPE_F32 ? 4 : 2;
+#pragma unroll
+        for (int t = 0; t < 8; t++) w[t] = (k0 + t < K) ? load_f(row + (k0 + t) * es, T) : 0.0f;
+        return k0;
+    }
+};
+template <> struct mv<PYG_TYPE_F32> : mv_plain<PYG_TYPE_F32> {};
+template <> struct mv<PYG_TYPE_F16> : mv_plain<PYG_TYPE_F16> {};
+template <> struct mv<PYG_TYPE_BF16> : mv_plain<PYG_TYPE_BF16> {};
+
+template <int T, int NC>
+__global__ void __launch_bounds__(MV_THREADS) k_matvec(mv_args a) {
+    typedef mv<T> Q;
+    const int64_t m = blockIdx.x;
+    const int64_t i12 = blockIdx.y % a.B2, i13 = blockIdx.y / a.B2;
+    const int c0 = blockIdx.z * NC;
+    const char *row = a.w + m * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
+    const float *ybase = a.y + i12 * a.ys2 + i13 * a.ys3;
+    const int64_t nu = Q::units(a.K);
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    for (int64_t u = threadIdx.x; u < nu; u += MV_THREADS) {
+        float w[Q::RUNS * Q::RL];
+        const int64_t kb = Q::decode(row, u, a.K, w);
+        const bool full = kb + Q::RL <= a.K || Q::RUNS > 1;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            if (c0 + c >= a.ncols) break;
+            const float *yc = ybase + (int64_t)(c0 + c) * a.ys1 + kb;
+            float s = 0.0f;
+            if (full) {
+#pragma unroll
+                for (int r = 0; r < Q::RUNS; r++) {
+#pragma unroll
+                    for (int t = 0; t < Q::RL; t += 4) {
+                        const float4 yv = *(const float4 *)(yc + r * Q::ROFF + t);
+                        const float *wv = w + r * Q::RL + t;
+                        s += wv[0] * yv.x + wv[1] * yv.y + wv[2] * yv.z + wv[3] * yv.w;
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int t = 0; t < Q::RL; t++)
+                    if (kb + t < a.K) s += w[t] * yc[t];
+            }
+            acc[c] += s;
+        }
+    }
+    __shared__ float sh[MV_THREADS / PYG_WARP_SIZE][NC];
+    const int lane = threadIdx.x % PYG_WARP_SIZE, wi = threadIdx.x / PYG_WARP_SIZE;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const float v = warp_sum(acc[c]);
+        if (lane == 0) sh[wi][c] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < NC && c0 + (int)threadIdx.x < a.ncols) {
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MV_THREADS / PYG_WARP_SIZE; k++) v += sh[k][threadIdx.x];
+        a.dst[m + (int64_t)(c0 + threadIdx.x) * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- tiled GEMM (any type, any strides) */
+
+#define GM_BM 64
+#define GM_BN 64
+#define GM_BK 32
+#define GM_THREADS 256
+
+__global__ void __launch_bounds__(GM_THREADS) k_gemm(tview A, tview B, tview C, int64_t r2, int64_t r3) {
+    __shared__ float As[GM_BK][GM_BM + 1];
+    __shared__ float Bs[GM_BK][GM_BN + 1];
+    const int64_t M = A.ne[1], N = B.ne[1], K = A.ne[0];
+    const int64_t i12 = blockIdx.z % B.ne[2], i13 = blockIdx.z / B.ne[2];
+    const int64_t m0 = (int64_t)blockIdx.x * GM_BM, n0 = (int64_t)blockIdx.y * GM_BN;
+    const char *abase = A.data + (i12 / r2) * A.nb[2] + (i13 / r3) * A.nb[3];
+    const char *bbase = B.data + i12 * B.nb[2] + i13 * B.nb[3];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += GM_BK) {
+#pragma unroll
+        for (int i = 0; i < GM_BM * GM_BK / GM_THREADS; i++) {
+            const int e = threadIdx.x + GM_THREADS * i;
+            const int mm = e / GM_BK, kk = e % GM_BK;
+            const int64_t m = m0 + mm, k = k0 + kk;
+            As[kk][mm] = (m < M && k < K) ? load_row_elem(abase + m * A.nb[1], A.type, k, A.nb[0]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < GM_BN * GM_BK / GM_THREADS; i++) {
+            const int e = threadIdx.x + GM_THREADS * i;
+            const int nn = e / GM_BK, kk = e % GM_BK;
+            const int64_t n = n0 + nn, k = k0 + kk;
+            Bs[kk][nn] = (n < N && k < K) ? *(const float *)(bbase + n * B.nb[1] + k * B.nb[0]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < GM_BK; kk++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+    char *cbase = C.data + i12 * C.nb[2] + i13 * C.nb[3];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t m = m0 + ty + 16 * i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t n = n0 + tx + 16 * j;
+            if (n < N) *(float *)(cbase + m * C.nb[0] + n * C.nb[1]) = acc[i][j];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+int mul_mat_supports(const pyg_tensor *n) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    if (!a || !b || n->type != PYG_TYPE_F32 || b->type != PYG_TYPE_F32) return 0;
+    if (!is_plain_float(a->type) && !is_supported_quant(a->type)) return 0;
+    if (is_supported_quant(a->type) && !pyg_tensor_rows_contiguous(a)) return 0;
+    if (a->ne[0] != b->ne[0]) return 0;
+    if (n->ne[0] != a->ne[1] || n->ne[1] != b->ne[1] || n->ne[2] != b->ne[2] || n->ne[3] != b->ne[3]) return 0;
+    if (b->ne[2] % a->ne[2] || b->ne[3] % a->ne[3]) return 0;
+    if (b->ne[2] * b->ne[3] > 65535) return 0;
+    return 1;
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static int matvec_ok(const pyg_tensor *n) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    if (b->ne[1] > MV_MAX_COLS || !pyg_tensor_rows_contiguous(a) || n->nb[0] != 4 || b->nb[0] != 4) return 0;
+    if (!aligned16(b->data) || (b->nb[1] | b->nb[2] | b->nb[3]) & 15) return 0;
+    if (n->ne[0] > 0x7fffffffLL) return 0;
+    if (a->type == PYG_TYPE_Q4_K && (!aligned16(a->data) || (a->nb[1] | a->nb[2] | a->nb[3]) & 15)) return 0;
+    if ((a->type == PYG_TYPE_Q4_0 || a->type == PYG_TYPE_Q8_0 || a->type == PYG_TYPE_Q6_K) &&
+        (((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 1))
+        return 0;
+    if ((a->type == PYG_TYPE_F16 || a->type == PYG_TYPE_BF16) && (((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 1))
+        return 0;
+    if (a->type == PYG_TYPE_F32 && (((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 3)) return 0;
+    return 1;
+}
+
+template <int T>
+static void launch_matvec(const mv_args &args, dim3 grid, int nc, gpuStream_t s) {
+    switch (nc) {
+    case 1: k_matvec<T, 1><<<grid, MV_THREADS, 0, s>>>(args); break;
+    case 2: k_matvec<T, 2><<<grid, MV_THREADS, 0, s>>>(args); break;
+    case 4: k_matvec<T, 4><<<grid, MV_THREADS, 0, s>>>(args); break;
+    default: k_matvec<T, 8><<<grid, MV_THREADS, 0, s>>>(args); break;
+    }
+}
+
+int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    if (matvec_ok(n)) {
+        mv_args args;
+        args.w = (const char *)a->data;
+        args.nb01 = (int64_t)a->nb[1];
+        args.nb02 = (int64_t)a->nb[2];
+        args.nb03 = (int64_t)a->nb[3];
+        args.r2 = r2;
+        args.r3 = r3;
+        args.K = a->ne[0];
+        args.B2 = b->ne[2];
+        args.y = (const float *)b->data;
+        args.ys1 = (int64_t)b->nb[1] / 4;
+        args.ys2 = (int64_t)b->nb[2] / 4;
+        args.ys3 = (int64_t)b->nb[3] / 4;
+        args.ncols = (int)b->ne[1];
+        args.dst = (float *)n->data;
+        args.ds1 = (int64_t)n->nb[1] / 4;
+        args.ds2 = (int64_t)n->nb[2] / 4;
+        args.ds3 = (int64_t)n->nb[3] / 4;
+        const int nc = args.ncols <= 1 ? 1 : args.ncols <= 2 ? 2 : args.ncols <= 4 ? 4 : 8;
+        const dim3 grid((unsigned)n->ne[0], (unsigned)(b->ne[2] * b->ne[3]), 1);
+        switch (a->type) {
+        case PYG_TYPE_F32: launch_matvec<PYG_TYPE_F32>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_F16: launch_matvec<PYG_TYPE_F16>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_BF16: launch_matvec<PYG_TYPE_BF16>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_Q4_0: launch_matvec<PYG_TYPE_Q4_0>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_Q8_0: launch_matvec<PYG_TYPE_Q8_0>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_Q4_K: launch_matvec<PYG_TYPE_Q4_K>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_Q6_K: launch_matvec<PYG_TYPE_Q6_K>(args, grid, nc, c->stream); break;
+        default:
+            snprintf(c->err, c->errlen, "mat-vec: type %d", a->type);
+            return PYG_ERR_INTERNAL;
+        }
+        return check_launch(c, "mul_mat (mat-vec)");
+    }
+    const dim3 grid(ceil_div_u(a->ne[1], GM_BM), ceil_div_u(b->ne[1], GM_BN), (unsigned)(b->ne[2] * b->ne[3]));
+    if (grid.y > 65535) {
+        snprintf(c->err, c->errlen, "mul_mat: N = %lld too large for one launch", (long long)b->ne[1]);
+        return PYG_ERR_UNSUPPORTED;
+    }
+    k_gemm<<<grid, GM_THREADS, 0, c->stream>>>(make_view(a), make_view(b), make_view(n), r2, r3);
+    return check_launch(c, "mul_mat (gemm)");
+}

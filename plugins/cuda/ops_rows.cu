@@ -1,0 +1,182 @@
+/* plugins/cuda/ops_rows.cu — row-wise ops: rms_norm, norm, soft_max (scale, mask, ALiBi) and rope
+ * (normal and neox, freq factors, YaRN). One block per row, any strides, f32/f16/bf16 storage,
+ * f32 arithmetic. */
+#include <math.h>
+#include <stdio.h>
+#include "common.cuh"
+
+__device__ __forceinline__ void row_idx(const tview &v, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % v.ne[1];
+    const int64_t t = r / v.ne[1];
+    *i2 = t % v.ne[2];
+    *i3 = t / v.ne[2];
+}
+
+template <bool RMS>
+__global__ void k_norm(tview d, tview s, float eps) {
+    __shared__ float sh[32];
+    int64_t i1, i2, i3;
+    row_idx(s, blockIdx.x, &i1, &i2, &i3);
+    const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
+    const int64_t n = s.ne[0];
+    float mean = 0.0f;
+    if (!RMS) {
+        float acc = 0.0f;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += load_f(srow + i * s.nb[0], s.type);
+        mean = block_sum(acc, sh) / (float)n;
+    }
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = load_f(srow + i * s.nb[0], s.type) - mean;
+        acc += x * x;
+    }
+    const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        store_f(drow + i * d.nb[0], d.type, (load_f(srow + i * s.nb[0], s.type) - mean) * inv);
+}
+
+__global__ void k_soft_max(tview d, tview s, tview m, int has_mask, float scale, float max_bias) {
+    __shared__ float sh[32];
+    int64_t i1, i2, i3;
+    row_idx(s, blockIdx.x, &i1, &i2, &i3);
+    const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
+    const char *mrow = has_mask ? m.data + i1 * m.nb[1] + (i2 % m.ne[2]) * m.nb[2] + (i3 % m.ne[3]) * m.nb[3] : NULL;
+    const float slope = has_mask ? alibi_slope(max_bias, (int)i2, (int)s.ne[2]) : 0.0f;
+    const int64_t n = s.ne[0];
+#define SM_VAL(i) (load_f(srow + (i) * s.nb[0], s.type) * scale + (mrow ? slope * load_f(mrow + (i) * m.nb[0], m.type) : 0.0f))
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, SM_VAL(i));
+    mx = block_max(mx, sh);
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(SM_VAL(i) - mx);
+    sum = block_sum(sum, sh);
+    const float inv = 1.0f / sum;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_f(drow + i * d.nb[0], d.type, expf(SM_VAL(i) - mx) * inv);
+#undef SM_VAL
+}
+
+struct rope_params {
+    int n_dims, neox, has_ff;
+    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
+};
+
+/* One block per (head, token, batch) row; one thread per pair of elements. */
+__global__ void k_rope(tview d, tview s, const int32_t *pos, const float *ff, rope_params p) {
+    int64_t i1, i2, i3;
+    row_idx(s, blockIdx.x, &i1, &i2, &i3);
+    const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
+    const float position = (float)pos[i2];
+    for (int64_t ip = threadIdx.x; ip < s.ne[0] / 2; ip += blockDim.x) {
+        const int64_t i0 = 2 * ip;
+        if (i0 >= p.n_dims) {
+            store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
+            store_f(drow + (i0 + 1) * d.nb[0], d.type, load_f(srow + (i0 + 1) * s.nb[0], s.type));
+            continue;
+        }
+        float theta_extrap = position * powf(p.theta_scale, (float)ip);
+        if (p.has_ff) theta_extrap /= ff[ip];
+        const float theta_interp = p.freq_scale * theta_extrap;
+        float theta = theta_interp, mscale = p.attn_factor;
+        if (p.ext_factor != 0.0f) {
+            const float y = ((float)ip - p.corr0) / fmaxf(0.001f, p.corr1 - p.corr0);
+            const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * p.ext_factor;
+            theta = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
+            mscale *= 1.0f + 0.1f * logf(1.0f / p.freq_scale);
+        }
+        const float c = cosf(theta) * mscale, sn = sinf(theta) * mscale;
+        const int64_t ia = p.neox ? ip : i0, ib = p.neox ? ip + p.n_dims / 2 : i0 + 1;
+        const float x0 = load_f(srow + ia * s.nb[0], s.type), x1 = load_f(srow + ib * s.nb[0], s.type);
+        store_f(drow + ia * d.nb[0], d.type, x0 * c - x1 * sn);
+        store_f(drow + ib * d.nb[0], d.type, x0 * sn + x1 * c);
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+static int same_shape(const pyg_tensor *a, const pyg_tensor *b) {
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] != b->ne[i]) return 0;
+    return 1;
+}
+
+int rows_supports(const pyg_tensor *n) {
+    const pyg_tensor *a = n->src[0];
+    if (!a || !is_plain_float(a->type) || !is_plain_float(n->type) || !same_shape(a, n)) return 0;
+    switch (n->op) {
+    case PYG_OP_RMS_NORM: case PYG_OP_NORM:
+        return 1;
+    case PYG_OP_SOFT_MAX: {
+        const pyg_tensor *m = n->src[1];
+        if (!m) return 1;
+        return (m->type == PYG_TYPE_F32 || m->type == PYG_TYPE_F16) && m->ne[0] == a->ne[0] && m->ne[1] >= a->ne[1] &&
+               a->ne[2] % m->ne[2] == 0 && a->ne[3] % m->ne[3] == 0;
+    }
+    case PYG_OP_ROPE: {
+        const pyg_tensor *pos = n->src[1], *ff = n->src[2];
+        const int n_dims = n->op_params[0], mode = n->op_params[1];
+        if (!pos || pos->type != PYG_TYPE_I32 || pos->ne[0] != a->ne[2] || !pyg_tensor_is_contiguous(pos)) return 0;
+        if (a->type == PYG_TYPE_BF16) return 0;
+        if (mode != PYG_ROPE_NORMAL && mode != PYG_ROPE_NEOX) return 0;
+        if (n_dims <= 0 || (n_dims & 1) || n_dims > a->ne[0] || (a->ne[0] & 1)) return 0;
+        if (ff && (ff->type != PYG_TYPE_F32 || ff->ne[0] < n_dims / 2 || !pyg_tensor_is_contiguous(ff))) return 0;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+static unsigned threads_for(int64_t n, unsigned max) {
+    int64_t t = (n + 31) / 32 * 32;
+    return (unsigned)(t < (int64_t)max ? t : max);
+}
+
+int rows_launch(const pyg_tensor *n, op_ctx *c) {
+    const tview d = make_view(n), s = make_view(n->src[0]);
+    const unsigned rows = (unsigned)pyg_tensor_nrows(n->src[0]);
+    const int32_t *p = n->op_params;
+    switch (n->op) {
+    case PYG_OP_RMS_NORM:
+        k_norm<true><<<rows, threads_for(s.ne[0], 256), 0, c->stream>>>(d, s, pyg_op_param_f32(p, 0));
+        break;
+    case PYG_OP_NORM:
+        k_norm<false><<<rows, threads_for(s.ne[0], 256), 0, c->stream>>>(d, s, pyg_op_param_f32(p, 0));
+        break;
+    case PYG_OP_SOFT_MAX: {
+        const tview m = n->src[1] ? make_view(n->src[1]) : s;
+        k_soft_max<<<rows, threads_for(s.ne[0], 256), 0, c->stream>>>(d, s, m, n->src[1] != NULL,
+                                                                      pyg_op_param_f32(p, 0), pyg_op_param_f32(p, 1));
+        break;
+    }
+    case PYG_OP_ROPE: {
+        rope_params rp;
+        rp.n_dims = p[0];
+        rp.neox = p[1] == PYG_ROPE_NEOX;
+        rp.has_ff = n->src[2] != NULL;
+        const int n_ctx_orig = p[2];
+        const float freq_base = pyg_op_param_f32(p, 3);
+        rp.freq_scale = pyg_op_param_f32(p, 4);
+        rp.ext_factor = pyg_op_param_f32(p, 5);
+        rp.attn_factor = pyg_op_param_f32(p, 6);
+        const float beta_fast = pyg_op_param_f32(p, 7), beta_slow = pyg_op_param_f32(p, 8);
+        rp.theta_scale = powf(freq_base, -2.0f / (float)rp.n_dims);
+        /* YaRN correction range (ggml's formula) */
+        const float pi = 3.14159265358979323846f;
+        const float denom = 2.0f * logf(freq_base);
+        const float cd_fast = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_fast * 2.0f * pi)) / denom;
+        const float cd_slow = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_slow * 2.0f * pi)) / denom;
+        rp.corr0 = fmaxf(0.0f, floorf(cd_fast));
+        rp.corr1 = fminf((float)(rp.n_dims - 1), ceilf(cd_slow));
+        k_rope<<<rows, threads_for(s.ne[0] / 2, 256), 0, c->stream>>>(
+            d, s, (const int32_t *)n->src[1]->data, n->src[2] ? (const float *)n->src[2]->data : NULL, rp);
+        break;
+    }
+    default:
+        snprintf(c->err, c->errlen, "op %s not handled here", pyg_op_name(n->op));
+        return PYG_ERR_INTERNAL;
+    }
+    return check_launch(c, pyg_op_name(n->op));
+}

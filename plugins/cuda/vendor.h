@@ -1,0 +1,81 @@
+/* plugins/cuda/vendor.h — the one place that names the vendor GPU runtime.
+ *
+ * Every runtime call in the plugin sources goes through a gpu* name defined here, so that the HIP
+ * and MUSA plugins can compile the same sources with their own vendor.h that maps these names onto
+ * hip* / musa*. Keep this list short: adding a runtime call means adding it here (and in the
+ * other vendors' headers). Device-side intrinsics used by the kernels are listed at the end.
+ */
+#ifndef PYG_CUDA_VENDOR_H
+#define PYG_CUDA_VENDOR_H
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+
+#define PYG_GPU_PLUGIN_NAME "cuda"
+#define PYG_GPU_VENDOR "NVIDIA CUDA"
+
+/* ---- types and constants ---- */
+typedef cudaError_t gpuError_t;
+typedef cudaStream_t gpuStream_t;
+typedef cudaEvent_t gpuEvent_t;
+typedef cudaGraph_t gpuGraph_t;
+typedef cudaGraphExec_t gpuGraphExec_t;
+typedef cudaDeviceProp gpuDeviceProp;
+
+#define gpuSuccess cudaSuccess
+#define gpuErrorNotReady cudaErrorNotReady
+#define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuEventDisableTiming cudaEventDisableTiming
+#define gpuHostAllocDefault cudaHostAllocDefault
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuMemcpyDefault cudaMemcpyDefault
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+
+/* ---- runtime calls (the complete list used by the plugin) ---- */
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetLastError cudaGetLastError
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuSetDevice cudaSetDevice
+#define gpuDeviceCanAccessPeer cudaDeviceCanAccessPeer
+#define gpuDeviceEnablePeerAccess cudaDeviceEnablePeerAccess
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuHostAlloc cudaHostAlloc
+#define gpuFreeHost cudaFreeHost
+#define gpuMemcpy cudaMemcpy
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemcpyPeerAsync cudaMemcpyPeerAsync
+#define gpuMemset cudaMemset
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamWaitEvent(s, e) cudaStreamWaitEvent((s), (e), 0)
+#define gpuEventCreateWithFlags cudaEventCreateWithFlags
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventQuery cudaEventQuery
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuGraphInstantiate(exec, graph) cudaGraphInstantiate((exec), (graph), 0)
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuFuncSetMaxDynamicSharedMemory(f, bytes) \
+    cudaFuncSetAttribute((f), cudaFuncAttributeMaxDynamicSharedMemorySize, (bytes))
+
+/* ---- device side ---- */
+#define PYG_WARP_SIZE 32
+#define gpu_shfl_xor(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), PYG_WARP_SIZE)
+#define gpu_shfl(v, lane) __shfl_sync(0xffffffffu, (v), (lane), PYG_WARP_SIZE)
+typedef __half gpu_half;
+#define gpu_half2float __half2float
+#define gpu_float2half __float2half_rn
+
+#endif /* PYG_CUDA_VENDOR_H */
