@@ -55,7 +55,8 @@ typedef enum pyg_op {
     /* matrix */
     PYG_OP_MUL_MAT = 18,  /* dst[m, n] = sum_k src0[k, m] * src1[k, n]; src0 = weights
                              [K, M, b2, b3] any type, src1 = activations [K, N, B2, B3] f32,
-                             dst f32 [M, N, B2, B3]; src0 broadcasts over dims 2, 3 */
+                             dst f32 [M, N, B2, B3]; src0 broadcasts over dims 2, 3:
+                             src1 batch i uses src0 batch i / (B_i / b_i) */
     PYG_OP_GET_ROWS = 19, /* dst[:, i] = src0[:, src1[i]] converted to f32; src1 i32 [n, b2];
                              src0 [ne0, rows, b2] any type */
     PYG_OP_SET_ROWS = 20, /* src0[:, src2[i]] = src1[:, i] converted to src0's type; src2 i32 or i64;
@@ -63,7 +64,8 @@ typedef enum pyg_op {
     PYG_OP_FLASH_ATTN_EXT = 21, /* src0 = q [D, n_q, H, B] f32, src1 = k [D, n_kv, H_kv, B],
                              src2 = v [Dv, n_kv, H_kv, B] (f32 or f16), src3 = mask [n_kv, >= n_q, 1|H, 1|B]
                              (f16 or f32, optional); dst f32 [Dv, H, n_q, B] (heads before tokens);
-                             H % H_kv == 0 (grouped-query); params f[0] scale, f[1] max_bias,
+                             H % H_kv == 0 (grouped-query: q head h reads kv head
+                             h / (H / H_kv)); mask dims 2, 3 repeat (index % ne); params f[0] scale, f[1] max_bias,
                              f[2] logit_softcap (0 = off) */
 
     PYG_OP_COUNT          /* one past the last op; grows as ops are appended */

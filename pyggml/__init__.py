@@ -1,0 +1,23 @@
+"""pyggml: ggml-style tensor graphs run from Python on run-time loaded backend plugins.
+
+    import pyggml as pg
+    g = pg.Graph()
+    x = g.input("x", (4, 8))
+    y = pg.silu(pg.rms_norm(x))
+    out = pg.Scheduler("cpu").compute(y, {"x": data})
+"""
+from .errors import (AbiMismatchError, DeviceError, DeviceOutOfMemory, DeviceUnavailableError, GGUFError,
+                     GraphError, MissingEntryPointError, PluginError, PluginInitError, PluginLoadError,
+                     PluginNotFoundError, PyggmlError, SanitizerError, ShapeError, SyncStateError,
+                     TypeMismatchError, UnknownTypeError, UnsupportedError)
+from .types import DType, dtype, f32, f16, bf16, f64, i8, i16, i32, i64, q4_0, q4_1, q5_0, q5_1, q8_0, \
+    q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K
+from .graph import Graph, Tensor
+from .ops import (add, argmax, cont, cpy, flash_attn_ext, gelu, get_rows, mul, mul_mat, norm, permute, reshape,
+                  rms_norm, rope, scale, set_rows, silu, soft_max, swiglu, transpose, view, ROPE_NEOX,
+                  ROPE_NORMAL)
+from ._plugin import ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins
+from ._sched import Plan, RunStats, Scheduler
+from .quant import dequantize, quantize
+
+__version__ = "0.1.0"

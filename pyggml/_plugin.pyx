@@ -1,0 +1,314 @@
+# cython: language_level=3
+"""Plugin loader: finds libpyggml-*.so files, opens them with RTLD_LOCAL, negotiates the ABI and
+wraps their devices. After loading, every call into a plugin is a plain C call through the
+table (pyg_plugin_api); ctypes is used once, to find the entry symbol."""
+import ctypes
+import logging
+import os
+import re
+
+from libc.stdint cimport uintptr_t, uint64_t, int32_t
+from libc.string cimport memset
+
+from pyggml._abi cimport *
+from pyggml import errors as E
+
+cdef extern from "_abi_check.h" nogil:
+    size_t pyg_host_prefix_size()
+    const char *pyg_host_missing_1_0(const pyg_plugin_api *a)
+
+_log = logging.getLogger("pyggml")
+_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
+
+cdef void _host_log(void *user, int32_t level, const char *plugin, const char *msg) noexcept with gil:
+    try:
+        _log.log(_LEVELS.get(level, logging.ERROR), "%s: %s",
+                 (<bytes>plugin).decode(errors="replace") if plugin != NULL else "?",
+                 (<bytes>msg).decode(errors="replace") if msg != NULL else "")
+    except BaseException:
+        pass
+
+cdef pyg_host_info _host
+memset(&_host, 0, sizeof(_host))
+_host.struct_size = sizeof(pyg_host_info)
+_host.abi_major = PYG_ABI_MAJOR
+_host.abi_minor = PYG_ABI_MINOR
+_host.log = _host_log
+_host.log_user_data = NULL
+
+ABI_VERSION = (PYG_ABI_MAJOR, PYG_ABI_MINOR)
+# Newer plugins of the same major are accepted up to this many minors ahead (CHANGELOG.md).
+ABI_MINOR_WINDOW = 2
+
+_CODE_EXC = {
+    PYG_ERR_INVALID_ARGUMENT: E.PluginError,
+    PYG_ERR_UNSUPPORTED: E.UnsupportedError,
+    PYG_ERR_OUT_OF_MEMORY: E.DeviceOutOfMemory,
+    PYG_ERR_NO_DEVICE: E.DeviceUnavailableError,
+    PYG_ERR_DEVICE: E.DeviceError,
+    PYG_ERR_ABI: E.AbiMismatchError,
+    PYG_ERR_INTERNAL: E.PluginError,
+    PYG_ERR_SANITIZER: E.SanitizerError,
+}
+_CODE_NAME = {
+    PYG_ERR_INVALID_ARGUMENT: "invalid argument", PYG_ERR_UNSUPPORTED: "unsupported",
+    PYG_ERR_OUT_OF_MEMORY: "out of memory", PYG_ERR_NO_DEVICE: "no device",
+    PYG_ERR_DEVICE: "device error", PYG_ERR_ABI: "ABI mismatch",
+    PYG_ERR_INTERNAL: "internal error", PYG_ERR_SANITIZER: "sanitizer",
+}
+
+
+cdef tuple _take_error(const pyg_plugin_api *api, pyg_error *err):
+    cdef int code = api.error_code(err)
+    cdef const char *m = api.error_message(err)
+    msg = (<bytes>m).decode(errors="replace") if m != NULL else ""
+    api.error_destroy(err)
+    return code, msg
+
+
+cdef int check(const pyg_plugin_api *api, pyg_error *err, str plugin, str what) except -1:
+    if err == NULL:
+        return 0
+    code, msg = _take_error(api, err)
+    exc = _CODE_EXC.get(code, E.PluginError)
+    raise exc(f"{plugin}: {what}: {_CODE_NAME.get(code, f'error {code}')}: {msg}",
+              plugin=plugin, code=code)
+
+
+cdef class Plugin:
+    """A loaded plugin library. Never unloaded; one object per file per process."""
+
+    def __repr__(self):
+        state = f"{len(self.devices)} device(s)" if self.available else f"unavailable: {self.unavailable_reason}"
+        return f"<pyggml.Plugin {self.name} {self.version} ABI {self.abi_major}.{self.abi_minor} {state}>"
+
+    @property
+    def available(self):
+        return self.unavailable_reason is None
+
+
+cdef class Device:
+    """One device of a plugin: `str(dev)` is "name:index", e.g. "cpu:0", "cuda:1"."""
+
+    def __str__(self):
+        return f"{self.plugin.name}:{self.index}"
+
+    def __repr__(self):
+        gib = f", {self.memory_total / 2**30:.0f} GiB" if self.memory_total and self.kind != 0 else ""
+        return f"{self}({self.description}{gib})"
+
+    @property
+    def name(self):
+        return str(self)
+
+    def has_cap(self, uint64_t bit):
+        return (self.caps & bit) != 0
+
+    def set_option(self, key, value):
+        """Set a device option (CPU: "n_threads", "kernels"); unknown keys raise UnsupportedError."""
+        k = str(key).encode()
+        v = str(value).encode()
+        check(self.plugin.api, self.plugin.api.device_set_option(self.dev, k, v),
+              self.plugin.name, f"set option {key}={value}")
+
+    def memory(self):
+        """(free, total) bytes as the device reports them."""
+        cdef uint64_t free_b = 0, total_b = 0
+        check(self.plugin.api, self.plugin.api.device_memory(self.dev, &free_b, &total_b),
+              self.plugin.name, "device_memory")
+        return free_b, total_b
+
+
+_loaded = {}          # realpath -> Plugin
+_by_name = {}         # plugin name -> Plugin (first one wins)
+_discovered = False
+_failures = []        # (path, message) of plugins discovery could not load
+_NAME_RE = re.compile(r"^[a-z0-9_]+$")
+
+
+def _plugin_name_of(path):
+    base = os.path.basename(path)
+    m = re.match(r"^libpyggml-([a-z0-9_]+)\.so", base)
+    return m.group(1) if m else None
+
+
+def load_plugin(path):
+    """Load the plugin library at `path` (or return it if already loaded).
+
+    Raises PluginNotFoundError, PluginLoadError, MissingEntryPointError, AbiMismatchError or
+    PluginInitError. A plugin that loads but finds no device (no driver, no hardware) is returned
+    with `available == False` and the reason in `unavailable_reason`."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise E.PluginNotFoundError(f"plugin file not found: {path}")
+    real = os.path.realpath(path)
+    if real in _loaded:
+        return _loaded[real]
+    if not os.path.isfile(real):
+        raise E.PluginLoadError(f"{path}: not a file")
+    try:
+        lib = ctypes.CDLL(real, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        raise E.PluginLoadError(f"{path}: cannot be loaded as a shared library: {e}") from None
+    try:
+        fn = lib.pyg_plugin_get_api
+    except AttributeError:
+        raise E.MissingEntryPointError(
+            f"{path}: no entry symbol 'pyg_plugin_get_api' (is it a pyggml plugin? "
+            f"build it with include/pyggml/plugin.h and export that one symbol)") from None
+    cdef uintptr_t addr = ctypes.cast(fn, ctypes.c_void_p).value
+    cdef pyg_plugin_get_api_fn entry = <pyg_plugin_get_api_fn>addr
+    cdef const pyg_plugin_api *api
+    with nogil:
+        api = entry(&_host)
+    if api == NULL:
+        raise E.PluginLoadError(f"{path}: pyg_plugin_get_api returned NULL (REQUIREMENTS.md R3)")
+    if api.struct_size < pyg_host_prefix_size():
+        raise E.AbiMismatchError(f"{path}: plugin table is {api.struct_size} bytes, shorter than the "
+                                 f"frozen prefix ({pyg_host_prefix_size()} bytes)")
+    name = (<bytes>api.name).decode(errors="replace") if api.name != NULL else ""
+    if not _NAME_RE.match(name):
+        raise E.PluginLoadError(f"{path}: plugin name {name!r} is not [a-z0-9_]+ (R4)")
+    if api.abi_major != PYG_ABI_MAJOR or api.abi_minor > PYG_ABI_MINOR + ABI_MINOR_WINDOW:
+        raise E.AbiMismatchError(
+            f"{path}: plugin '{name}' was built for ABI {api.abi_major}.{api.abi_minor}; this pyggml "
+            f"speaks {PYG_ABI_MAJOR}.{PYG_ABI_MINOR} (same major, minor up to "
+            f"{PYG_ABI_MINOR + ABI_MINOR_WINDOW}); rebuild the plugin against this pyggml's headers",
+            plugin=name, code=PYG_ERR_ABI)
+    cdef const char *missing = pyg_host_missing_1_0(api)
+    if missing != NULL:
+        raise E.AbiMismatchError(f"{path}: plugin '{name}' lacks the ABI 1.0 entry "
+                                 f"'{(<bytes>missing).decode()}'", plugin=name, code=PYG_ERR_ABI)
+
+    cdef Plugin p = Plugin.__new__(Plugin)
+    p.api = api
+    p.name = name
+    p.path = real
+    p.version = (<bytes>api.version).decode(errors="replace") if api.version != NULL else "?"
+    p.abi_major = api.abi_major
+    p.abi_minor = api.abi_minor
+    p.unavailable_reason = None
+    p.devices = []
+    p._lib = lib
+
+    cdef pyg_error *err
+    with nogil:
+        err = api.plugin_init()
+    if err != NULL:
+        code, msg = _take_error(api, err)
+        if code != PYG_ERR_NO_DEVICE:
+            raise E.PluginInitError(f"{path}: plugin '{name}' failed to initialise: "
+                                    f"{_CODE_NAME.get(code, f'error {code}')}: {msg}", plugin=name, code=code)
+        p.unavailable_reason = msg or "no device"
+    else:
+        _init_devices(p)
+    _loaded[real] = p
+    _by_name.setdefault(name, p)
+    return p
+
+
+cdef _init_devices(Plugin p):
+    cdef const pyg_plugin_api *api = p.api
+    cdef int n = api.device_count()
+    cdef pyg_device *dev
+    cdef pyg_device_props props
+    cdef Device d
+    for i in range(n):
+        dev = NULL
+        check(api, api.device_get(i, &dev), p.name, f"device_get({i})")
+        memset(&props, 0, sizeof(props))
+        props.struct_size = sizeof(props)
+        check(api, api.device_get_props(dev, &props), p.name, f"device_get_props({i})")
+        d = Device.__new__(Device)
+        d.plugin = p
+        d.dev = dev
+        d.index = i
+        d.description = (<bytes>props.description).decode(errors="replace") if props.description != NULL else p.name
+        d.kind = props.type
+        d.caps = props.caps
+        d.quirks = props.quirks
+        d.memory_total = props.memory_total
+        d.alignment = props.alignment if props.alignment else 64
+        d.max_alloc = props.max_alloc
+        p.devices.append(d)
+    if n == 0:
+        p.unavailable_reason = "the plugin reports no devices"
+
+
+def _package_plugin_dir():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+
+
+def _candidates():
+    """Plugin files in search order: PYGGML_PLUGIN_PATH entries, then the package's folder."""
+    dirs = [d for d in os.environ.get("PYGGML_PLUGIN_PATH", "").split(os.pathsep) if d]
+    dirs.append(_package_plugin_dir())
+    out = []
+    for d in dirs:
+        if os.path.isfile(d):
+            out.append(d)
+        elif os.path.isdir(d):
+            out.extend(os.path.join(d, f) for f in sorted(os.listdir(d))
+                       if f.startswith("libpyggml-") and ".so" in f)
+    return out
+
+
+def _name_filter(name):
+    only = [s.strip() for s in os.environ.get("PYGGML_PLUGINS", "").split(",") if s.strip()]
+    off = [s.strip() for s in os.environ.get("PYGGML_PLUGINS_DISABLE", "").split(",") if s.strip()]
+    return (not only or name in only) and name not in off
+
+
+def discover(refresh=False):
+    """Load every plugin on the search path once (explicit loads > PYGGML_PLUGIN_PATH > package).
+    Plugins that fail to load are remembered in `failures()`, not raised."""
+    global _discovered
+    if _discovered and not refresh:
+        return list(_by_name.values())
+    seen = set(_by_name)
+    for path in _candidates():
+        name = _plugin_name_of(path)
+        if name is None or name in seen or not _name_filter(name):
+            continue
+        seen.add(name)
+        try:
+            load_plugin(path)
+        except E.PluginError as e:
+            _failures.append((path, str(e)))
+    _discovered = True
+    return [p for p in _by_name.values() if _name_filter(p.name)]
+
+
+def failures():
+    """(path, message) for each plugin discovery could not load."""
+    return list(_failures)
+
+
+def plugins():
+    """Loaded plugins (discovering them first)."""
+    return discover()
+
+
+def devices():
+    """Every usable device of every loaded plugin, in load order."""
+    return [d for p in discover() for d in p.devices]
+
+
+def get_device(spec):
+    """Resolve "cpu", "cpu:0", "cuda:1" or a Device to a Device."""
+    if isinstance(spec, Device):
+        return spec
+    s = str(spec)
+    name, _, idx = s.partition(":")
+    discover()
+    p = _by_name.get(name)
+    if p is None:
+        known = ", ".join(sorted(_by_name)) or "none"
+        raise E.PluginNotFoundError(f"no plugin named {name!r} is loaded (loaded: {known})")
+    if not p.available:
+        raise E.DeviceUnavailableError(f"{name}: unavailable: {p.unavailable_reason}", plugin=name,
+                                       code=PYG_ERR_NO_DEVICE)
+    i = int(idx) if idx else 0
+    if not 0 <= i < len(p.devices):
+        raise E.DeviceUnavailableError(f"{name} has {len(p.devices)} device(s); no device {i}", plugin=name)
+    return p.devices[i]

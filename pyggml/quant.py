@@ -1,0 +1,48 @@
+"""quantize / dequantize through the CPU plugin (a cont op converting types), bit-exact with ggml."""
+import numpy as np
+
+from .errors import ShapeError, UnsupportedError
+from .types import dtype as _dtype, f32
+
+_scheds = {}
+
+
+def _sched(n_threads):
+    s = _scheds.get(n_threads)
+    if s is None:
+        from ._sched import Scheduler
+        s = _scheds[n_threads] = Scheduler("cpu", n_threads=n_threads)
+    return s
+
+
+def quantize(array, type, n_threads=None):
+    """f32 data (..., K) -> raw blocks of `type` as uint8 (..., bytes per row); K must be a
+    multiple of the type's block size. Runs threaded in the CPU plugin."""
+    from .graph import Graph
+    from .ops import cont
+    t = _dtype(type)
+    a = np.ascontiguousarray(array, dtype=np.float32)
+    if a.ndim == 0 or a.shape[-1] % t.block_size:
+        raise ShapeError(f"quantize: last axis of shape {list(a.shape)} is not a multiple of {t.name}'s "
+                         f"block size {t.block_size}")
+    shape2 = (int(np.prod(a.shape[:-1], dtype=np.int64)), a.shape[-1])
+    g = Graph("quantize")
+    x = g.input("x", shape2, f32)
+    out = _sched(n_threads).compute(cont(x, t), {"x": a.reshape(shape2)})
+    return out.reshape(a.shape[:-1] + (out.shape[-1],)) if t.is_quantized else out.reshape(a.shape)
+
+
+def dequantize(blocks, type, shape, n_threads=None):
+    """Raw blocks of `type` with logical numpy `shape` (..., K) -> float32 array of that shape."""
+    from .graph import Graph
+    from .ops import cont
+    t = _dtype(type)
+    shape = tuple(int(s) for s in shape)
+    if not shape or shape[-1] % t.block_size:
+        raise ShapeError(f"dequantize: last axis of shape {list(shape)} is not a multiple of {t.name}'s "
+                         f"block size {t.block_size}")
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    g = Graph("dequantize")
+    w = g.weight("w", np.ascontiguousarray(blocks).view(np.uint8).reshape(-1), type=t, shape=(rows, shape[-1]))
+    out = _sched(n_threads).compute(cont(w, f32))
+    return out.reshape(shape)
