@@ -26,5 +26,9 @@ int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **o
 /* Run every non-view node in order on the persistent thread pool. 0 or a pyg_status code. */
 int cpu_plan_compute(cpu_plan *plan, char *err, size_t errlen);
 void cpu_plan_destroy(cpu_plan *plan); /* NULL is a no-op */
+/* New options for later computes (thread count, kernels); resizes the scratch. 0 or a code. */
+int cpu_plan_set_options(cpu_plan *plan, const cpu_options *opt, char *err, size_t errlen);
+/* Number of online CPUs (>= 1): the default thread count. */
+int cpu_default_threads(void);
 
 #endif

@@ -1,0 +1,145 @@
+/* plugins/cpu/gemm_avx2.c — packed f32 GEMM for MUL_MAT batches (prefill).
+ *
+ * Goto-style blocking: for each K chunk (KC) the src1 rows of an N block are packed 6 at a time
+ * (MR) and the src0 rows of an M block 16 at a time (NR), converted to f32 on the way (any type
+ * with to_f32: f16, bf16 and the quantized ones); a 6x16 register tile (12 ymm accumulators)
+ * runs over the chunk. Threads split M. Compiled for AVX2+FMA; called only after
+ * cpu_have_avx2(). */
+#include "cpu_internal.h"
+
+#define MR 6      /* src1 rows per micro tile (broadcast operand) */
+#define NR 16     /* src0 rows per micro tile (two ymm) */
+#define KC 256    /* K chunk: a multiple of every block size */
+#define MC 128    /* src0 rows packed at once (MC x KC floats: 128 KiB, L2) */
+#define NC 384    /* src1 rows packed at once (NC x KC floats: 384 KiB) */
+
+size_t cpu_gemm_wsize(void) {
+    return (size_t)(MC * KC + NC * KC + KC + MR * NR + 64) * sizeof(float);
+}
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+/* c[i*ldc + j] (+)= sum_k b[k*MR + i] * a[k*NR + j] for i < mr, j < nr */
+static void micro_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc,
+                       int mr, int nr) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 a0 = _mm256_load_ps(a), a1 = _mm256_load_ps(a + 8);
+        __m256 bb;
+        bb = _mm256_broadcast_ss(b + 0); c00 = _mm256_fmadd_ps(a0, bb, c00); c01 = _mm256_fmadd_ps(a1, bb, c01);
+        bb = _mm256_broadcast_ss(b + 1); c10 = _mm256_fmadd_ps(a0, bb, c10); c11 = _mm256_fmadd_ps(a1, bb, c11);
+        bb = _mm256_broadcast_ss(b + 2); c20 = _mm256_fmadd_ps(a0, bb, c20); c21 = _mm256_fmadd_ps(a1, bb, c21);
+        bb = _mm256_broadcast_ss(b + 3); c30 = _mm256_fmadd_ps(a0, bb, c30); c31 = _mm256_fmadd_ps(a1, bb, c31);
+        bb = _mm256_broadcast_ss(b + 4); c40 = _mm256_fmadd_ps(a0, bb, c40); c41 = _mm256_fmadd_ps(a1, bb, c41);
+        bb = _mm256_broadcast_ss(b + 5); c50 = _mm256_fmadd_ps(a0, bb, c50); c51 = _mm256_fmadd_ps(a1, bb, c51);
+        a += NR;
+        b += MR;
+    }
+    __m256 t[MR][2] = { { c00, c01 }, { c10, c11 }, { c20, c21 }, { c30, c31 }, { c40, c41 }, { c50, c51 } };
+    if (mr == MR && nr == NR) {
+        for (int i = 0; i < MR; i++) {
+            float *ci = c + i * ldc;
+            if (acc) {
+                t[i][0] = _mm256_add_ps(t[i][0], _mm256_loadu_ps(ci));
+                t[i][1] = _mm256_add_ps(t[i][1], _mm256_loadu_ps(ci + 8));
+            }
+            _mm256_storeu_ps(ci, t[i][0]);
+            _mm256_storeu_ps(ci + 8, t[i][1]);
+        }
+        return;
+    }
+    float tmp[NR] __attribute__((aligned(32)));
+    for (int i = 0; i < mr; i++) {
+        _mm256_store_ps(tmp, t[i][0]);
+        _mm256_store_ps(tmp + 8, t[i][1]);
+        float *ci = c + i * ldc;
+        for (int j = 0; j < nr; j++) ci[j] = acc ? ci[j] + tmp[j] : tmp[j];
+    }
+}
+
+void cpu_gemm_f32_avx2(const pyg_tensor *node, cpu_ctx *ctx, const cpu_type_funcs *tf0, const cpu_rows *b) {
+    const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
+    const int64_t K = s0->ne[0], M = s0->ne[1];
+    const int64_t N = s1->ne[1], B2 = s1->ne[2], B3 = s1->ne[3];
+    const int64_t r2 = B2 / s0->ne[2], r3 = B3 / s0->ne[3];
+    const int64_t ldc = (int64_t)node->nb[1] / 4;
+    const pyg_type_traits *tr0 = pyg_type_get_traits(s0->type);
+
+    /* scratch (64-aligned start): packed A, packed B, one converted chunk */
+    float *pa = (float *)(((uintptr_t)ctx->wdata + 63) & ~(uintptr_t)63);
+    float *pb = pa + MC * KC;
+    float *tmp = pb + NC * KC;
+
+    /* M split in NR multiples */
+    const int64_t tiles = (M + NR - 1) / NR;
+    int64_t t_lo, t_hi;
+    cpu_split(tiles, ctx->ith, ctx->nth, &t_lo, &t_hi);
+    const int64_t m_lo = t_lo * NR, m_hi = t_hi * NR < M ? t_hi * NR : M;
+    if (m_lo >= m_hi) return;
+
+    for (int64_t i3 = 0; i3 < B3; i3++)
+    for (int64_t i2 = 0; i2 < B2; i2++) {
+        const int64_t j2 = i2 / r2, j3 = i3 / r3;
+        float *cbase = (float *)((char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3]);
+        const char *bbase = b->base + (size_t)i2 * b->s2 + (size_t)i3 * b->s3;
+        for (int64_t jc = 0; jc < N; jc += NC) {
+            const int64_t nc = N - jc < NC ? N - jc : NC;
+            for (int64_t pc = 0; pc < K; pc += KC) {
+                const int64_t kc = K - pc < KC ? K - pc : KC;
+                /* pack B: nc rows of src1, MR at a time, k-major inside a sliver */
+                for (int64_t q = 0; q < nc; q += MR) {
+                    float *dst = pb + q * kc;
+                    for (int i = 0; i < MR; i++) {
+                        if (q + i < nc) {
+                            const float *src = (const float *)(bbase + (size_t)(jc + q + i) * b->s1) + pc;
+                            for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = src[k];
+                        } else {
+                            for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
+                        }
+                    }
+                }
+                for (int64_t ic = m_lo; ic < m_hi; ic += MC) {
+                    const int64_t mc = m_hi - ic < MC ? m_hi - ic : MC;
+                    /* pack A: mc rows of src0 (converted to f32), NR at a time */
+                    for (int64_t p = 0; p < mc; p += NR) {
+                        float *dst = pa + p * kc;
+                        for (int j = 0; j < NR; j++) {
+                            if (p + j < mc) {
+                                const char *row = cpu_row_ptr(s0, ic + p + j, j2, j3);
+                                const float *src;
+                                if (s0->type == PYG_TYPE_F32) {
+                                    src = (const float *)row + pc;
+                                } else {
+                                    tf0->to_f32(row + (pc / tr0->block_size) * tr0->type_size, tmp, kc);
+                                    src = tmp;
+                                }
+                                for (int64_t k = 0; k < kc; k++) dst[k * NR + j] = src[k];
+                            } else {
+                                for (int64_t k = 0; k < kc; k++) dst[k * NR + j] = 0.0f;
+                            }
+                        }
+                    }
+                    for (int64_t q = 0; q < nc; q += MR) {
+                        const int mr = nc - q < MR ? (int)(nc - q) : MR;
+                        for (int64_t p = 0; p < mc; p += NR) {
+                            const int nr = mc - p < NR ? (int)(mc - p) : NR;
+                            micro_6x16(kc, pa + p * kc, pb + q * kc, cbase + (jc + q) * ldc + ic + p, ldc,
+                                       pc > 0, mr, nr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#else
+
+void cpu_gemm_f32_avx2(const pyg_tensor *node, cpu_ctx *ctx, const cpu_type_funcs *tf0, const cpu_rows *b) {
+    (void)node; (void)ctx; (void)tf0; (void)b; /* never called: simd is 0 off x86-64 */
+}
+
+#endif

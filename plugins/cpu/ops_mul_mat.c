@@ -1,0 +1,124 @@
+/* plugins/cpu/ops_mul_mat.c — MUL_MAT for every weight type with cpu_type_funcs.
+ *
+ * Phase 1 converts each src1 row once into src0's vec_dot_type (or gathers strided f32 rows)
+ * into the node's shared scratch; a barrier; phase 2 either runs the packed f32 GEMM (AVX2,
+ * batches of >= CPU_GEMM_MIN_N rows) or vec_dot per (row of src0, row of src1), the src0 row
+ * staying in cache while it meets every src1 row. src0 broadcasts over dims 2, 3 as in ggml:
+ * batch i2 of src1 uses batch i2 / (ne12 / ne02) of src0. */
+#include "cpu_internal.h"
+
+#define CPU_GEMM_MIN_N 16
+
+typedef struct mm_plan {
+    int use_gemm;
+    int generic;        /* src0 rows strided or without vec_dot: load rows as f32, f32 dot */
+    int32_t vdt;        /* type the src1 rows are converted to */
+    int convert;        /* 1: src1 rows go through the shared scratch */
+    size_t vdt_row;     /* bytes of one converted src1 row */
+} mm_plan;
+
+static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
+    const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
+    const cpu_type_funcs *tf0 = cpu_type_funcs_get(s0->type);
+    mm_plan p = { 0 };
+    const pyg_type_traits *tr0 = pyg_type_get_traits(s0->type);
+    const int rows_contig = s0->nb[0] == (uint64_t)tr0->type_size;
+    p.generic = !rows_contig || !tf0->vec_dot;
+    if (!p.generic && !reference) {
+        const cpu_type_funcs *tv = cpu_type_funcs_get(tf0->vec_dot_type);
+        if (!tv || !tv->from_f32) p.generic = 1;
+    }
+    if (reference && !p.generic) {
+        const cpu_type_funcs *tv = cpu_type_funcs_get(tf0->vec_dot_type);
+        if (!tv || !tv->from_f32 || !tf0->vec_dot_ref) p.generic = 1;
+    }
+    p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= CPU_GEMM_MIN_N;
+    p.vdt = (p.use_gemm || p.generic) ? PYG_TYPE_F32 : tf0->vec_dot_type;
+    p.convert = !(p.vdt == PYG_TYPE_F32 && s1->type == PYG_TYPE_F32 && s1->nb[0] == 4);
+    p.vdt_row = pyg_type_row_size(p.vdt, s0->ne[0]);
+    return p;
+}
+
+size_t cpu_mul_mat_shared_size(const pyg_tensor *node, int simd, int reference) {
+    mm_plan p = mm_choose(node, simd, reference);
+    if (!p.convert) return 0;
+    return p.vdt_row * (size_t)pyg_tensor_nrows(node->src[1]);
+}
+
+size_t cpu_mul_mat_thread_size(const pyg_tensor *node, int simd, int reference) {
+    mm_plan p = mm_choose(node, simd, reference);
+    size_t s = (size_t)(node->src[0]->ne[0] + 16) * sizeof(float) * 2;
+    if (p.use_gemm) s += cpu_gemm_wsize();
+    return s;
+}
+
+void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
+    const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
+    const cpu_type_funcs *tf0 = cpu_type_funcs_get(s0->type);
+    const mm_plan p = mm_choose(node, ctx->simd, ctx->reference);
+    const int64_t K = s0->ne[0], M = s0->ne[1];
+    const int64_t N = s1->ne[1], B2 = s1->ne[2], B3 = s1->ne[3];
+    const int64_t r2 = B2 / s0->ne[2], r3 = B3 / s0->ne[3];
+
+    cpu_rows b;
+    if (p.convert) {
+        const cpu_type_funcs *tv = cpu_type_funcs_get(p.vdt);
+        float *buf = (float *)ctx->wdata;
+        int64_t lo, hi;
+        cpu_split(N * B2 * B3, ctx->ith, ctx->nth, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const float *x = cpu_load_row(s1, r % N, (r / N) % B2, r / (N * B2), buf);
+            tv->from_f32(x, ctx->shared + (size_t)r * p.vdt_row, K);
+        }
+        cpu_barrier_wait(ctx->barrier);
+        b.base = ctx->shared;
+        b.s1 = p.vdt_row;
+        b.s2 = p.vdt_row * (size_t)N;
+        b.s3 = p.vdt_row * (size_t)(N * B2);
+    } else {
+        b.base = s1->data;
+        b.s1 = s1->nb[1];
+        b.s2 = s1->nb[2];
+        b.s3 = s1->nb[3];
+    }
+
+    if (p.use_gemm) {
+        cpu_gemm_f32_avx2(node, ctx, tf0, &b);
+        return;
+    }
+
+    void (*dot)(int64_t, float *, const void *, const void *) =
+        ctx->reference ? tf0->vec_dot_ref : tf0->vec_dot;
+    const cpu_vec_ops *v = cpu_vec(ctx);
+    float *row0 = (float *)ctx->wdata;
+    /* split the rows of src0 (M) when there are enough, else the rows of src1 */
+    const int split_m = M >= 4 * ctx->nth || M * 4 >= N;
+    int64_t m_lo = 0, m_hi = M, n_lo = 0, n_hi = N;
+    if (split_m) cpu_split(M, ctx->ith, ctx->nth, &m_lo, &m_hi);
+    else cpu_split(N, ctx->ith, ctx->nth, &n_lo, &n_hi);
+    const int64_t MB = 16; /* src0 rows per block: they stay in cache across the src1 rows */
+    for (int64_t i3 = 0; i3 < B3; i3++) {
+        for (int64_t i2 = 0; i2 < B2; i2++) {
+            const int64_t j2 = i2 / r2, j3 = i3 / r3;
+            char *dbase = (char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3];
+            for (int64_t m0 = m_lo; m0 < m_hi; m0 += MB) {
+                const int64_t m1 = m0 + MB < m_hi ? m0 + MB : m_hi;
+                if (p.generic) { /* one conversion per src0 row, then every src1 row */
+                    for (int64_t m = m0; m < m1; m++) {
+                        const float *x = cpu_load_row(s0, m, j2, j3, row0);
+                        for (int64_t n = n_lo; n < n_hi; n++) {
+                            const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                            ((float *)(dbase + n * (int64_t)node->nb[1]))[m] = v->dot_f32(K, x, (const float *)y);
+                        }
+                    }
+                    continue;
+                }
+                for (int64_t n = n_lo; n < n_hi; n++) {
+                    const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                    float *d = (float *)(dbase + n * (int64_t)node->nb[1]);
+                    for (int64_t m = m0; m < m1; m++) dot(K, &d[m], cpu_row_ptr(s0, m, j2, j3), y);
+                }
+            }
+        }
+    }
+}

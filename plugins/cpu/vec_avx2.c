@@ -1,0 +1,275 @@
+/* plugins/cpu/vec_avx2.c — AVX2+FMA+F16C vector kernels. The whole file is compiled for those
+ * extensions; nothing here may run before cpu_have_avx2() said yes (run-time dispatch keeps the
+ * library loadable on any x86-64). Other architectures get the scalar table under this name. */
+#include <math.h>
+#include "cpu_internal.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+int cpu_have_avx2(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    }
+    return have;
+}
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline __m256 load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* exp(x), relative error ~2 ulp; exact 0 below -87.3, clamps above 88.7 */
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n in two halves so that n = 128 (x near the top) does not overflow the exponent */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_andnot_ps(under, p);
+}
+
+static inline __m256 silu8(__m256 x) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static float v_dot_f32(int64_t n, const float *x, const float *y) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static float v_dot_f16_f32(int64_t n, const uint16_t *x, const float *y) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load_f16(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_f16(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_f16(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_f16(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(x + i), _mm256_loadu_ps(y + i), a0);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += cpu_f16_to_f32(x[i]) * y[i];
+    return s;
+}
+
+static float v_dot_bf16_f32(int64_t n, const uint16_t *x, const float *y) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(load_bf16(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_bf16(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16(x + i), _mm256_loadu_ps(y + i), a0);
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) s += cpu_bf16_to_f32(x[i]) * y[i];
+    return s;
+}
+
+static void v_add(int64_t n, float *z, const float *x, const float *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) z[i] = x[i] + y[i];
+}
+static void v_mul(int64_t n, float *z, const float *x, const float *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) z[i] = x[i] * y[i];
+}
+static void v_scale(int64_t n, float *z, const float *x, float s, float b) {
+    __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vs, vb));
+    for (; i < n; i++) z[i] = x[i] * s + b;
+}
+
+/* tails go through a zero-padded 8-lane buffer so every element uses the same formula */
+#define TAIL8(n, i, body)                                           \
+    if (i < n) {                                                    \
+        float tz[8] = { 0 }, tx[8] = { 0 }, ty[8] = { 0 };          \
+        int64_t r = n - i;                                          \
+        (void)ty;                                                   \
+        body                                                        \
+    }
+
+static void v_silu(int64_t n, float *z, const float *x) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, silu8(_mm256_loadu_ps(x + i)));
+    TAIL8(n, i, {
+        memcpy(tx, x + i, (size_t)r * 4);
+        _mm256_storeu_ps(tz, silu8(_mm256_loadu_ps(tx)));
+        memcpy(z + i, tz, (size_t)r * 4);
+    })
+}
+
+static inline __m256 gelu8(__m256 x) {
+    const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 y = _mm256_mul_ps(c, _mm256_fmadd_ps(k, x3, x));
+    /* 0.5 (1 + tanh y) = 1 - 1/(exp(2y)+1) = sigmoid(2y) */
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), y));
+    __m256 sig = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_mul_ps(x, sig);
+}
+
+static void v_gelu(int64_t n, float *z, const float *x) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, gelu8(_mm256_loadu_ps(x + i)));
+    TAIL8(n, i, {
+        memcpy(tx, x + i, (size_t)r * 4);
+        _mm256_storeu_ps(tz, gelu8(_mm256_loadu_ps(tx)));
+        memcpy(z + i, tz, (size_t)r * 4);
+    })
+}
+
+static void v_swiglu(int64_t n, float *z, const float *a, const float *b) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(z + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)));
+    TAIL8(n, i, {
+        memcpy(tx, a + i, (size_t)r * 4);
+        memcpy(ty, b + i, (size_t)r * 4);
+        _mm256_storeu_ps(tz, _mm256_mul_ps(silu8(_mm256_loadu_ps(tx)), _mm256_loadu_ps(ty)));
+        memcpy(z + i, tz, (size_t)r * 4);
+    })
+}
+
+static float v_sum_sq(int64_t n, const float *x) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(u, u, a0);
+        a1 = _mm256_fmadd_ps(v, v, a1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 u = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(u, u, a0);
+    }
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+static float v_max(int64_t n, const float *x) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+static float v_exp_sum(int64_t n, float *z, const float *x, float m) {
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(z + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float s = hsum(acc);
+    TAIL8(n, i, {
+        for (int j = 0; j < 8; j++) tx[j] = j < r ? x[i + j] - m : -INFINITY;
+        _mm256_storeu_ps(tz, exp8(_mm256_loadu_ps(tx)));
+        for (int j = 0; j < r; j++) {
+            z[i + j] = tz[j];
+            s += tz[j];
+        }
+    })
+    return s;
+}
+
+static void v_axpy(int64_t n, float *y, float a, const float *x) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+static void v_axpy_f16(int64_t n, float *y, float a, const uint16_t *x) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
+}
+static void v_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16(x + i));
+    for (; i < n; i++) y[i] = cpu_f16_to_f32(x[i]);
+}
+static void v_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = cpu_f32_to_f16(x[i]);
+}
+
+const cpu_vec_ops cpu_vec_avx2 = {
+    /* .dot_f32 = */ v_dot_f32,
+    /* .dot_f16_f32 = */ v_dot_f16_f32,
+    /* .dot_bf16_f32 = */ v_dot_bf16_f32,
+    /* .add = */ v_add,
+    /* .mul = */ v_mul,
+    /* .scale = */ v_scale,
+    /* .silu = */ v_silu,
+    /* .gelu = */ v_gelu,
+    /* .swiglu = */ v_swiglu,
+    /* .sum_sq = */ v_sum_sq,
+    /* .max = */ v_max,
+    /* .exp_sum = */ v_exp_sum,
+    /* .axpy = */ v_axpy,
+    /* .axpy_f16 = */ v_axpy_f16,
+    /* .f16_to_f32 = */ v_f16_to_f32,
+    /* .f32_to_f16 = */ v_f32_to_f16,
+};
+
+#else /* not x86-64: no AVX2 table; the scalar one stands in */
+
+int cpu_have_avx2(void) { return 0; }
+const cpu_vec_ops cpu_vec_avx2 = { 0 };
+
+#endif
