@@ -97,7 +97,7 @@ pyg_error *td_graph_plan_create(pyg_device *dev, const pyg_graph *g, pyg_graph_p
     p->last_tl = -1;
     int cap = 0;
     pyg_error *e = NULL;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     td_config cfg = dev->cfg;
     for (int i = 0; i < g->n_nodes && !e; i++) {
         const pyg_tensor *node = g->nodes[i];
@@ -130,7 +130,7 @@ pyg_error *td_graph_plan_create(pyg_device *dev, const pyg_graph *g, pyg_graph_p
             if (!seen) p->bufs[p->n_bufs++] = p->ranges[i].buf;
         }
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (e) { plan_free(p); return e; }
     cpu_options opt = { cfg.n_threads, cfg.reference };
     char err[512] = "";
@@ -146,7 +146,7 @@ pyg_error *td_graph_plan_create(pyg_device *dev, const pyg_graph *g, pyg_graph_p
 
 void td_graph_plan_destroy(pyg_graph_plan *p) {
     if (!p) return;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (td.sanitize && p->last_tl >= 0 && td_clock_get(&td.host, p->last_tl) < p->last_seq) {
         char msg[TD_MSG], who[96];
         snprintf(msg, sizeof msg, "graph_plan_destroy while its compute on %s (command %llu) was not synchronized "
@@ -154,7 +154,7 @@ void td_graph_plan_destroy(pyg_graph_plan *p) {
         td_san_violation(msg);
     }
     while (p->inflight > 0) pthread_cond_wait(&td.cv, &td.mu); /* never free what a worker runs */
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     plan_free(p);
 }
 
@@ -167,7 +167,7 @@ int td_plan_run(pyg_graph_plan *p, char *err, size_t errlen) {
 
 pyg_error *td_graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     if (!p) return td_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: plan is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = NULL;
     if (!td_stream_valid(s) || s->quit) e = td_error(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: not a live stream");
     else if (s->dev != p->dev)
@@ -185,7 +185,7 @@ pyg_error *td_graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     }
     if (!e && !(c = calloc(1, sizeof *c))) e = td_oom();
     if (e) {
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         free(r);
         free(where);
         free(c);
@@ -214,7 +214,7 @@ pyg_error *td_graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
         p->last_tl = s->id;
         p->last_seq = s->enq;
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     free(r);
     free(where);
     return e;

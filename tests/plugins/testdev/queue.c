@@ -8,7 +8,9 @@
  * re-recorded event does not move a wait queued before. A failure on the worker is kept on the
  * stream and returned once, by the next call on that stream or its next synchronize; event_query
  * and event_synchronize on an event recorded on it report it too. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +42,9 @@ static pyg_error *run_cmd(pyg_stream *s, td_cmd *c, int *san) {
             uint64_t k = 0;
             while (k < c->size && c->snapshot[k] == c->src[k]) k++;
             char me[96];
-            pthread_mutex_lock(&td.mu);
+            td_lock();
             td_stream_label(s->id, me, sizeof me);
-            pthread_mutex_unlock(&td.mu);
+            td_unlock();
             e = td_error(PYG_ERR_SANITIZER,
                          "host memory changed before async write completed: %s [%s, command %llu] reads %llu bytes "
                          "from host 0x%llx; byte %llu differs from what it held when the write was queued (the "
@@ -79,7 +81,7 @@ static void free_cmd(td_cmd *c) {
 
 static void *worker(void *arg) {
     pyg_stream *s = arg;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     for (;;) {
         while (!s->head && !s->quit) pthread_cond_wait(&td.cv, &td.mu);
         td_cmd *c = s->head;
@@ -89,9 +91,9 @@ static void *worker(void *arg) {
         if (c->kind == TD_CMD_WAIT) {
             while (c->wait_stream->done < c->wait_seq) pthread_cond_wait(&td.cv, &td.mu);
         } else if (c->kind != TD_CMD_RECORD) {
-            pthread_mutex_unlock(&td.mu);
+            td_unlock();
             e = run_cmd(s, c, &san);
-            pthread_mutex_lock(&td.mu);
+            td_lock();
         }
         if (e) {
             if (san) td_san_violation(td_error_msg(e));
@@ -109,8 +111,12 @@ static void *worker(void *arg) {
         }
         pthread_cond_broadcast(&td.cv);
         free_cmd(c);
+        if (e) { /* deliver the log of this failure now, not at some later unlock */
+            td_unlock();
+            td_lock();
+        }
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return NULL;
 }
 
@@ -188,41 +194,41 @@ pyg_error *td_stream_create(pyg_device *dev, uint32_t flags, pyg_stream **out) {
     pyg_stream *s = calloc(1, sizeof *s);
     if (!s) return td_oom();
     s->dev = dev;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (td.n_streams == td.cap_streams) {
         int cap = td.cap_streams ? td.cap_streams * 2 : 16;
         pyg_stream **v = realloc(td.streams, (size_t)cap * sizeof *v);
-        if (!v) { pthread_mutex_unlock(&td.mu); free(s); return td_oom(); }
+        if (!v) { td_unlock(); free(s); return td_oom(); }
         td.streams = v;
         td.cap_streams = cap;
     }
     s->id = td.n_streams;
     int rc = pthread_create(&s->thread, NULL, worker, s);
     if (rc) {
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         free(s);
         return td_error(PYG_ERR_DEVICE, "stream_create: cannot start a worker thread (%s)", strerror(rc));
     }
     s->thread_started = 1;
     td.streams[td.n_streams++] = s; /* kept after destroy: clocks and records name stream ids */
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     *out = s;
     return NULL;
 }
 
 void td_stream_destroy(pyg_stream *s) {
     if (!s) return;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (!td_stream_valid(s) || s->quit) {
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         td_log(PYG_LOG_ERROR, "stream_destroy: %p is not a live stream", (void *)s);
         return;
     }
     s->quit = 1; /* the worker drains the FIFO first */
     pthread_cond_broadcast(&td.cv);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     pthread_join(s->thread, NULL);
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     td_clock_set(&s->clock, s->id, s->enq);
     td_clock_join(&td.host, &s->clock);
     s->destroyed = 1;
@@ -231,13 +237,13 @@ void td_stream_destroy(pyg_stream *s) {
         td_error_free(s->err);
         s->err = NULL;
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
 }
 
 pyg_error *td_stream_synchronize(pyg_stream *s) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (!td_stream_valid(s) || s->quit) {
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_synchronize: not a live stream");
     }
     uint64_t target = s->enq;
@@ -252,7 +258,7 @@ pyg_error *td_stream_synchronize(pyg_stream *s) {
         e = s->err;
         s->err = NULL;
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
@@ -266,9 +272,9 @@ static pyg_error *need_cap(pyg_device *d, uint64_t cap, const char *fn, const ch
 pyg_error *td_event_create(pyg_device *dev, pyg_event **out) {
     if (!td_device_valid(dev) || !out) return td_error(PYG_ERR_INVALID_ARGUMENT, "event_create: bad device or out");
     *out = NULL;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = need_cap(dev, PYG_CAP_EVENTS, "event_create", "PYG_CAP_EVENTS");
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (e) return e;
     pyg_event *ev = calloc(1, sizeof *ev);
     if (!ev) return td_oom();
@@ -279,24 +285,24 @@ pyg_error *td_event_create(pyg_device *dev, pyg_event **out) {
 
 void td_event_destroy(pyg_event *e) {
     if (!e) return;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     td_clock_free(&e->clock);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     free(e);
 }
 
 pyg_error *td_event_record(pyg_event *ev, pyg_stream *s) {
     if (!ev) return td_error(PYG_ERR_INVALID_ARGUMENT, "event_record: event is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = NULL;
     if (!td_stream_valid(s) || s->quit) e = td_error(PYG_ERR_INVALID_ARGUMENT, "event_record: not a live stream");
     else if (ev->dev != s->dev)
         e = td_error(PYG_ERR_INVALID_ARGUMENT, "event_record: event of %s recorded on a stream of %s "
                      "(R11: events are created and recorded on their own device)", ev->dev->label, s->dev->label);
     else e = need_cap(s->dev, PYG_CAP_EVENTS, "event_record", "PYG_CAP_EVENTS");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     td_cmd *c = calloc(1, sizeof *c);
-    if (!c) { pthread_mutex_unlock(&td.mu); return td_oom(); }
+    if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_RECORD;
     snprintf(c->what, sizeof c->what, "event_record");
     uint64_t before = s->enq;
@@ -306,7 +312,7 @@ pyg_error *td_event_record(pyg_event *ev, pyg_stream *s) {
         ev->seq = s->enq;
         if (td_clock_copy(&ev->clock, &s->clock) && !e) e = td_oom();
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
@@ -322,38 +328,38 @@ static pyg_error *event_error(const pyg_event *ev) {
 
 pyg_error *td_event_query(pyg_event *ev, int32_t *done) {
     if (!ev || !done) return td_error(PYG_ERR_INVALID_ARGUMENT, "event_query: NULL argument");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     *done = event_done(ev);
     if (*done) td_clock_join(&td.host, &ev->clock); /* the host saw it complete: ordered */
     pyg_error *e = event_error(ev);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
 pyg_error *td_event_synchronize(pyg_event *ev) {
     if (!ev) return td_error(PYG_ERR_INVALID_ARGUMENT, "event_synchronize: event is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = need_cap(ev->dev, PYG_CAP_EVENTS, "event_synchronize", "PYG_CAP_EVENTS");
     if (!e) {
         while (!event_done(ev)) pthread_cond_wait(&td.cv, &td.mu);
         td_clock_join(&td.host, &ev->clock);
         e = event_error(ev);
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
 pyg_error *td_stream_wait_event(pyg_stream *s, pyg_event *ev) {
     if (!ev) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_wait_event: event is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = NULL;
     if (!td_stream_valid(s) || s->quit) e = td_error(PYG_ERR_INVALID_ARGUMENT, "stream_wait_event: not a live stream");
     else e = need_cap(s->dev, PYG_CAP_EVENTS, "stream_wait_event", "PYG_CAP_EVENTS");
-    if (e || !ev->stream) { pthread_mutex_unlock(&td.mu); return e; } /* a fresh event is complete */
+    if (e || !ev->stream) { td_unlock(); return e; } /* a fresh event is complete */
     td_cmd *c = calloc(1, sizeof *c);
     if (!c || td_clock_join(&s->clock, &ev->clock)) {
         free(c);
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         return td_oom();
     }
     c->kind = TD_CMD_WAIT;
@@ -361,7 +367,7 @@ pyg_error *td_stream_wait_event(pyg_stream *s, pyg_event *ev) {
     c->wait_seq = ev->seq;
     snprintf(c->what, sizeof c->what, "stream_wait_event");
     e = td_enqueue(s, c, NULL, 0, 0);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
@@ -413,16 +419,16 @@ static pyg_error *check_stream(const char *fn, pyg_stream *s) {
 }
 
 pyg_error *td_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_stream("stream_write_async", s);
     if (!e) e = check_buf("stream_write_async", s, dst, offset, size, 1);
     if (!e && size && !src) e = td_error(PYG_ERR_INVALID_ARGUMENT, "stream_write_async: src is NULL");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     int pinned = td_find_host_buffer(src, size) != NULL;
     uint64_t cap = pinned ? PYG_CAP_ASYNC_WRITE_PINNED : PYG_CAP_ASYNC_WRITE_PAGEABLE;
     int blocking = !(s->dev->cfg.caps & cap);
     td_cmd *c = calloc(1, sizeof *c);
-    if (!c) { pthread_mutex_unlock(&td.mu); return td_oom(); }
+    if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_WRITE;
     c->latency_us = s->dev->cfg.copy_latency_us;
     c->dst = dst->base + offset;
@@ -447,7 +453,7 @@ pyg_error *td_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t offset
         td_san_violation(msg);
         if (!e) e = td_error(PYG_ERR_SANITIZER, "%s", msg);
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
@@ -459,14 +465,14 @@ static int range_pending(const td_alist *l, uint64_t lo, uint64_t hi) {
 }
 
 pyg_error *td_stream_read_async(pyg_stream *s, pyg_buffer *src, uint64_t offset, void *dst, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_stream("stream_read_async", s);
     if (!e) e = check_buf("stream_read_async", s, src, offset, size, 1);
     if (!e && size && !dst) e = td_error(PYG_ERR_INVALID_ARGUMENT, "stream_read_async: dst is NULL");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     int blocking = !(s->dev->cfg.caps & PYG_CAP_ASYNC_READ);
     td_cmd *c = calloc(1, sizeof *c);
-    if (!c) { pthread_mutex_unlock(&td.mu); return td_oom(); }
+    if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_READ;
     c->latency_us = s->dev->cfg.copy_latency_us;
     c->dst = dst;
@@ -485,13 +491,13 @@ pyg_error *td_stream_read_async(pyg_stream *s, pyg_buffer *src, uint64_t offset,
         if (!range_pending(r[1].list, r[1].lo, r[1].hi)) memset(dst, 0xff, (size_t)size);
     }
     e = td_enqueue(s, c, r, 2, blocking);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
 pyg_error *td_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t dst_offset, pyg_buffer *src,
                                 uint64_t src_offset, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_stream("stream_copy_async", s);
     if (!e) e = check_buf("stream_copy_async", s, dst, dst_offset, size, 0);
     if (!e) e = check_buf("stream_copy_async", s, src, src_offset, size, 0);
@@ -500,9 +506,9 @@ pyg_error *td_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t dst_off
                      src->id, s->dev->label);
     if (!e && dst->dev != src->dev && !((dst->flags | src->flags) & PYG_BUFFER_HOST))
         e = need_cap(s->dev, PYG_CAP_PEER_COPY, "stream_copy_async between devices", "PYG_CAP_PEER_COPY");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     td_cmd *c = calloc(1, sizeof *c);
-    if (!c) { pthread_mutex_unlock(&td.mu); return td_oom(); }
+    if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_COPY;
     c->latency_us = s->dev->cfg.copy_latency_us;
     c->dst = dst->base + dst_offset;
@@ -517,6 +523,6 @@ pyg_error *td_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t dst_off
     buf_req(&r[0], w0, sizeof w0, src, src_offset, size, 0, c->what);
     buf_req(&r[1], w1, sizeof w1, dst, dst_offset, size, 1, c->what);
     e = td_enqueue(s, c, r, 2, 0); /* device copies are always queued */
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }

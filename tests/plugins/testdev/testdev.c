@@ -24,7 +24,9 @@
  *   sanitize_check (g.)                            returns PYG_ERR_SANITIZER listing every violation
  *                                                  since the last check (then forgets them), or NULL
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -82,16 +84,69 @@ void td_error_free(pyg_error *e) {
     if (e && !e->is_static) free(e);
 }
 
-void td_log(int32_t level, const char *fmt, ...) {
+typedef struct td_logmsg {
+    int32_t level;
+    struct td_logmsg *next;
+    char text[];
+} td_logmsg;
+
+static __thread int t_locked;                 /* this thread holds td.mu */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static td_logmsg *g_log_head, **g_log_tail = &g_log_head;
+
+static void deliver(int32_t level, const char *text) {
     const pyg_host_info *h = g_host;
-    if (!h || h->struct_size < offsetof(pyg_host_info, log_user_data) + sizeof(void *) || !h->log)
-        return;
+    if (!h || h->struct_size < offsetof(pyg_host_info, log_user_data) + sizeof(void *) || !h->log) return;
+    h->log(h->log_user_data, level, td_plugin_name, text);
+}
+
+static void flush_logs(void) {
+    for (;;) {
+        pthread_mutex_lock(&g_log_mu);
+        td_logmsg *m = g_log_head;
+        if (m) {
+            g_log_head = m->next;
+            if (!g_log_head) g_log_tail = &g_log_head;
+        }
+        pthread_mutex_unlock(&g_log_mu);
+        if (!m) return;
+        deliver(m->level, m->text);
+        free(m);
+    }
+}
+
+void td_lock(void) {
+    pthread_mutex_lock(&td.mu);
+    t_locked = 1;
+}
+
+void td_unlock(void) {
+    t_locked = 0;
+    pthread_mutex_unlock(&td.mu);
+    if (g_log_head) flush_logs(); /* racy peek; a message missed here goes with the next unlock */
+}
+
+void td_log(int32_t level, const char *fmt, ...) {
     char buf[8192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    h->log(h->log_user_data, level, td_plugin_name, buf);
+    if (!t_locked) {
+        flush_logs(); /* keep the order */
+        deliver(level, buf);
+        return;
+    }
+    size_t n = strlen(buf);
+    td_logmsg *m = malloc(sizeof *m + n + 1);
+    if (!m) return;
+    m->level = level;
+    m->next = NULL;
+    memcpy(m->text, buf, n + 1);
+    pthread_mutex_lock(&g_log_mu);
+    *g_log_tail = m;
+    g_log_tail = &m->next;
+    pthread_mutex_unlock(&g_log_mu);
 }
 
 /* ---------------------------------------------------------------- configuration */
@@ -213,7 +268,7 @@ static void apply_env(const char *suffix, const char *key, int all_devices) {
 /* ---------------------------------------------------------------- plugin */
 
 static pyg_error *api_plugin_init(void) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (!td.initialized) {
         for (int i = 0; i < TD_MAX_DEVICES; i++) device_defaults(&td.devices[i], i);
         td.n_devices = 2;
@@ -232,14 +287,14 @@ static pyg_error *api_plugin_init(void) {
         td.initialized = 1;
         td_log(PYG_LOG_DEBUG, "%d devices, sanitizer %s", td.n_devices, td.sanitize ? "on" : "off");
     }
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return NULL;
 }
 
 static int32_t api_device_count(void) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     int n = td.initialized ? td.n_devices : 0;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return n;
 }
 
@@ -249,9 +304,9 @@ int td_device_valid(const pyg_device *d) {
 
 static pyg_error *api_device_get(int32_t index, pyg_device **out) {
     if (!out) return td_error(PYG_ERR_INVALID_ARGUMENT, "device_get: out is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     int n = td.initialized ? td.n_devices : 0;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (index < 0 || index >= n)
         return td_error(PYG_ERR_INVALID_ARGUMENT, "device_get: index %d out of range (%d devices)", index, n);
     *out = &td.devices[index];
@@ -262,7 +317,7 @@ static pyg_error *api_device_get_props(pyg_device *d, pyg_device_props *props) {
     if (!td_device_valid(d) || !props) return td_error(PYG_ERR_INVALID_ARGUMENT, "device_get_props: bad device or props");
     pyg_device_props p;
     memset(&p, 0, sizeof p);
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     p.name = d->cfg.name;
     p.description = d->cfg.description;
     p.type = PYG_DEVICE_GPU;
@@ -271,7 +326,7 @@ static pyg_error *api_device_get_props(pyg_device *d, pyg_device_props *props) {
     p.memory_total = d->cfg.memory_total;
     p.alignment = d->cfg.alignment;
     p.max_alloc = 0;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     uint64_t n = props->struct_size < sizeof p ? props->struct_size : sizeof p;
     if (n > sizeof p.struct_size) memcpy((char *)props + sizeof p.struct_size, (char *)&p + sizeof p.struct_size, n - sizeof p.struct_size);
     return NULL;
@@ -279,9 +334,9 @@ static pyg_error *api_device_get_props(pyg_device *d, pyg_device_props *props) {
 
 static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_bytes, uint64_t *total_bytes) {
     if (!td_device_valid(d)) return td_error(PYG_ERR_INVALID_ARGUMENT, "device_memory: bad device");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     uint64_t total = d->cfg.memory_total, used = d->allocated;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (free_bytes) *free_bytes = used < total ? total - used : 0;
     if (total_bytes) *total_bytes = total;
     return NULL;
@@ -289,9 +344,9 @@ static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_bytes, uint64_
 
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {
     if (!td_device_valid(d)) return td_error(PYG_ERR_INVALID_ARGUMENT, "device_set_option: bad device");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = apply_option(d, key, value);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     return e;
 }
 
@@ -321,10 +376,10 @@ static pyg_error *api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags,
     if (!td_device_valid(d) || !out) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_alloc: bad device or out");
     *out = NULL;
     if (flags & ~PYG_BUFFER_HOST) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_alloc: unknown flags 0x%x", flags);
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     td_config cfg = d->cfg;
     uint64_t used = d->allocated;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if ((flags & PYG_BUFFER_HOST) && !(cfg.caps & PYG_CAP_HOST_BUFFER))
         return td_error(PYG_ERR_UNSUPPORTED, "buffer_alloc: PYG_BUFFER_HOST without PYG_CAP_HOST_BUFFER on %s", d->label);
     if (!(flags & PYG_BUFFER_HOST) && (size > cfg.memory_total || used > cfg.memory_total - size))
@@ -345,13 +400,13 @@ static pyg_error *api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags,
     b->flags = flags;
     b->base = mem;
     b->size = size;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (td.poison_alloc) memset(mem, 0xff, (size_t)size); /* like cudaMalloc: never zeroed for you */
     b->id = ++td.next_buffer_id;
     if (!(flags & PYG_BUFFER_HOST)) d->allocated += size;
     b->next = td.buffers;
     td.buffers = b;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     *out = b;
     return NULL;
 }
@@ -363,9 +418,9 @@ void td_buffer_where(const pyg_buffer *b, char *buf, size_t len) {
 
 static void api_buffer_free(pyg_buffer *b) {
     if (!b) return;
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     if (!td_buffer_valid(b)) {
-        pthread_mutex_unlock(&td.mu);
+        td_unlock();
         td_log(PYG_LOG_ERROR, "buffer_free: %p is not a live buffer of this plugin (double free?)", (void *)b);
         return;
     }
@@ -380,7 +435,7 @@ static void api_buffer_free(pyg_buffer *b) {
         if (*pp == b) { *pp = b->next; break; }
     if (!(b->flags & PYG_BUFFER_HOST)) b->dev->allocated -= b->size;
     td_san_clear(&b->acc);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     b->magic = 0;
     free(b->base);
     free(b);
@@ -388,10 +443,10 @@ static void api_buffer_free(pyg_buffer *b) {
 
 static pyg_error *api_buffer_get_info(pyg_buffer *b, pyg_buffer_info *info) {
     if (!info) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_get_info: info is NULL");
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     int ok = td_buffer_valid(b);
     uint64_t caps = ok ? b->dev->cfg.caps : 0;
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (!ok) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_get_info: not a live buffer of %s", td_plugin_name);
     pyg_buffer_info i;
     memset(&i, 0, sizeof i);
@@ -449,33 +504,33 @@ static pyg_error *host_access(const char *fn, pyg_buffer *b, uint64_t off, uint6
 }
 
 static pyg_error *api_buffer_write(pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_range("buffer_write", dst, offset, size);
     if (!e && size && !src) e = td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_write: src is NULL");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     e = host_access("buffer_write", dst, offset, size, 1, src, 0);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (size) memcpy(dst->base + offset, src, (size_t)size); /* done like the hardware would, race included */
     return e;
 }
 
 static pyg_error *api_buffer_read(pyg_buffer *src, uint64_t offset, void *dst, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_range("buffer_read", src, offset, size);
     if (!e && size && !dst) e = td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_read: dst is NULL");
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     e = host_access("buffer_read", src, offset, size, 0, dst, 1);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (size) memcpy(dst, src->base + offset, (size_t)size);
     return e;
 }
 
 static pyg_error *api_buffer_fill(pyg_buffer *dst, uint64_t offset, uint8_t value, uint64_t size) {
-    pthread_mutex_lock(&td.mu);
+    td_lock();
     pyg_error *e = check_range("buffer_fill", dst, offset, size);
-    if (e) { pthread_mutex_unlock(&td.mu); return e; }
+    if (e) { td_unlock(); return e; }
     e = host_access("buffer_fill", dst, offset, size, 1, NULL, 0);
-    pthread_mutex_unlock(&td.mu);
+    td_unlock();
     if (size) memset(dst->base + offset, value, (size_t)size);
     return e;
 }

@@ -28,7 +28,7 @@ $(TESTDEV_OUT)/obj/cpu/%.o: plugins/cpu/%.c $(wildcard plugins/cpu/*.h) $(PYG_HE
 
 $(TESTDEV_OUT)/obj/testdev/%.o: $(TD_DIR)/%.c $(TD_DIR)/testdev.h plugins/cpu/cpu_compute.h $(PYG_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPU_CFLAGS) -I$(TD_DIR) -c -o $@ $<
+	$(CC) $(CPU_CFLAGS) -D_GNU_SOURCE -I$(TD_DIR) -c -o $@ $<
 
 $(TESTDEV_OUT)/libpyggml-%.so: $(TD_OBJS) $(TD_KERNEL_OBJS) plugins/plugin.map
 	$(CC) -shared -o $@ $(TD_OBJS) $(TD_KERNEL_OBJS) $(PLUGIN_LDFLAGS) -lpthread -lm -ldl
