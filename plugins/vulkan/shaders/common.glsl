@@ -127,7 +127,7 @@ float deq(uint s, uint rb, uint k, uint ty, uint nb0) {
             sc = rd8(s, b + 4u + sub) & 63u;
             mn = rd8(s, b + 8u + sub) & 63u;
         } else {
-            uint a = rd8(s, b + 8u + sub), lo = rd8(s, b + sub), hi = rd8(s, b + sub - 4u);
+            uint a = rd8(s, b + 8u + sub), lo = rd8(s, b + 4u + sub), hi = rd8(s, b + sub);
             sc = (a & 15u) | ((hi >> 6) << 4);
             mn = (a >> 4) | ((lo >> 6) << 4);
         }
