@@ -27,15 +27,11 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
-try:  # the package's exception tree, once it exists
-    from .errors import PyggmlError as _BaseError
-except ImportError:  # pragma: no cover - depends on what the package has grown
-    class _BaseError(Exception):
-        pass
-
-
-class GGUFError(_BaseError, ValueError):
-    """A GGUF file (or a writer request) is malformed; the message says what and where."""
+try:  # the package's exception tree, once it has one (the same class, never a twin)
+    from .errors import GGUFError
+except ImportError:  # pragma: no cover - only when gguf.py is used outside the package
+    class GGUFError(ValueError):
+        """A GGUF file (or a writer request) is malformed; the message says what and where."""
 
 
 GGUF_MAGIC = b"GGUF"
@@ -69,7 +65,7 @@ GGML_TYPES: dict[int, GGMLType] = dict([
     _t(0, "f32", 1, 4, False), _t(1, "f16", 1, 2, False),
     _t(2, "q4_0", 32, 18, True), _t(3, "q4_1", 32, 20, True),
     _t(6, "q5_0", 32, 22, True), _t(7, "q5_1", 32, 24, True),
-    _t(8, "q8_0", 32, 34, True), _t(9, "q8_1", 32, 40, True),
+    _t(8, "q8_0", 32, 34, True), _t(9, "q8_1", 32, 36, True),
     _t(10, "q2_K", 256, 84, True), _t(11, "q3_K", 256, 110, True),
     _t(12, "q4_K", 256, 144, True), _t(13, "q5_K", 256, 176, True),
     _t(14, "q6_K", 256, 210, True), _t(15, "q8_K", 256, 292, True),
@@ -368,10 +364,11 @@ class GGUFReader:
         room = self.file_size - cur.pos
         if n_kv * 13 > room:
             raise GGUFError(f"absurd metadata count {n_kv}: the {room} bytes after the header "
-                            f"cannot hold that many entries")
+                            f"cannot hold that many entries (corrupt or truncated file)")
         if n_tensors * 24 + n_kv * 13 > room:
             raise GGUFError(f"absurd tensor count {n_tensors}: the {room} bytes after the "
-                            f"header cannot hold that many tensor infos")
+                            f"header cannot hold that many tensor infos and {n_kv} metadata "
+                            f"entries (corrupt or truncated file)")
 
         cur.section = "metadata"
         fields: dict[str, GGUFField] = {}
@@ -807,16 +804,28 @@ def _encode_array(values, et, key) -> bytes:
             parts.append(_encode_str(x))
         return head + b"".join(parts)
     if et == _VT.ARRAY:
-        return head + b"".join(_encode_array(x, None, key) for x in values)
+        # empty inner lists take the element type of their first non-empty sibling
+        enc = [None if (not isinstance(x, np.ndarray) and len(x) == 0) else
+               _encode_array(x, None, key) for x in values]
+        first = next((e for e in enc if e is not None), None)
+        inner = struct.unpack_from("<I", first)[0] if first is not None else None
+        return head + b"".join(e if e is not None else _encode_array([], inner, key)
+                               for e in enc)
     if et in _INT_RANGE:
-        arr = np.asarray(values)
-        if arr.size and (arr.dtype.kind not in "iub"
-                         or int(arr.min()) < _INT_RANGE[et][0]
-                         or int(arr.max()) > _INT_RANGE[et][1]):
-            raise GGUFError(f"metadata {key!r}: values do not fit {et.name}")
+        lo, hi = _INT_RANGE[et]
+        if isinstance(values, np.ndarray):
+            ok = values.dtype.kind in "iub" and (
+                not values.size or (lo <= int(values.min()) and int(values.max()) <= hi))
+        else:
+            ok = all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+                     and lo <= int(x) <= hi for x in values)
+        if not ok:
+            raise GGUFError(f"metadata {key!r}: values are not all {et.name} integers in range")
+        if not isinstance(values, np.ndarray):
+            values = [int(x) for x in values]
     try:
-        return head + np.asarray(values).astype(_SCALAR_DTYPE[et]).tobytes()
-    except (TypeError, ValueError):
+        return head + np.asarray(values, dtype=_SCALAR_DTYPE[et]).tobytes()
+    except (TypeError, ValueError, OverflowError):
         raise GGUFError(f"metadata {key!r}: values are not {et.name}") from None
 
 
