@@ -1,0 +1,199 @@
+"""The CUDA plugin (plugins/cuda): built by nvcc where nvcc exists, one exported symbol, loads and
+answers NO_DEVICE cleanly on a machine without a GPU (R1, R2), its quant block decoders match the
+gguf reference bit for bit (checked on the CPU), and, where a CUDA device is present, quantized
+mul_mat on it matches numpy (the op suite in test_ops.py has no quantized-weight cases)."""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "pyggml", "plugins", "libpyggml-cuda.so")
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA plugin is not built here")
+
+PYG_OK, PYG_ERR_NO_DEVICE = 0, 4
+
+
+def _api(lib):
+    """The frozen prefix of the table, read with ctypes (no pyggml import needed)."""
+    get = lib.pyg_plugin_get_api
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.c_void_p]
+    addr = get(None)
+    assert addr, "pyg_plugin_get_api returned NULL"
+    words = (ctypes.c_uint64 * 12).from_address(addr)
+    return addr, words
+
+
+@needs_nvcc
+def test_library_built():
+    assert os.path.exists(LIB), f"{LIB} missing: run `make plugins` (nvcc is at {NVCC})"
+
+
+@needs_nvcc
+def test_exports_one_symbol():
+    """R1: exactly pyg_plugin_get_api (cudart is static and hidden by the version script)."""
+    if not os.path.exists(LIB):
+        pytest.fail(f"{LIB} missing: run `make plugins`")
+    out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True, check=True).stdout
+    names = [ln.split()[-1] for ln in out.splitlines() if ln.strip()]
+    assert names == ["pyg_plugin_get_api"], names
+
+
+@needs_nvcc
+def test_not_linked_to_driver_or_dynamic_cudart():
+    """R2: loading must not need libcuda or libcudart; they are opened at run time."""
+    if not os.path.exists(LIB):
+        pytest.fail(f"{LIB} missing: run `make plugins`")
+    out = subprocess.run(["readelf", "-d", LIB], capture_output=True, text=True, check=True).stdout
+    needed = [ln for ln in out.splitlines() if "(NEEDED)" in ln]
+    assert not any("libcuda" in ln or "libcudart" in ln for ln in needed), needed
+
+
+@needs_nvcc
+def test_plugin_init_answers_cleanly():
+    """R2/R3/R4: the table's prefix is sane and plugin_init returns NO_DEVICE with a reason when there is
+    no driver or GPU (or OK with >= 1 device where there is one) -- never a crash."""
+    if not os.path.exists(LIB):
+        pytest.fail(f"{LIB} missing: run `make plugins`")
+    lib = ctypes.CDLL(LIB, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    addr, w = _api(lib)
+    struct_size = w[0]
+    abi_major, abi_minor = w[1] & 0xFFFF, (w[1] >> 16) & 0xFFFF
+    assert (abi_major, abi_minor) == (1, 0)
+    assert struct_size >= 8 * 12
+    name = ctypes.cast(ctypes.c_void_p(w[2]), ctypes.c_char_p).value
+    assert name == b"cuda"
+    error_code = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(w[4])
+    error_message = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(w[5])
+    error_destroy = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(w[6])
+    plugin_init = ctypes.CFUNCTYPE(ctypes.c_void_p)(w[7])
+    device_count = ctypes.CFUNCTYPE(ctypes.c_int32)(w[8])
+    err = plugin_init()
+    if err:
+        code, msg = error_code(err), error_message(err).decode()
+        error_destroy(err)
+        assert code == PYG_ERR_NO_DEVICE, (code, msg)
+        assert msg.startswith("cuda: ") and len(msg) > 10, msg
+        assert device_count() == 0
+        err2 = plugin_init()   # a second call gives the same answer
+        assert err2 and error_code(err2) == PYG_ERR_NO_DEVICE
+        error_destroy(err2)
+    else:
+        assert device_count() >= 1
+    error_destroy(None)        # R6
+
+
+@needs_nvcc
+def test_loader_lists_cuda_with_reason():
+    """Through pyggml's own loader: the plugin loads; without a GPU it is unavailable with the reason."""
+    pg = pytest.importorskip("pyggml")
+    if not os.path.exists(LIB):
+        pytest.fail(f"{LIB} missing: run `make plugins`")
+    p = pg.load_plugin(LIB)
+    assert p.name == "cuda"
+    if not p.available:
+        assert p.unavailable_reason and p.unavailable_reason.startswith("cuda: "), p.unavailable_reason
+        assert not p.devices
+    else:
+        assert len(p.devices) >= 1
+
+
+# ---------------------------------------------------------------- block layouts, on the CPU
+
+_QUANTS = [("q4_0", 2, 18, [0]), ("q8_0", 8, 34, [0]), ("q4_K", 12, 144, [0, 2]), ("q6_K", 14, 210, [208])]
+
+
+@pytest.fixture(scope="module")
+def dequant_host(tmp_path_factory):
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    d = tmp_path_factory.mktemp("cuda_host")
+    exe = str(d / "dequant_host")
+    r = subprocess.run([NVCC, "-std=c++17", "-I", os.path.join(ROOT, "include"), "-I",
+                        os.path.join(ROOT, "plugins", "cuda"), "-o", exe,
+                        os.path.join(ROOT, "plugins", "cuda", "test", "dequant_host.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
+def _random_blocks(rng, nblocks, size, d_offsets):
+    b = rng.integers(0, 256, (nblocks, size), dtype=np.uint8)
+    for off in d_offsets:   # keep the f16 scales finite
+        b[:, off:off + 2] = (rng.standard_normal(nblocks) * 0.01).astype(np.float16).view(np.uint8).reshape(nblocks, 2)
+    return b
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name,type_id,size,d_offsets", _QUANTS, ids=[q[0] for q in _QUANTS])
+def test_block_decoders_match_gguf(dequant_host, tmp_path, name, type_id, size, d_offsets):
+    """dequant_one and the mat-vec unit decoders of the CUDA plugin against the gguf package."""
+    gguf_quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+    rng = np.random.default_rng(type_id)
+    blocks = _random_blocks(rng, 64, size, d_offsets)
+    ref = gguf_quants.dequantize(blocks, getattr(GGMLQuantizationType, name.upper())).reshape(-1)
+    src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
+    blocks.tofile(src)
+    r = subprocess.run([dequant_host, str(type_id), str(src), str(dst)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = np.fromfile(dst, dtype=np.float32)
+    np.testing.assert_array_equal(out, ref.astype(np.float32))
+
+
+# ---------------------------------------------------------------- on a CUDA device
+
+def _cuda_device():
+    pg = pytest.importorskip("pyggml")
+    for d in pg.devices():
+        if str(d).startswith("cuda"):
+            return pg, str(d)
+    reasons = [str(f) for f in pg.failures()] if hasattr(pg, "failures") else []
+    pytest.skip(f"no CUDA device here ({'; '.join(reasons) or 'cuda plugin not loaded'})")
+
+
+def _nmse(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("n", [1, 3, 8, 37])
+def test_quant_mul_mat_on_cuda(qtype, n):
+    """mat-vec (n <= 8) and GEMM (n > 8) on quantized weights, against numpy on the dequantized ones."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(n)
+    M, K = 48, 512
+    wf = rng.standard_normal((M, K)).astype(np.float32)
+    blocks = pg.quantize(wf, qtype)
+    wd = pg.dequantize(blocks, qtype, (M, K)).astype(np.float64)
+    x = rng.standard_normal((2, n, K)).astype(np.float32)
+    g = pg.Graph()
+    w = g.weight("w", blocks, type=qtype, shape=(M, K))
+    xi = g.input("x", x.shape, pg.f32)
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
+    ref = np.einsum("bnk,mk->bnm", x.astype(np.float64), wd)
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4
+
+
+def test_cuda_graph_replay_matches():
+    """The same plan computed 4 times (direct, capture, replay, replay) with new inputs each time."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(7)
+    g = pg.Graph()
+    w = g.weight("w", rng.standard_normal((64, 256)).astype(np.float32))
+    x = g.input("x", (2, 256), pg.f32)
+    y = pg.silu(pg.mul_mat(w, pg.rms_norm(x, eps=1e-5)))
+    s = pg.Scheduler([dev])
+    cpu = pg.Scheduler(["cpu"])
+    for i in range(4):
+        xv = rng.standard_normal((2, 256)).astype(np.float32)
+        out, ref = s.compute(y, {"x": xv}), cpu.compute(y, {"x": xv})
+        assert _nmse(out, ref) < 1e-6, f"compute #{i + 1}"
