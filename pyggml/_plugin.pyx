@@ -312,3 +312,32 @@ def get_device(spec):
     if not 0 <= i < len(p.devices):
         raise E.DeviceUnavailableError(f"{name} has {len(p.devices)} device(s); no device {i}", plugin=name)
     return p.devices[i]
+
+
+def abi_rule_checks(Plugin p):
+    """REQUIREMENTS.md rules a host can check by calling the plugin: (rule, ok, detail) tuples."""
+    cdef const pyg_plugin_api *api = p.api
+    out = []
+    out.append(("R4 frozen prefix and name", api.struct_size >= pyg_host_prefix_size() and bool(_NAME_RE.match(p.name)),
+                f"struct_size {api.struct_size}, name {p.name!r}"))
+    api.error_destroy(NULL)
+    api.stream_destroy(NULL)
+    api.event_destroy(NULL)
+    api.buffer_free(NULL)
+    api.graph_plan_destroy(NULL)
+    out.append(("R6 destroy(NULL) is a no-op", True, "error/stream/event/buffer/plan destroy(NULL) returned"))
+    if p.available:
+        for d in p.devices:
+            dev = (<Device>d).dev
+            buf = <pyg_buffer *>NULL
+            err = api.buffer_alloc(dev, 1 << 62, 0, &buf)
+            if err == NULL:
+                api.buffer_free(buf)
+                out.append((f"R5 OOM is an error ({d})", False, "a 4 EiB buffer_alloc succeeded"))
+            else:
+                code, msg = _take_error(api, err)
+                out.append((f"R5 OOM is an error ({d})", code == PYG_ERR_OUT_OF_MEMORY,
+                            f"code {code}: {msg}"))
+    else:
+        out.append(("R2 loads without a device", True, f"unavailable: {p.unavailable_reason}"))
+    return out

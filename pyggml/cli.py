@@ -1,0 +1,92 @@
+"""The `pyggml` command: devices, bench, check (and synth once models land)."""
+import argparse
+import os
+import subprocess
+import sys
+
+
+def _cmd_devices(args):
+    import pyggml as pg
+    pg.discover()
+    for p in pg.plugins():
+        if p.available:
+            for d in p.devices:
+                gib = f", {d.memory_total / 2**30:.1f} GiB" if d.memory_total else ""
+                print(f"{str(d):12s} {d.description}{gib}  [{p.path}]")
+        else:
+            print(f"{p.name + ':-':12s} unavailable: {p.unavailable_reason}  [{p.path}]")
+    for path, msg in pg.failures():
+        print(f"{'(failed)':12s} {msg}")
+    return 0
+
+
+def _cmd_check(args):
+    """Conformance of one plugin library: ABI rules, then every op case on each of its devices."""
+    import pyggml as pg
+    from pyggml.conformance import run_all
+    failures = 0
+    path = os.path.abspath(args.plugin)
+    try:
+        p = pg.load_plugin(path)
+    except pg.PluginError as e:
+        print(f"FAIL load: {e}")
+        return 2
+    print(f"plugin {p.name} {p.version} ABI {p.abi_major}.{p.abi_minor}: {path}")
+    try:
+        syms = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout.split()
+        exported = [s for s in syms if not (len(s) == 1 or all(c in "0123456789abcdef" for c in s))]
+        ok = exported == ["pyg_plugin_get_api"]
+        print(f"{'pass' if ok else 'FAIL'} R1 one exported symbol: {exported}")
+        failures += not ok
+    except OSError:
+        print("skip R1: nm not found")
+    from pyggml._plugin import abi_rule_checks
+    for rule, ok, detail in abi_rule_checks(p):
+        print(f"{'pass' if ok else 'FAIL'} {rule}: {detail}")
+        failures += not ok
+    if not p.available:
+        print(f"skip ops: plugin unavailable here: {p.unavailable_reason}")
+        return 1 if failures else 0
+    for d in p.devices:
+        print(f"--- ops on {d} ({d.description})")
+        counts = run_all(d, echo=print if args.verbose else (lambda s: print(s) if not s.startswith("pass") else None))
+        print(f"{d}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported")
+        failures += counts["fail"]
+    return 1 if failures else 0
+
+
+def _cmd_bench(args):
+    from pyggml import bench_ops
+    import pyggml as pg
+    if args.model:
+        from pyggml import bench_model
+        return bench_model.main(args)
+    rows = bench_ops.bench_ops(args.device, n_threads=args.threads, reps=args.reps, quick=args.quick)
+    bench_ops.print_table(rows)
+    if args.output:
+        path = bench_ops.write_json(rows, args.output, args.device, args.threads, " ".join(sys.argv))
+        print(f"\nresults: {path}")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="pyggml", description="ggml-style graphs on run-time loaded backends")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("devices", help="list plugins and devices (and why a plugin is unusable)")
+    c = sub.add_parser("check", help="run the conformance suite on a plugin library")
+    c.add_argument("plugin", help="path to libpyggml-NAME.so")
+    c.add_argument("-v", "--verbose", action="store_true", help="print passing cases too")
+    b = sub.add_parser("bench", help="benchmarks (ops now; models with -m)")
+    b.add_argument("-d", "--device", default="cpu")
+    b.add_argument("-t", "--threads", type=int, default=None)
+    b.add_argument("-r", "--reps", type=int, default=5)
+    b.add_argument("-m", "--model", default=None, help="a GGUF model file (model benchmark)")
+    b.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
+    b.add_argument("-o", "--output", default="bench/results", help="folder for the JSON results ('' = none)")
+    args, rest = ap.parse_known_args(argv)
+    args.rest = rest
+    return {"devices": _cmd_devices, "check": _cmd_check, "bench": _cmd_bench}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
