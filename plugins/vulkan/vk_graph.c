@@ -13,7 +13,7 @@
 /* elementwise shader specializations */
 enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
 
-static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16; }
+static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16 || t == PYG_TYPE_BF16; }
 static int is_weight_type(int32_t t) {
     return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
 }

@@ -24,6 +24,7 @@ layout(std430, binding = 5) readonly buffer Params { uint p[]; };
 #define TY_Q4_K 12u
 #define TY_Q6_K 14u
 #define TY_I32 26u
+#define TY_BF16 30u
 #define TY_I64 27u
 
 // parameter block layout: tensor slot t (0..3 src, 4 dst) at word 16*t
@@ -91,20 +92,29 @@ uint f32_to_f16(float f) {
     return sign | h;
 }
 
+// f32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN
+uint f32_to_bf16(float f) {
+    uint u = floatBitsToUint(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 64u;
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
 // load element at byte offset o of slot s, plain types
 float ldf(uint s, uint o, uint ty) {
     if (ty == TY_F16) return half_at(s, o);
+    if (ty == TY_BF16) return uintBitsToFloat(rd16(s, o) << 16);
     if (ty == TY_I32) return float(int(rd32(s, o)));
     return uintBitsToFloat(rd32(s, o));
 }
 void stf(uint o, uint ty, float v) {
     if (ty == TY_F16) dh[o >> 1] = uint16_t(f32_to_f16(v));
+    else if (ty == TY_BF16) dh[o >> 1] = uint16_t(f32_to_bf16(v));
     else dw[o >> 2] = floatBitsToUint(v);
 }
 
 // element k of a row starting at byte rb of slot s; nb0 = byte stride of plain types
 float deq(uint s, uint rb, uint k, uint ty, uint nb0) {
-    if (ty == TY_F32 || ty == TY_F16) return ldf(s, rb + k * nb0, ty);
+    if (ty == TY_F32 || ty == TY_F16 || ty == TY_BF16) return ldf(s, rb + k * nb0, ty);
     if (ty == TY_Q4_0) {
         uint b = rb + (k >> 5) * 18u, j = k & 31u;
         uint q = rd8(s, b + 2u + (j & 15u));
