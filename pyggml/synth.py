@@ -394,7 +394,7 @@ def write_synth_model(path: str | os.PathLike, shape: str | dict = "tiny", wtype
     w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
     w.add_bool("tokenizer.ggml.add_bos_token", True)
     w.add_bool("tokenizer.ggml.add_eos_token", False)
-    w.add_uint32("pyggml.synth.seed", seed)
+    w.add_uint64("pyggml.synth.seed", seed)
     w.add_string("pyggml.synth.mix", mix)
     for p in plan:
         w.add_tensor(p.name, _producer(p, seed, quantize), type=p.type, shape=p.shape)

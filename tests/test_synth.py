@@ -280,6 +280,21 @@ def test_numpy_quantize_matches_plugin(t):
     assert np.array_equal(numpy_quantize(x, t), np.asarray(q(x, t)))
 
 
+@pytest.mark.parametrize("t", ["q4_K", "q6_K"])
+def test_numpy_k_quants_agree_with_plugin(t):
+    """The simple numpy K-quant encoder and the plugin's ggml-exact one decode (through the gguf
+    package) to nearly the same values: same block layout, similar error."""
+    q = _plugin_quantize()
+    quants = pytest.importorskip("gguf.quants")
+    from gguf.constants import GGMLQuantizationType
+    x = _rows(3)[8:]
+    gt = GGMLQuantizationType[t.upper()]
+    a = quants.dequantize(np.asarray(q(x, t)), gt)
+    b = quants.dequantize(numpy_quantize(x, t), gt)
+    ea, eb = ((a - x) ** 2).sum(), ((b - x) ** 2).sum()
+    assert eb < 1.5 * ea and ((a - b) ** 2).sum() < 4 * ea
+
+
 def test_cli_main(tmp_path, capsys):
     p = str(tmp_path / "cli.gguf")
     assert synth.main([p, "--shape", "tiny", "--wtype", "q8_0", "--seed", "5", "-q",
