@@ -447,6 +447,12 @@ class GGUFReader:
                                 f"end of the file ({self.file_size} bytes): truncated data or "
                                 f"bad offset/size")
             tensors.append(GGUFTensor(self, name, shape, tt, offset, start, nbytes, n_el))
+        # Two tensors sharing bytes would alias each other's weights (ggml refuses such files)
+        by_start = sorted(tensors, key=lambda t: t.offset)
+        for a, b in zip(by_start, by_start[1:]):
+            if b.offset < a.offset + a.nbytes:
+                raise GGUFError(f"tensor {b.name!r} data at offset {b.offset} overlaps tensor "
+                                f"{a.name!r} [{a.offset}, {a.offset + a.nbytes})")
         self.tensors = tensors
         self._by_name = {t.name: t for t in tensors}
 

@@ -359,6 +359,8 @@ def test_truncated_sections_are_named(tmp_path):
     expect_error(tmp_path, data[:3], "truncated")
     expect_error(tmp_path, data[:10], "truncated.*header")
     expect_error(tmp_path, data[:meta_pos], "truncated.*metadata")
+    info_pos = data.rindex(s_("c")) + 12           # inside the last tensor info
+    expect_error(tmp_path, data[:info_pos], "truncated.*tensor infos")
     expect_error(tmp_path, data[:data_pos], "past the end")
     expect_error(tmp_path, b"", "empty")
 
@@ -455,6 +457,8 @@ def test_bad_tensor_infos(tmp_path):
         ([tinfo("t", [4], F32, 2**64 - 32)], "past the end"),
         ([tinfo("q", [48], 8, 0)], "not a multiple of q8_0's block size 32"),
         ([tinfo("n" * 64, [4], F32, 0)], "too long|allows at most"),
+        ([tinfo("t", [16], F32, 0), tinfo("u", [4], F32, 32)], "'u'.*overlaps tensor 't'"),
+        ([tinfo("t", [4], F32, 32), tinfo("u", [4], F32, 32)], "overlaps"),
         ([tinfo(b"\xc3\x28", [4], F32, 0)], "not valid UTF-8"),
     ]
     for infos, msg in cases:
