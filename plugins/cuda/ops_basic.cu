@@ -57,14 +57,14 @@ __global__ void k_elementwise(tview d, tview a, tview b, float p0, float p1, int
     }
 }
 
-/* Converting copy; same shape: element (i0..i3) to (i0..i3). */
+/* Converting copy; same shape: element (i0..i3) to (i0..i3). The source may be quantized (dequantize). */
 __global__ void k_copy_same(tview d, tview s) {
     int64_t i1, i2, i3;
     row_index(d, blockIdx.x, &i1, &i2, &i3);
     char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
     for (int64_t i0 = threadIdx.x; i0 < d.ne[0]; i0 += blockDim.x)
-        store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
+        store_f(drow + i0 * d.nb[0], d.type, load_row_elem(srow, s.type, i0, s.nb[0]));
 }
 
 /* Converting copy between different shapes of equal element count: the k-th element in logical
@@ -179,6 +179,8 @@ int basic_supports(const pyg_tensor *n) {
         return b && is_plain_float(a->type) && is_plain_float(b->type) &&
                pyg_tensor_nelements(a) == pyg_tensor_nelements(b);
     case PYG_OP_CONT:
+        if (is_supported_quant(a->type)) /* dequantize */
+            return is_plain_float(n->type) && pyg_tensor_rows_contiguous(a) && same_ne(a, n);
         return is_plain_float(a->type) && is_plain_float(n->type) && pyg_tensor_nelements(a) == pyg_tensor_nelements(n);
     case PYG_OP_GET_ROWS:
         if (!b || !is_index_type(b->type) || !is_plain_float(n->type)) return 0;

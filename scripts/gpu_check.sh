@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh — on a machine with an NVIDIA GPU (no network needed): build the package and
+# every plugin (`make all`), run the whole test suite (the op conformance suite covers every loadable
+# plugin, cuda included), then the CUDA mat-vec bandwidth benchmark next to PyTorch.
+# Results: logs and JSON under $OUT (when set; else bench/results/tmp), the benchmark JSON and a
+# summary JSON also under bench/results/. Meant to finish in about 8 minutes.
+#
+#   make gpu-check                      # or: bash scripts/gpu_check.sh
+#   GPU_CHECK_TESTS="tests/test_ops.py -k cuda" make gpu-check   # a subset
+#   GPU_CHECK_BENCH=0 make gpu-check    # tests only
+#   GPU_CHECK_SANITIZER=1 make gpu-check  # also compute-sanitizer memcheck over the cuda op suite
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT_DIR=${OUT:-$ROOT/bench/results/tmp}
+RESULTS=$ROOT/bench/results
+mkdir -p "$OUT_DIR" "$RESULTS"
+PY=${PYTHON:-python3}
+TESTS=${GPU_CHECK_TESTS:-tests}
+STAMP=$(date +%Y%m%dT%H%M%S)
+export PYTHONUNBUFFERED=1
+
+say() { echo "== gpu-check: $*"; }
+
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+if ! command -v nvcc >/dev/null 2>&1; then say "nvcc not found: the CUDA plugin cannot be built here"; exit 2; fi
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+say "GPU: ${GPU:-none visible}; $(nvcc --version | tail -1); $($PY --version 2>&1)"
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DIRTY=$(git status --porcelain 2>/dev/null | grep -v '^??' | wc -l)
+
+# No registry there: when the Python requirements are importable, skip make's pip step.
+if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
+
+say "make all"
+t0=$(date +%s)
+make -k -j"$(nproc)" all >"$OUT_DIR/build.log" 2>&1   # -k: one broken plugin must not stop the rest
+BUILD_RC=$?
+BUILD_S=$(( $(date +%s) - t0 ))
+tail -5 "$OUT_DIR/build.log"
+say "build rc=$BUILD_RC in ${BUILD_S}s"
+if [ $BUILD_RC -ne 0 ]; then tail -40 "$OUT_DIR/build.log"; fi
+
+say "pytest $TESTS"
+t0=$(date +%s)
+# shellcheck disable=SC2086
+timeout 330 $PY -m pytest -q -rA -p no:cacheprovider $TESTS >"$OUT_DIR/pytest.log" 2>&1
+TEST_RC=$?
+TEST_S=$(( $(date +%s) - t0 ))
+grep -E "^(FAILED|ERROR)" "$OUT_DIR/pytest.log" | head -40
+TEST_SUMMARY=$(tail -1 "$OUT_DIR/pytest.log")
+say "pytest rc=$TEST_RC in ${TEST_S}s: $TEST_SUMMARY"
+# the cuda share of the results (test ids and skip reasons carry the device name)
+grep -E "^(PASSED|FAILED|SKIPPED|ERROR).*cuda" "$OUT_DIR/pytest.log" | awk '{print $1}' | sort | uniq -c \
+    >"$OUT_DIR/cuda_ops.txt" || true
+say "op suite on cuda: $(tr '\n' ' ' <"$OUT_DIR/cuda_ops.txt")"
+
+SAN_RC=skipped
+if [ "${GPU_CHECK_SANITIZER:-0}" != 0 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    say "compute-sanitizer memcheck over the cuda op suite"
+    timeout 150 compute-sanitizer --tool memcheck --print-limit 5 --error-exitcode 9 \
+        $PY -m pytest -q -x -p no:cacheprovider tests/test_ops.py -k cuda >"$OUT_DIR/sanitizer.log" 2>&1
+    SAN_RC=$?
+    grep -E "=========|passed|failed" "$OUT_DIR/sanitizer.log" | head -20
+    say "sanitizer rc=$SAN_RC"
+fi
+
+BENCH_RC=skipped
+BENCH_JSON=
+if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
+    say "CUDA mat-vec benchmark"
+    timeout 180 $PY plugins/cuda/bench_matvec.py --out "$OUT_DIR" --results "$RESULTS" 2>&1 | tee "$OUT_DIR/bench.log"
+    BENCH_RC=$?
+    BENCH_JSON=$(grep -o "cuda-matvec-[0-9T]*\.json" "$OUT_DIR/bench.log" | head -1)
+fi
+
+SUMMARY="$RESULTS/gpu-check-$STAMP.json"
+$PY - "$SUMMARY" <<EOF
+import json, sys, time
+doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-check", "gpu": """$GPU""",
+       "commit": "$COMMIT", "uncommitted_tracked_changes": int("$DIRTY"), "command": "bash scripts/gpu_check.sh",
+       "tests": "$TESTS", "build_rc": $BUILD_RC, "build_s": $BUILD_S, "pytest_rc": $TEST_RC,
+       "pytest_s": $TEST_S, "pytest_summary": """$TEST_SUMMARY""",
+       "cuda_results": [l.strip() for l in open("$OUT_DIR/cuda_ops.txt") if l.strip()],
+       "sanitizer_rc": "$SAN_RC", "bench_rc": "$BENCH_RC", "bench_json": "$BENCH_JSON"}
+json.dump(doc, open(sys.argv[1], "w"), indent=1)
+print(json.dumps(doc, indent=1))
+EOF
+cp "$SUMMARY" "$OUT_DIR/" 2>/dev/null || true
+[ $BUILD_RC -eq 0 ] && [ $TEST_RC -eq 0 ]
