@@ -5,6 +5,12 @@
 #define PYG_CUDA_MMV_DECODE_CUH
 #include "common.cuh"
 
+#ifdef __CUDA_ARCH__
+#define PYG_UNROLL _Pragma("unroll")
+#else
+#define PYG_UNROLL
+#endif
+
 /* Per type: a unit is RUNS runs of RL consecutive k, starting at the returned kbase + r*ROFF. */
 template <int T> struct mv;
 
@@ -15,7 +21,7 @@ template <> struct mv<PYG_TYPE_Q4_0> {
         const uint8_t *blk = (const uint8_t *)row + u * 18;
         const float d = f16_bits_to_f32(*(const uint16_t *)blk);
         const uint16_t *q = (const uint16_t *)(blk + 2);
-#pragma unroll
+PYG_UNROLL
         for (int i = 0; i < 8; i++) {
             const uint32_t v = q[i];
             w[2 * i] = d * (float)((int)(v & 15) - 8);
@@ -34,7 +40,7 @@ template <> struct mv<PYG_TYPE_Q8_0> {
         const uint8_t *blk = (const uint8_t *)row + u * 34;
         const float d = f16_bits_to_f32(*(const uint16_t *)blk);
         const uint16_t *q = (const uint16_t *)(blk + 2);
-#pragma unroll
+PYG_UNROLL
         for (int i = 0; i < 16; i++) {
             const uint32_t v = q[i];
             w[2 * i] = d * (float)(int8_t)(v & 0xff);
@@ -60,9 +66,9 @@ template <> struct mv<PYG_TYPE_Q4_K> {
         q4k_scale_min(blk + 4, 2 * g + 1, &s1, &m1);
         const float dl = d * (float)s0, ml = dmin * (float)m0, dh = d * (float)s1, mh = dmin * (float)m1;
         const uint32_t words[4] = { q.x, q.y, q.z, q.w };
-#pragma unroll
+PYG_UNROLL
         for (int i = 0; i < 4; i++) {
-#pragma unroll
+PYG_UNROLL
             for (int k = 0; k < 4; k++) {
                 const uint32_t by = (words[i] >> (8 * k)) & 0xff;
                 w[4 * i + k] = dl * (float)(by & 15) - ml;
@@ -87,10 +93,10 @@ template <> struct mv<PYG_TYPE_Q6_K> {
         const int8_t *sc = (const int8_t *)(blk + 192) + 8 * n + (l0 >> 4);
         const float d = f16_bits_to_f32(*(const uint16_t *)(blk + 208));
         const float d0 = d * sc[0], d1 = d * sc[2], d2 = d * sc[4], d3 = d * sc[6];
-#pragma unroll
+PYG_UNROLL
         for (int i = 0; i < 4; i++) {
             const uint32_t A = qa[i], B = qb[i], H = qh[i];
-#pragma unroll
+PYG_UNROLL
             for (int k = 0; k < 2; k++) {
                 const uint32_t a = (A >> (8 * k)) & 0xff, bb = (B >> (8 * k)) & 0xff, hh = (H >> (8 * k)) & 0xff;
                 const int t = 2 * i + k;
