@@ -690,3 +690,95 @@ def test_plan_refuses_operand_on_another_device(ctx):
     e = pg.error_of("graph_plan_create", ctx.d0, C.byref(g.graph), C.byref(plan))
     assert e.code == PYG_ERR_INVALID_ARGUMENT and "testdev:1" in e.msg and "copy it first" in e.msg
     g.destroy()
+
+
+# ---------------------------------------------------------------- more ordering rules
+
+def test_host_sync_orders_streams_without_events(ctx):
+    pg = ctx.pg
+    pg.opt(ctx.d0, "copy_latency_us", 50_000)
+    a, b = ctx.stream(ctx.d0), ctx.stream(ctx.d0)
+    buf = ctx.buffer(ctx.d0, 256)
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros_like(x)
+    pg.call("stream_write_async", a, buf, 0, x.ctypes.data, x.nbytes)
+    pg.call("stream_synchronize", a)  # host wait: everything queued later is ordered after it
+    pg.call("stream_read_async", b, buf, 0, y.ctypes.data, y.nbytes)
+    pg.call("stream_synchronize", b)
+    assert np.array_equal(x, y)
+    assert pg.sanitizer_report(ctx.d0) == ""
+
+
+def test_sanitizer_catches_slot_rewritten_while_still_read(ctx):
+    """Write-after-read: B still reads the input slot when A uploads the next micro-batch."""
+    pg = ctx.pg
+    pg.opt(ctx.d0, "launch_latency_us", 100_000)
+    a, b = ctx.stream(ctx.d0), ctx.stream(ctx.d0)
+    g = AddGraph(ctx, ctx.d0, 8, 2)
+    x = np.ones(16, np.float32)
+    pg.call("stream_write_async", a, g.buf, g.off[0], x.ctypes.data, x.nbytes)
+    ev = ctx.event(ctx.d0)
+    pg.call("event_record", ev, a)
+    pg.call("stream_wait_event", b, ev)
+    pg.call("graph_plan_compute", g.plan, b)  # reads slot x for the next 0.1 s
+    e = pg.error_of("stream_write_async", a, g.buf, g.off[0], x.ctypes.data, x.nbytes)
+    assert e.code == PYG_ERR_SANITIZER
+    assert "write by stream" in e.msg and "pending read by stream" in e.msg and "reads 'x'" in e.msg, e.msg
+    pg.call("stream_synchronize", b)
+    g.destroy()
+
+
+def test_sanitizer_catches_plan_destroyed_before_sync(ctx):
+    pg = ctx.pg
+    pg.opt(ctx.d0, "launch_latency_us", 50_000)
+    s = ctx.stream(ctx.d0)
+    g = AddGraph(ctx, ctx.d0, 4, 1)
+    pg.call("graph_plan_compute", g.plan, s)
+    g.destroy()  # waits for the compute (no crash), but the host never synchronized it
+    assert "graph_plan_destroy" in pg.sanitizer_report(ctx.d0)
+
+
+def test_stress_from_several_host_threads(libdir, tmp_path):
+    """Four host threads, two devices, events across threads, computes: data right, no report.
+    (tests/plugins/testdev/stress.c; run it by hand under -fsanitize=thread for the locking.)"""
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler")
+    exe = str(tmp_path / "stress")
+    subprocess.run(["cc", "-O1", "-I", os.path.join(ROOT, "include"),
+                    os.path.join(ROOT, "tests", "plugins", "testdev", "stress.c"), "-o", exe, "-ldl", "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    r = subprocess.run([exe, os.path.join(libdir, "libpyggml-testdev.so"), "100"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "ok: 4 threads x 100 iterations" in r.stdout
+
+
+# ---------------------------------------------------------------- through pyggml's scheduler
+
+def test_pyggml_scheduler_runs_on_testdev_bitwise_like_cpu(libdir, plugin_session):
+    pg = pytest.importorskip("pyggml")
+    try:
+        p = pg.load_plugin(os.path.join(libdir, "libpyggml-testdev.so"))
+        pg.get_device("cpu")
+    except pg.PyggmlError as e:
+        pytest.skip(f"pyggml cannot run here: {e}")
+    assert p.name == "testdev" and [str(d) for d in p.devices][:2] == ["testdev:0", "testdev:1"]
+    dev = p.devices[1]
+    dev.set_option("sanitize", 1)
+    dev.set_option("launch_latency_us", 20_000)
+    dev.set_option("copy_latency_us", 5_000)
+    rng = np.random.default_rng(3)
+    g = pg.Graph()
+    x = g.input("x", (5, 64), pg.f32)
+    w = g.weight("w", rng.standard_normal((48, 64)).astype(np.float32))
+    y = pg.silu(pg.mul_mat(w, pg.rms_norm(x, eps=1e-5)))
+    try:
+        for _ in range(2):
+            xs = rng.standard_normal((5, 64)).astype(np.float32)
+            got = pg.Scheduler([dev], poison=True).compute(y, {"x": xs})
+            want = pg.Scheduler("cpu").compute(y, {"x": xs})
+            assert got.tobytes() == want.tobytes()
+        assert plugin_session.sanitizer_report(plugin_session.device(0)) == ""
+    finally:
+        dev.set_option("launch_latency_us", 0)
+        dev.set_option("copy_latency_us", 0)

@@ -367,7 +367,7 @@ int td_buffer_valid(const pyg_buffer *b) {
 pyg_buffer *td_find_host_buffer(const void *p, uint64_t size) {
     const uint8_t *q = p;
     for (pyg_buffer *x = td.buffers; x; x = x->next)
-        if ((x->flags & PYG_BUFFER_HOST) && q >= x->base && q + size <= x->base + x->size && q < x->base + x->size + 1)
+        if ((x->flags & PYG_BUFFER_HOST) && q >= x->base && q <= x->base + x->size && size <= x->size - (uint64_t)(q - x->base))
             return x;
     return NULL;
 }
@@ -376,22 +376,34 @@ static pyg_error *api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags,
     if (!td_device_valid(d) || !out) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_alloc: bad device or out");
     *out = NULL;
     if (flags & ~PYG_BUFFER_HOST) return td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_alloc: unknown flags 0x%x", flags);
+    int device_mem = !(flags & PYG_BUFFER_HOST);
     td_lock();
     td_config cfg = d->cfg;
     uint64_t used = d->allocated;
+    int poison = td.poison_alloc;
+    pyg_error *e = NULL;
+    if (!device_mem && !(cfg.caps & PYG_CAP_HOST_BUFFER))
+        e = td_error(PYG_ERR_UNSUPPORTED, "buffer_alloc: PYG_BUFFER_HOST without PYG_CAP_HOST_BUFFER on %s", d->label);
+    else if (device_mem && (size > cfg.memory_total || used > cfg.memory_total - size))
+        e = td_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes do not fit on %s (%llu of %llu in use)",
+                     (unsigned long long)size, d->label, (unsigned long long)used,
+                     (unsigned long long)cfg.memory_total);
+    else if (size > (1ull << 46))
+        e = td_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes", (unsigned long long)size);
+    else if (device_mem)
+        d->allocated += size; /* reserved now, so concurrent allocations cannot both fit */
     td_unlock();
-    if ((flags & PYG_BUFFER_HOST) && !(cfg.caps & PYG_CAP_HOST_BUFFER))
-        return td_error(PYG_ERR_UNSUPPORTED, "buffer_alloc: PYG_BUFFER_HOST without PYG_CAP_HOST_BUFFER on %s", d->label);
-    if (!(flags & PYG_BUFFER_HOST) && (size > cfg.memory_total || used > cfg.memory_total - size))
-        return td_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes do not fit on %s (%llu of %llu in use)",
-                        (unsigned long long)size, d->label, (unsigned long long)used,
-                        (unsigned long long)cfg.memory_total);
-    if (size > (1ull << 46)) return td_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes", (unsigned long long)size);
+    if (e) return e;
     pyg_buffer *b = calloc(1, sizeof *b);
     void *mem = NULL;
     size_t align = cfg.alignment < 64 ? 64 : (size_t)cfg.alignment;
     if (!b || posix_memalign(&mem, align, size ? (size_t)size : 1)) {
         free(b);
+        if (device_mem) {
+            td_lock();
+            d->allocated -= size;
+            td_unlock();
+        }
         return td_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes on %s: malloc failed",
                         (unsigned long long)size, d->label);
     }
@@ -400,10 +412,9 @@ static pyg_error *api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags,
     b->flags = flags;
     b->base = mem;
     b->size = size;
+    if (poison) memset(mem, 0xff, (size_t)size); /* like cudaMalloc: never zeroed for you */
     td_lock();
-    if (td.poison_alloc) memset(mem, 0xff, (size_t)size); /* like cudaMalloc: never zeroed for you */
     b->id = ++td.next_buffer_id;
-    if (!(flags & PYG_BUFFER_HOST)) d->allocated += size;
     b->next = td.buffers;
     td.buffers = b;
     td_unlock();

@@ -15,7 +15,7 @@ TESTDEV_NAMES ?= testdev
 TD_DIR := tests/plugins/testdev
 TD_KERNEL_SRCS := $(filter-out plugins/cpu/plugin.c,$(CPU_SRCS))
 TD_KERNEL_OBJS := $(patsubst plugins/cpu/%.c,$(TESTDEV_OUT)/obj/cpu/%.o,$(TD_KERNEL_SRCS))
-TD_SRCS := $(wildcard $(TD_DIR)/*.c)
+TD_SRCS := $(filter-out $(TD_DIR)/stress.c,$(wildcard $(TD_DIR)/*.c))
 TD_OBJS := $(patsubst $(TD_DIR)/%.c,$(TESTDEV_OUT)/obj/testdev/%.o,$(TD_SRCS))
 TD_LIBS := $(foreach n,$(TESTDEV_NAMES),$(TESTDEV_OUT)/libpyggml-$(n).so)
 
