@@ -10,16 +10,58 @@
 #define MR 6      /* src1 rows per micro tile (broadcast operand) */
 #define NR 16     /* src0 rows per micro tile (two ymm) */
 #define KC 256    /* K chunk: a multiple of every block size */
+#ifndef MC
 #define MC 128    /* src0 rows packed at once (MC x KC floats: 128 KiB, L2) */
-#define NC 384    /* src1 rows packed at once (NC x KC floats: 384 KiB) */
+#endif
+#ifndef NC
+#define NC 768    /* src1 rows packed at once (NC x KC floats: 768 KiB, from L3) */
+#endif
 
 size_t cpu_gemm_wsize(void) {
-    return (size_t)(MC * KC + NC * KC + KC + MR * NR + 64) * sizeof(float);
+    return (size_t)(MC * KC + NC * KC + NR * KC + MR * NR + 64) * sizeof(float);
 }
 
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
+
+/* 8x8 transpose of rows r[0..7] at column k into d[i*NR + j] = r[j][k + i] */
+static inline void transpose8(float *d, const float *const *r, int64_t k) {
+    __m256 a0 = _mm256_loadu_ps(r[0] + k), a1 = _mm256_loadu_ps(r[1] + k), a2 = _mm256_loadu_ps(r[2] + k);
+    __m256 a3 = _mm256_loadu_ps(r[3] + k), a4 = _mm256_loadu_ps(r[4] + k), a5 = _mm256_loadu_ps(r[5] + k);
+    __m256 a6 = _mm256_loadu_ps(r[6] + k), a7 = _mm256_loadu_ps(r[7] + k);
+    __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+    __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_store_ps(d + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_store_ps(d + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_store_ps(d + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_store_ps(d + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_store_ps(d + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_store_ps(d + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_store_ps(d + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_store_ps(d + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* dst[k*NR + j] = rows[j][k] (0 where rows[j] is NULL), k < kc */
+static void pack_a(float *dst, const float *const *rows, int64_t kc) {
+    int full = 1;
+    for (int j = 0; j < NR; j++) full &= rows[j] != NULL;
+    int64_t k = 0;
+    if (full) {
+        for (; k + 8 <= kc; k += 8) {
+            transpose8(dst + k * NR, rows, k);
+            transpose8(dst + k * NR + 8, rows + 8, k);
+        }
+    }
+    for (; k < kc; k++)
+        for (int j = 0; j < NR; j++) dst[k * NR + j] = rows[j] ? rows[j][k] : 0.0f;
+}
 
 /* c[i*ldc + j] (+)= sum_k b[k*MR + i] * a[k*NR + j] for i < mr, j < nr */
 static void micro_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc,
@@ -105,22 +147,22 @@ void cpu_gemm_f32_avx2(const pyg_tensor *node, cpu_ctx *ctx, const cpu_type_func
                     const int64_t mc = m_hi - ic < MC ? m_hi - ic : MC;
                     /* pack A: mc rows of src0 (converted to f32), NR at a time */
                     for (int64_t p = 0; p < mc; p += NR) {
-                        float *dst = pa + p * kc;
+                        const float *rows[NR];
                         for (int j = 0; j < NR; j++) {
-                            if (p + j < mc) {
-                                const char *row = cpu_row_ptr(s0, ic + p + j, j2, j3);
-                                const float *src;
-                                if (s0->type == PYG_TYPE_F32) {
-                                    src = (const float *)row + pc;
-                                } else {
-                                    tf0->to_f32(row + (pc / tr0->block_size) * tr0->type_size, tmp, kc);
-                                    src = tmp;
-                                }
-                                for (int64_t k = 0; k < kc; k++) dst[k * NR + j] = src[k];
+                            if (p + j >= mc) {
+                                rows[j] = NULL;
+                                continue;
+                            }
+                            const char *row = cpu_row_ptr(s0, ic + p + j, j2, j3);
+                            if (s0->type == PYG_TYPE_F32) {
+                                rows[j] = (const float *)row + pc;
                             } else {
-                                for (int64_t k = 0; k < kc; k++) dst[k * NR + j] = 0.0f;
+                                float *t = tmp + j * KC;
+                                tf0->to_f32(row + (pc / tr0->block_size) * tr0->type_size, t, kc);
+                                rows[j] = t;
                             }
                         }
+                        pack_a(pa + p * kc, rows, kc);
                     }
                     for (int64_t q = 0; q < nc; q += MR) {
                         const int mr = nc - q < MR ? (int)(nc - q) : MR;
