@@ -248,7 +248,9 @@ class Ctx:
 
 
 def reset(pg, dev):
-    for k, v in (("copy_latency_us", 0), ("launch_latency_us", 0), ("caps", f"{DEFAULT_CAPS:x}"), ("quirks", 0)):
+    """Defaults for what these tests change (the library may be shared with other tests in the process)."""
+    for k, v in (("copy_latency_us", 0), ("launch_latency_us", 0), ("caps", f"{DEFAULT_CAPS:x}"), ("quirks", 0),
+                 ("name", "testdev"), ("memory", 8 << 30)):
         pg.opt(dev, k, v)
 
 
@@ -280,8 +282,8 @@ def test_one_exported_symbol(libdir):
         assert syms == ["pyg_plugin_get_api"], syms
 
 
-def test_table_and_two_gpu_like_devices(plugin_session):
-    pg = plugin_session
+def test_table_and_two_gpu_like_devices(ctx):
+    pg = ctx.pg
     api = pg.api
     assert (api.abi_major, api.abi_minor) == (1, 0)
     assert api.struct_size == C.sizeof(Api)
@@ -480,6 +482,28 @@ def test_two_instances_are_independent(libdir, plugin_session):
     other.opt(d, "name", "second")
     assert other.props(d).name == b"second"
     assert plugin_session.props(plugin_session.device(0)).name == b"testdev"
+
+
+def test_every_loader_gets_the_log(ctx, libdir):
+    """A second host (pyggml next to a ctypes harness) asking for the same library gets logs too."""
+    pg = ctx.pg
+    got = []
+    cb = HostInfo._fields_[4][1](lambda _u, level, _p, msg: got.append((level, msg.decode())))
+    host2 = HostInfo(C.sizeof(HostInfo), 1, 0, 0, cb, None)
+    lib = C.CDLL(os.path.join(libdir, "libpyggml-testdev.so"), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    lib.pyg_plugin_get_api.restype = vp
+    lib.pyg_plugin_get_api.argtypes = [P(HostInfo)]
+    assert lib.pyg_plugin_get_api(C.byref(host2)) == C.addressof(pg.api)  # one instance, one table
+    pg._keep_host2 = (cb, host2)  # the plugin keeps the pointer until process exit
+    s = ctx.stream(ctx.d0)
+    b = ctx.buffer(ctx.d0, 64)
+    pg.opt(ctx.d0, "copy_latency_us", 100_000)
+    x = np.ones(16, np.float32)
+    pg.call("stream_write_async", s, b, 0, x.ctypes.data, x.nbytes)
+    pg.error_of("buffer_fill", b, 0, 0, 64)
+    assert any(lvl == PYG_LOG_ERROR and "buffer_fill" in m for lvl, m in got), got
+    assert any("buffer_fill" in m for m in pg.errors_logged())
+    pg.call("stream_synchronize", s)
 
 
 # ---------------------------------------------------------------- sanitizer

@@ -436,7 +436,7 @@ pyg_error *td_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t offset
     c->size = size;
     c->bufs[0] = dst;
     snprintf(c->what, sizeof c->what, "stream_write_async of %llu bytes to buffer #%d", (unsigned long long)size, dst->id);
-    if (td.sanitize && !blocking && size) {
+    if (td.sanitize && !blocking && size && size <= TD_SNAPSHOT_MAX) { /* to see the host reuse src early */
         c->snapshot = malloc((size_t)size);
         if (c->snapshot) memcpy(c->snapshot, src, (size_t)size);
     }

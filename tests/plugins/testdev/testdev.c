@@ -47,7 +47,12 @@ td_state td = {
 };
 
 const char *td_plugin_name = "testdev";
-static const pyg_host_info *g_host;
+/* Every host that asked for the table gets the log (two loaders in one process, e.g. pyggml and a
+ * ctypes test harness, share this library instance and its state). */
+#define TD_MAX_HOSTS 8
+static const pyg_host_info *g_hosts[TD_MAX_HOSTS];
+static int g_n_hosts;
+static pthread_mutex_t g_host_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_name_buf[64];
 static char g_env_prefix[96];
 
@@ -95,9 +100,14 @@ static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static td_logmsg *g_log_head, **g_log_tail = &g_log_head;
 
 static void deliver(int32_t level, const char *text) {
-    const pyg_host_info *h = g_host;
-    if (!h || h->struct_size < offsetof(pyg_host_info, log_user_data) + sizeof(void *) || !h->log) return;
-    h->log(h->log_user_data, level, td_plugin_name, text);
+    pthread_mutex_lock(&g_host_mu);
+    int n = g_n_hosts;
+    pthread_mutex_unlock(&g_host_mu);
+    for (int i = 0; i < n; i++) { /* entries are only ever appended */
+        const pyg_host_info *h = g_hosts[i];
+        if (h->struct_size >= offsetof(pyg_host_info, log_user_data) + sizeof(void *) && h->log)
+            h->log(h->log_user_data, level, td_plugin_name, text);
+    }
 }
 
 static void flush_logs(void) {
@@ -626,6 +636,12 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {
     pthread_once(&g_once, resolve_name);
-    if (host && !g_host) g_host = host;
+    if (host) {
+        pthread_mutex_lock(&g_host_mu);
+        int known = 0;
+        for (int i = 0; i < g_n_hosts; i++) known |= g_hosts[i] == host;
+        if (!known && g_n_hosts < TD_MAX_HOSTS) g_hosts[g_n_hosts++] = host;
+        pthread_mutex_unlock(&g_host_mu);
+    }
     return &g_api;
 }

@@ -26,6 +26,7 @@
 
 #define TD_MAX_DEVICES 8
 #define TD_MSG 1024
+#define TD_SNAPSHOT_MAX (256ull << 20) /* larger async writes are not compared (memory) */
 
 /* ---------------------------------------------------------------- errors */
 
