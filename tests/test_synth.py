@@ -309,17 +309,65 @@ def test_cli_main(tmp_path, capsys):
 
 # ---------------------------------------------------------------- llama.cpp itself
 
+def numpy_llama_logits(reader, tokens):
+    """float64 reference forward pass of a LLaMA GGUF (f16/f32 weights) over `tokens`:
+    RMSNorm, RoPE (normal mode: adjacent pairs), causal GQA attention, SwiGLU; returns the
+    logits of every position (n_tokens, n_vocab)."""
+    m = reader.metadata
+    g = lambda n: np.asarray(_dequant(reader.tensor(n)), np.float64)  # noqa: E731
+    d, L = m["llama.embedding_length"], m["llama.block_count"]
+    H, Hkv = m["llama.attention.head_count"], m["llama.attention.head_count_kv"]
+    eps, base = m["llama.attention.layer_norm_rms_epsilon"], m["llama.rope.freq_base"]
+    hd, T = d // H, len(tokens)
+    norm = lambda x, w: x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * w  # noqa: E731
+    pos = np.arange(T)[:, None]
+    theta = pos * base ** (-np.arange(0, hd, 2) / hd)            # (T, hd/2)
+    cos, sin = np.cos(theta)[:, None], np.sin(theta)[:, None]
+
+    def rope(x):                                                # (T, heads, hd)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = x0 * cos - x1 * sin, x0 * sin + x1 * cos
+        return out
+
+    x = g("token_embd.weight")[tokens]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for i in range(L):
+        b = f"blk.{i}."
+        h = norm(x, g(b + "attn_norm.weight"))
+        q = rope((h @ g(b + "attn_q.weight").T).reshape(T, H, hd))
+        k = rope((h @ g(b + "attn_k.weight").T).reshape(T, Hkv, hd))
+        v = (h @ g(b + "attn_v.weight").T).reshape(T, Hkv, hd)
+        k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
+        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        o = np.einsum("hqk,khd->qhd", p, v).reshape(T, d)
+        x = x + o @ g(b + "attn_output.weight").T
+        h = norm(x, g(b + "ffn_norm.weight"))
+        a, u = h @ g(b + "ffn_gate.weight").T, h @ g(b + "ffn_up.weight").T
+        x = x + (a / (1 + np.exp(-a)) * u) @ g(b + "ffn_down.weight").T
+    return norm(x, g("output_norm.weight")) @ g("output.weight").T
+
+
 @pytest.mark.parametrize("wtype", WTYPES)
 def test_llama_cpp_opens_and_runs(tiny_files, wtype):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
-    llm = llama_cpp.Llama(model_path=tiny_files[wtype], n_ctx=64, n_threads=1, logits_all=False,
-                          verbose=False)
+    llm = llama_cpp.Llama(model_path=tiny_files[wtype], n_ctx=64, n_threads=1, verbose=False)
     try:
         assert llm.n_vocab() == 32000 and llm.n_embd() == 288
         toks = llm.tokenize(b"hello world")
         assert toks[0] == 1 and len(toks) > 2
         llm.eval(toks)
-        logits = np.array(llm.eval_logits[-1])
+        logits = np.array(llm.scores[llm.n_tokens - 1], np.float64)
         assert np.isfinite(logits).all() and logits.std() > 0.05
+        if wtype == "f16":
+            # llama.cpp reads the file as we meant it: same logits as the numpy reference
+            with GGUFReader(tiny_files[wtype]) as r:
+                ref = numpy_llama_logits(r, toks)[-1]
+            nmse = ((logits - ref) ** 2).sum() / (ref ** 2).sum()
+            assert nmse < 1e-4, nmse
+            assert np.argmax(logits) == np.argmax(ref)
     finally:
-        llm.close() if hasattr(llm, "close") else None
+        if hasattr(llm, "close"):
+            llm.close()
