@@ -151,11 +151,12 @@ static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
     return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
 }
 
+
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
 static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     int shader = -1;
-    uint32_t spec = 0;
+    uint32_t spec = 0, spec1 = 1;
     uint64_t work = 0;   /* workgroups */
     memset(dp->slot, 0, sizeof dp->slot);
     dp->slot[VKP_SLOT_DST] = n;
@@ -218,13 +219,21 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
         if (N <= 4 && d->subgroup_arith) {
             shader = VKP_SH_MUL_MAT_VEC;
-            work = M * N * B;
+            spec1 = d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
+            work = (M * N * B + spec1 - 1) / spec1;
+            /* chunked fast path: whole 32-element chunks, contiguous rows, f32 activations, 4-byte
+             * aligned rows (the binding start is aligned; the in-binding offsets are checked) */
+            const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
+            int aligned = resolve(s0, &b0, &o0) && resolve(s1, &b1, &o1) && o0 % 4 == 0 && o1 % 4 == 0 &&
+                          s0->nb[1] % 4 == 0 && s0->nb[2] % 4 == 0 && s0->nb[3] % 4 == 0;
+            p[96 + 1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
+                        s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         } else {
             shader = VKP_SH_MUL_MAT;
             work = ((M + 63) / 64) * ((N + 63) / 64) * B;
         }
-        if (work > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
-        ex[0] = (uint32_t)work;
+        if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
+        ex[0] = (uint32_t)(shader == VKP_SH_MUL_MAT_VEC ? M * N * B : work);
         break;
     }
     case PYG_OP_FLASH_ATTN_EXT:
@@ -239,7 +248,8 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         return vkp_err(PYG_ERR_UNSUPPORTED, "op %s not implemented", pyg_op_name(n->op));
     }
     fold_groups(work, dp->groups);
-    return vkp_get_pipeline(d, shader, spec, &dp->pipe);
+    uint32_t specs[2] = { spec, spec1 };
+    return vkp_get_pipeline(d, shader, specs, &dp->pipe);
 }
 
 static int overlaps(const range *set, int n, const range *r) {

@@ -51,7 +51,7 @@ enum {
 
 typedef struct vkp_pipeline {
     int shader;
-    uint32_t spec;
+    uint32_t spec[2];
     VkPipeline pipeline;
 } vkp_pipeline;
 
@@ -130,8 +130,8 @@ pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(pri
 pyg_error *vkp_vk_err(VkResult r, const char *what);
 void vkp_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* pipelines (vk_plugin.c): created once per (shader, spec) and cached on the device */
-pyg_error *vkp_get_pipeline(pyg_device *d, int shader, uint32_t spec, VkPipeline *out);
+/* pipelines (vk_plugin.c): created once per (shader, specialization constants 0 and 1), cached */
+pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline *out);
 /* submit one recorded command buffer on a stream (waits + timeline signal) */
 pyg_error *vkp_submit(pyg_stream *s, VkCommandBuffer cb);
 void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> everything incl. host */

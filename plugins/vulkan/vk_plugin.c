@@ -336,11 +336,11 @@ static int32_t api_device_supports_op(pyg_device *d, const pyg_tensor *node) {
 
 /* ---------------------------------------------------------------- pipelines */
 
-pyg_error *vkp_get_pipeline(pyg_device *d, int shader, uint32_t spec, VkPipeline *out) {
+pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline *out) {
     pyg_error *err = NULL;
     pthread_mutex_lock(&d->lock);
     for (int i = 0; i < d->n_pipes; i++)
-        if (d->pipes[i].shader == shader && d->pipes[i].spec == spec) {
+        if (d->pipes[i].shader == shader && d->pipes[i].spec[0] == spec[0] && d->pipes[i].spec[1] == spec[1]) {
             *out = d->pipes[i].pipeline;
             goto done;
         }
@@ -351,8 +351,8 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, uint32_t spec, VkPipeline
     VkShaderModule mod;
     VkResult r = d->fn.vkCreateShaderModule(d->dev, &mi, NULL, &mod);
     if (r != VK_SUCCESS) { err = vkp_vk_err(r, "vkCreateShaderModule"); goto done; }
-    VkSpecializationMapEntry me = { .constantID = 0, .offset = 0, .size = 4 };
-    VkSpecializationInfo si = { .mapEntryCount = 1, .pMapEntries = &me, .dataSize = 4, .pData = &spec };
+    VkSpecializationMapEntry me[2] = { { .constantID = 0, .offset = 0, .size = 4 }, { .constantID = 1, .offset = 4, .size = 4 } };
+    VkSpecializationInfo si = { .mapEntryCount = 2, .pMapEntries = me, .dataSize = 8, .pData = spec };
     VkComputePipelineCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                    .module = mod, .pName = "main", .pSpecializationInfo = &si },
@@ -361,7 +361,7 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, uint32_t spec, VkPipeline
     r = d->fn.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
     d->fn.vkDestroyShaderModule(d->dev, mod, NULL);
     if (r != VK_SUCCESS) { err = vkp_vk_err(r, "vkCreateComputePipelines"); goto done; }
-    d->pipes[d->n_pipes++] = (vkp_pipeline){ shader, spec, pipe };
+    d->pipes[d->n_pipes++] = (vkp_pipeline){ shader, { spec[0], spec[1] }, pipe };
     *out = pipe;
 done:
     pthread_mutex_unlock(&d->lock);
