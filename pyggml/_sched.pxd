@@ -1,12 +1,25 @@
 # Scheduler twins: the C records the hot path walks without the GIL.
-from libc.stdint cimport uint64_t, int64_t
-from pyggml._abi cimport pyg_buffer, pyg_tensor, pyg_graph, pyg_graph_plan, pyg_stream
+from libc.stdint cimport uint64_t, int64_t, int32_t
+from pyggml._abi cimport pyg_buffer, pyg_tensor, pyg_graph, pyg_graph_plan, pyg_stream, pyg_event, pyg_plugin_api
 from pyggml._plugin cimport Device
 
-cdef struct Copy:
-    pyg_buffer *buf     # device side
+# One step of a run's program (see _program.py for how programs are made).
+cdef struct Cmd:
+    int32_t kind            # WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM
+    int32_t is_async
+    int32_t dev             # index into the plan's devices (for error messages)
+    int32_t host_table      # -1: `host` is a fixed pointer; 0: inputs table; 1: outputs table
+    int32_t host_index      # index into that table
+    int32_t synchronous     # LAUNCH on a device that finishes before returning (counts as backend time)
+    const pyg_plugin_api *api
+    pyg_stream *stream
+    pyg_event *event
+    pyg_graph_plan *plan
+    pyg_buffer *buf         # device side (destination of COPY)
     uint64_t off
-    void *host          # host side: numpy data, set per compute
+    pyg_buffer *buf2        # source of COPY
+    uint64_t off2
+    void *host
     uint64_t size
 
 cdef class DeviceBuffer:
@@ -14,24 +27,13 @@ cdef class DeviceBuffer:
     cdef pyg_buffer *buf
     cdef readonly uint64_t size
     cdef void *base
+    cdef void *host_ptr
 
-cdef class Plan:
-    cdef pyg_tensor *ct            # every tensor of the plan (host-owned descriptors)
-    cdef int n_tensors
-    cdef pyg_tensor **nodes        # the non-leaf ones, in execution order
-    cdef pyg_graph graph
-    cdef pyg_graph_plan *gplan
-    cdef readonly Device device
-    cdef pyg_stream *stream
-    cdef readonly DeviceBuffer arena
-    cdef Copy *inputs
-    cdef int n_inputs
-    cdef Copy *outputs
-    cdef int n_outputs
-    cdef readonly list input_specs     # (name, DType, shape)
-    cdef readonly list output_specs    # (Tensor, numpy dtype, numpy shape)
-    cdef readonly uint64_t peak_bytes
-    cdef readonly int n_nodes
-    cdef int poison
-    cdef object stream_ref
-    cdef int run(self, char *pattern, int cap, double *backend_s) except -1
+cdef class Program:
+    cdef Cmd *cmds
+    cdef int n
+    cdef readonly str pattern
+    cdef readonly list text
+    cdef readonly int n_mb
+    cdef readonly object dropped
+    cdef int run(self, void **inputs, void **outputs, double *backend_s, int *failed_at) except -1

@@ -1,13 +1,15 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
-"""The scheduler: plans a graph once (order, memory, device plan), then recomputes it with new
-inputs without re-planning or re-allocating. The hot path (copies, launch, synchronize) runs
-without the GIL and without Python per node."""
+# cython: language_level=3
+"""The scheduler: assigns every node a device, splits the graph into runs of one device, plans
+memory once per device, and generates the run's command program (copies, launches, events, waits)
+under the sync contract of pyggml/sync.py. Recomputing reuses all of it: the program runs without
+the GIL and without Python per node; only the input and output arrays are bound per call."""
 import itertools
+import os
 import time
 
 import numpy as np
 
-from libc.stdint cimport uint64_t, int64_t, uintptr_t
+from libc.stdint cimport uint64_t, int64_t, uintptr_t, int32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset, strncpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
@@ -16,11 +18,22 @@ from pyggml._abi cimport *
 from pyggml._plugin cimport Plugin, Device, check
 from pyggml import _plugin
 from pyggml._alloc import plan_arena, align_up
-from pyggml.errors import GraphError, ShapeError, TypeMismatchError, UnsupportedError
+from pyggml import _program as P
+from pyggml.errors import GraphError, ShapeError, TypeMismatchError, UnsupportedError, PyggmlError
 from pyggml.graph import Tensor, FLAG_INPUT, FLAG_OUTPUT, FLAG_WEIGHT, FLAG_STATE, OP, VIEW_OPS
 from pyggml import ops as _ops
 
 _graph_ids = itertools.count(1)
+POLICIES = ("strict", "relaxed", "events")
+
+DEF K_WRITE = 0
+DEF K_READ = 1
+DEF K_COPY = 2
+DEF K_LAUNCH = 3
+DEF K_RECORD = 4
+DEF K_WAIT = 5
+DEF K_SYNC_EVENT = 6
+DEF K_SYNC_STREAM = 7
 
 
 cdef inline double _now() noexcept nogil:
@@ -52,103 +65,144 @@ cdef DeviceBuffer _alloc(Device dev, uint64_t size, dict stats, str what):
     info.struct_size = sizeof(info)
     check(api, api.buffer_get_info(buf, &info), dev.plugin.name, "buffer_get_info")
     b.base = info.base
+    b.host_ptr = info.host_ptr
     stats["buffer_allocs"] += 1
     stats["bytes_allocated"] += size
     return b
 
 
-cdef class Plan:
-    """A graph made ready for one device. Created by Scheduler; reused for every compute."""
+cdef class _Stream:
+    cdef Device dev
+    cdef pyg_stream *s
 
     def __dealloc__(self):
-        if self.gplan != NULL and self.device is not None:
-            self.device.plugin.api.graph_plan_destroy(self.gplan)
+        if self.s != NULL:
+            self.dev.plugin.api.stream_destroy(self.s)
+
+
+cdef class _Event:
+    cdef Device dev
+    cdef pyg_event *e
+
+    def __dealloc__(self):
+        if self.e != NULL:
+            self.dev.plugin.api.event_destroy(self.e)
+
+
+cdef class _Descs:
+    """A C array of tensor descriptors and the node pointer list of one split (one slot)."""
+    cdef pyg_tensor *ct
+    cdef pyg_tensor **nodes
+    cdef pyg_graph graph
+    cdef pyg_graph_plan *gplan
+    cdef Device dev
+
+    def __dealloc__(self):
+        if self.gplan != NULL:
+            self.dev.plugin.api.graph_plan_destroy(self.gplan)
         free(self.ct)
         free(self.nodes)
-        free(self.inputs)
-        free(self.outputs)
 
-    cdef int run(self, char *pattern, int cap, double *backend_s) except -1:
-        """Copies in, launch, host sync, copies out. Host pointers are already bound."""
-        cdef const pyg_plugin_api *api = self.device.plugin.api
+
+cdef class Program:
+    """A run's commands, executed in order without the GIL."""
+
+    def __dealloc__(self):
+        free(self.cmds)
+
+    cdef int run(self, void **inputs, void **outputs, double *backend_s, int *failed_at) except -1:
         cdef pyg_error *err = NULL
-        cdef int i, k = 0
-        cdef double t0, t1
-        cdef str stage = "poison"
+        cdef int i = 0
+        cdef Cmd *c
+        cdef void *host
+        cdef double t0, spent = 0
         with nogil:
-            if self.poison and self.arena is not None:
-                err = api.buffer_fill(self.arena.buf, 0, 0xFF, self.arena.size)
-            i = 0
-            while err == NULL and i < self.n_inputs:
-                err = api.buffer_write(self.inputs[i].buf, self.inputs[i].off, self.inputs[i].host,
-                                       self.inputs[i].size)
-                if k < cap - 1:
-                    pattern[k] = b'c'
-                    k += 1
+            while i < self.n:
+                c = &self.cmds[i]
+                host = c.host
+                if c.host_table == 0:
+                    host = inputs[c.host_index]
+                elif c.host_table == 1:
+                    host = outputs[c.host_index]
+                if c.kind == K_WRITE:
+                    if c.is_async:
+                        err = c.api.stream_write_async(c.stream, c.buf, c.off, host, c.size)
+                    else:
+                        err = c.api.buffer_write(c.buf, c.off, host, c.size)
+                elif c.kind == K_READ:
+                    if c.is_async:
+                        err = c.api.stream_read_async(c.stream, c.buf, c.off, host, c.size)
+                    else:
+                        err = c.api.buffer_read(c.buf, c.off, host, c.size)
+                elif c.kind == K_COPY:
+                    err = c.api.stream_copy_async(c.stream, c.buf, c.off, c.buf2, c.off2, c.size)
+                elif c.kind == K_LAUNCH:
+                    if c.synchronous:
+                        t0 = _now()
+                        err = c.api.graph_plan_compute(c.plan, c.stream)
+                        spent += _now() - t0
+                    else:
+                        err = c.api.graph_plan_compute(c.plan, c.stream)
+                elif c.kind == K_RECORD:
+                    err = c.api.event_record(c.event, c.stream)
+                elif c.kind == K_WAIT:
+                    err = c.api.stream_wait_event(c.stream, c.event)
+                elif c.kind == K_SYNC_EVENT:
+                    t0 = _now()
+                    err = c.api.event_synchronize(c.event)
+                    spent += _now() - t0
+                elif c.kind == K_SYNC_STREAM:
+                    t0 = _now()
+                    err = c.api.stream_synchronize(c.stream)
+                    spent += _now() - t0
+                if err != NULL:
+                    break
                 i += 1
-            t0 = _now()
-            if err == NULL:
-                err = api.graph_plan_compute(self.gplan, self.stream)
-                if k < cap - 1:
-                    pattern[k] = b'g'
-                    k += 1
-            if err == NULL:
-                err = api.stream_synchronize(self.stream)
-                if k < cap - 1:
-                    pattern[k] = b's'
-                    k += 1
-            t1 = _now()
-            i = 0
-            while err == NULL and i < self.n_outputs:
-                err = api.buffer_read(self.outputs[i].buf, self.outputs[i].off, self.outputs[i].host,
-                                      self.outputs[i].size)
-                if k < cap - 1:
-                    pattern[k] = b'c'
-                    k += 1
-                i += 1
-            pattern[k] = 0
-        backend_s[0] = t1 - t0
-        check(api, err, self.device.plugin.name, "compute")
+        backend_s[0] = spent
+        failed_at[0] = i
+        if err != NULL:
+            c = &self.cmds[i]
+            # make sure nothing is left in flight before the error propagates
+            self._drain()
+            check(c.api, err, self.text[i].split(" ")[1] if i < len(self.text) else "?",
+                  f"command {i} ({self.text[i]})")
         return 0
 
-
-cdef _fill_desc(pyg_tensor *c, t, pyg_tensor *ct, dict index):
-    c.type = t.type.id
-    c.op = t.op
-    for d in range(4):
-        c.ne[d] = t.ne[d]
-        c.nb[d] = t.nb[d]
-    for j, v in enumerate(t.params[:16]):
-        c.op_params[j] = v
-    c.flags = t.flags
-    for j, s in enumerate(t.src[:6]):
-        c.src[j] = &ct[index[s.id]] if s is not None else NULL
-    c.view_src = &ct[index[t.view_src.id]] if t.view_src is not None else NULL
-    c.view_offs = t.view_offs
-    nm = (t.name or f"{t.op_name}#{t.id}").encode()[:63]
-    strncpy(c.name, nm, 63)
+    def _drain(self):
+        cdef int i
+        cdef pyg_error *e
+        for i in range(self.n):
+            if self.cmds[i].stream != NULL and self.cmds[i].kind != K_SYNC_EVENT:
+                with nogil:
+                    e = self.cmds[i].api.stream_synchronize(self.cmds[i].stream)
+                if e != NULL:
+                    self.cmds[i].api.error_destroy(e)
 
 
 class RunStats:
-    """What one compute did: its sync pattern (c = blocking copy, a = async copy, g = graph launch,
-    w = device wait, s = host sync), host syncs, copies, bytes, and host vs backend time."""
+    """What one compute did: its sync pattern (c = blocking copy, a = queued copy, g = graph launch,
+    w = device wait, s = host wait), host waits, copies, bytes, splits and devices, and the time
+    the host spent outside the backends."""
 
-    __slots__ = ("sync_pattern", "host_syncs", "copies", "bytes_copied", "host_time_us",
-                 "backend_time_us", "total_time_us", "splits")
+    __slots__ = ("sync_pattern", "host_syncs", "copies", "bytes_copied", "host_time_us", "backend_time_us",
+                 "total_time_us", "splits", "devices", "policy", "micro_batches")
 
-    def __init__(self, pattern, copies, nbytes, total_s, backend_s, splits=1):
+    def __init__(self, pattern, copies, nbytes, total_s, backend_s, splits, devices, policy, n_mb):
         self.sync_pattern = pattern
         self.host_syncs = pattern.count("s")
         self.copies = copies
         self.bytes_copied = nbytes
         self.total_time_us = total_s * 1e6
         self.backend_time_us = backend_s * 1e6
-        self.host_time_us = (total_s - backend_s) * 1e6
+        self.host_time_us = max(0.0, total_s - backend_s) * 1e6
         self.splits = splits
+        self.devices = devices
+        self.policy = policy
+        self.micro_batches = n_mb
 
     def __repr__(self):
-        return (f"RunStats(pattern={self.sync_pattern!r}, host_syncs={self.host_syncs}, copies={self.copies}, "
-                f"host={self.host_time_us:.1f}us, backend={self.backend_time_us:.1f}us)")
+        return (f"RunStats(pattern={self.sync_pattern!r}, host_syncs={self.host_syncs}, splits={self.splits}, "
+                f"policy={self.policy}, host={self.host_time_us:.1f}us, total={self.total_time_us:.1f}us)")
 
 
 def _collect(outputs):
@@ -173,7 +227,6 @@ def _collect(outputs):
 
 
 def _readable(t):
-    """A tensor the host can read as is: computed here (not a view or leaf) and contiguous."""
     return t.op != 0 and t.op not in VIEW_OPS and t.view_src is None and t.is_contiguous()
 
 
@@ -185,56 +238,125 @@ def _out_array_spec(t):
     return np.dtype(np.uint8), t.shape[:-1] + (t.type.row_bytes(t.ne[0]),)
 
 
+def _base(t):
+    return t.view_src if t.view_src is not None else t
+
+
+def _is_compute(t):
+    return t.op != 0 and t.op not in VIEW_OPS
+
+
+cdef void _fill_desc(pyg_tensor *c, t):
+    c.type = t.type.id
+    c.op = t.op
+    for d in range(4):
+        c.ne[d] = t.ne[d]
+        c.nb[d] = t.nb[d]
+    for j, v in enumerate(t.params[:16]):
+        c.op_params[j] = v
+    c.flags = t.flags
+    nm = (t.name or f"{t.op_name}#{t.id}").encode()[:63]
+    strncpy(c.name, nm, 63)
+
+
+cdef bint _supports(Device dv, uintptr_t base, int i):
+    cdef pyg_tensor *ct = <pyg_tensor *>base
+    return dv.plugin.api.device_supports_op(dv.dev, &ct[i]) != 0
+
+
+class _Mem:
+    """Where a tensor's bytes are: a DeviceBuffer and an offset (plus a key for the sync model)."""
+    __slots__ = ("buf", "off", "key")
+
+    def __init__(self, buf, off, key):
+        self.buf = buf
+        self.off = off
+        self.key = key
+
+
+class Plan:
+    """A graph made ready for a list of devices: assignment, splits, memory, device plans and
+    (per number of micro-batches) the command program. Built once by Scheduler; reused."""
+
+    def __init__(self):
+        self.splits = []          # [(device index, [tensors])]
+        self.assign = {}          # tensor id -> device index (compute nodes)
+        self.programs = {}        # n_mb -> Program
+        self.peak_bytes = {}      # device name -> arena bytes
+        self.keep = []            # objects that must live as long as the plan
+
+    @property
+    def n_splits(self):
+        return len(self.splits)
+
+    def describe(self):
+        """One line per split: device and op names (for docs, debugging and tests)."""
+        return [f"split {i}: {self.devices[d]}: " + " ".join(t.op_name for t in ts)
+                for i, (d, ts) in enumerate(self.splits)]
+
+
 class Scheduler:
-    """Runs graphs on devices.
+    """Runs graphs on one or more devices.
 
-    `devices`: a device spec ("cpu", "cuda:0"), a Device, or a list of them in priority order
-    (this version runs a graph on the first one). `n_threads` sets CPU devices' thread count.
-    `poison=True` fills compute memory with 0xFF before each run (NaN for floats), so a kernel that
-    leaves an output element unwritten is caught."""
+    `devices`: a device spec ("cpu", "cuda:0"), a Device, or a list of them in priority order; a
+    node runs on its pinned device, else where its weights are pinned, else where its first input
+    was computed, else on the first device that supports it (the CPU, if listed, is the fallback).
+    `sync`: "strict", "relaxed" or "events" (default: "events"; `PYGGML_SYNC=strict` overrides).
+    `n_copies`: input slots per split for pipelined micro-batches (1-4).
+    `poison=True` fills compute memory with 0xFF before each run so unwritten outputs show as NaN.
+    `debug_drop_sync=k` leaves out the k-th ordering of the program (a test switch: the sanitizer
+    of the test plugin must then report the race)."""
 
-    def __init__(self, devices=("cpu",), n_threads=None, poison=False):
+    def __init__(self, devices=("cpu",), n_threads=None, poison=False, sync=None, n_copies=1,
+                 debug_drop_sync=None):
         if isinstance(devices, (str, Device)):
             devices = [devices]
         self.devices = [_plugin.get_device(d) for d in devices]
         if not self.devices:
             raise ValueError("Scheduler needs at least one device")
+        if len({str(d) for d in self.devices}) != len(self.devices):
+            raise ValueError(f"devices listed twice: {[str(d) for d in self.devices]}")
         if n_threads is not None:
             for d in self.devices:
                 if d.kind == 0:
                     d.set_option("n_threads", int(n_threads))
+        env = os.environ.get("PYGGML_SYNC", "").strip()
+        policy = env or sync or "events"
+        if policy not in POLICIES:
+            raise ValueError(f"sync policy {policy!r} is not one of {POLICIES}")
+        self.sync = policy
+        if not 1 <= int(n_copies) <= 4:
+            raise ValueError(f"n_copies must be 1..4, got {n_copies}")
+        self.n_copies = int(n_copies)
         self.poison = bool(poison)
-        self.stats = {"plans": 0, "buffer_allocs": 0, "bytes_allocated": 0, "computes": 0}
+        self.debug_drop_sync = debug_drop_sync
+        self.stats = {"plans": 0, "buffer_allocs": 0, "bytes_allocated": 0, "computes": 0, "programs": 0}
         self.last_run = None
         self._plans = {}
-        self._leaf_mem = {}     # (graph uid, tensor id, device name) -> (DeviceBuffer, offset)
+        self._leaf_mem = {}
         self._streams = {}
-        self._hidden = {}       # (graph uid, tensor id) -> readable copy node
+        self._hidden = {}
 
     # ---------------------------------------------------------------- public
 
     def compute(self, outputs, feeds=None):
         """Compute `outputs` (a Tensor or a list) with `feeds` {input name: array}; returns numpy
-        array(s). A second call with the same outputs reuses the plan: no re-planning, no allocation."""
+        array(s). A second call with the same outputs reuses everything: no planning, no allocation."""
         single = isinstance(outputs, Tensor)
-        outs = [outputs] if single else list(outputs)
-        if not outs:
-            raise GraphError("compute: no outputs given")
-        t_start = time.perf_counter()
-        plan = self.plan(outs)
-        keep, results = self._bind(plan, feeds or {})
-        cdef char pattern[256]
-        cdef double backend_s = 0
-        (<Plan>plan).run(pattern, 256, &backend_s)
-        total = time.perf_counter() - t_start
-        self.stats["computes"] += 1
-        nbytes = sum(a.nbytes for a in keep) + sum(r.nbytes for r in results)
-        self.last_run = RunStats(pattern.decode(), len(keep) + len(results), nbytes, total, backend_s)
-        del keep
-        return results[0] if single else results
+        res = self._run(outputs, [feeds or {}])
+        return res[0][0] if single else res[0]
+
+    def compute_batches(self, outputs, feeds_list):
+        """Pipelined run over micro-batches: the same graph once per feeds dict, queued so that
+        micro-batch n+1 can run on one device while n runs on the next. Returns one result per
+        micro-batch (each like compute's)."""
+        single = isinstance(outputs, Tensor)
+        if not feeds_list:
+            raise GraphError("compute_batches: no micro-batches given")
+        res = self._run(outputs, list(feeds_list))
+        return [r[0] for r in res] if single else res
 
     def plan(self, outputs):
-        """The Plan for these outputs (built on first use, then cached)."""
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         g = outs[0].graph
         key = (g.uid, tuple(o.id for o in outs), len(g.effects))
@@ -245,28 +367,104 @@ class Scheduler:
             self.stats["plans"] += 1
         return p
 
+    def program(self, outputs, n_mb=1):
+        """The command program for these outputs: .pattern and .text (one line per command)."""
+        return self._program(self.plan(outputs), n_mb)
+
     def read(self, t):
-        """Current contents of a state or weight tensor on the scheduler's device."""
-        key = (t.graph.uid, t.id, str(self.devices[0]))
-        if key not in self._leaf_mem:
-            raise GraphError(f"read: {t!r} has no memory on {self.devices[0]} yet (compute a graph using it first)")
-        buf, off = self._leaf_mem[key]
+        """Current contents of a state or weight tensor (from its home device)."""
+        for d in self.devices:
+            key = (t.graph.uid, t.id, str(d))
+            if key in self._leaf_mem:
+                break
+        else:
+            raise GraphError(f"read: {t!r} has no memory yet (compute a graph using it first)")
+        m = self._leaf_mem[key]
         dt, shape = _out_array_spec(t)
         out = np.empty(shape, dt)
-        cdef DeviceBuffer b = buf
+        cdef DeviceBuffer b = m.buf
         cdef Device dev = b.device
         cdef uintptr_t p = out.ctypes.data
-        check(dev.plugin.api, dev.plugin.api.buffer_read(b.buf, off, <void *>p, out.nbytes), dev.plugin.name, "read")
+        check(dev.plugin.api, dev.plugin.api.buffer_read(b.buf, m.off, <void *>p, out.nbytes), dev.plugin.name, "read")
         return out
+
+    # ---------------------------------------------------------------- running
+
+    def _run(self, outputs, feeds_list):
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        if not outs:
+            raise GraphError("compute: no outputs given")
+        t_start = time.perf_counter()
+        plan = self.plan(outs)
+        n_mb = len(feeds_list)
+        cdef Program prog = self._program(plan, n_mb)
+        keep = []
+        n_in = len(plan.input_specs)
+        n_out = len(plan.output_specs)
+        cdef void **ins = <void **>calloc(max(1, n_in * n_mb), sizeof(void *))
+        cdef void **outs_p = <void **>calloc(max(1, n_out * n_mb), sizeof(void *))
+        cdef uintptr_t ptr
+        cdef double backend_s = 0
+        cdef int failed_at = 0
+        results = []
+        try:
+            for mb, feeds in enumerate(feeds_list):
+                for j, (name, t, shape) in enumerate(plan.input_specs):
+                    a = self._feed(feeds, name, t, shape)
+                    keep.append(a)
+                    ptr = a.ctypes.data
+                    ins[mb * n_in + j] = <void *>ptr
+                row = []
+                for j, (t, dt, shape) in enumerate(plan.output_specs):
+                    r = np.empty(shape, dt)
+                    ptr = r.ctypes.data
+                    outs_p[mb * n_out + j] = <void *>ptr
+                    row.append(r)
+                results.append(row)
+            if self.poison:
+                self._poison(plan)
+            prog.run(ins, outs_p, &backend_s, &failed_at)
+        finally:
+            free(ins)
+            free(outs_p)
+        total = time.perf_counter() - t_start
+        self.stats["computes"] += 1
+        nbytes = sum(a.nbytes for a in keep) + sum(r.nbytes for row in results for r in row)
+        self.last_run = RunStats(prog.pattern, prog.pattern.count("a") + prog.pattern.count("c"), nbytes, total,
+                                 backend_s, plan.n_splits, [str(d) for d in plan.devices], self.sync, n_mb)
+        return results
+
+    def _feed(self, feeds, name, t, shape):
+        if name not in feeds:
+            raise GraphError(f"compute: no data fed for input {name!r} (shape {list(shape)}, {t.name}); "
+                             f"feeds have {sorted(feeds)}")
+        a = np.asarray(feeds[name])
+        if a.shape != tuple(shape):
+            raise ShapeError(f"compute: input {name!r} expects shape {list(shape)}, got {list(a.shape)}")
+        if a.dtype != t.np_dtype:
+            if not np.can_cast(a.dtype, t.np_dtype, "same_kind"):
+                raise TypeMismatchError(f"compute: input {name!r} is {t.name}; cannot take {a.dtype} data")
+            a = a.astype(t.np_dtype)
+        return np.ascontiguousarray(a)
+
+    def _poison(self, plan):
+        cdef DeviceBuffer b
+        for b in plan.scratch:
+            check(b.device.plugin.api, b.device.plugin.api.buffer_fill(b.buf, 0, 0xFF, b.size),
+                  b.device.plugin.name, "poison")
 
     # ---------------------------------------------------------------- planning
 
     def _stream(self, Device dev):
         cdef pyg_stream *s = NULL
+        cdef _Stream st
         key = str(dev)
         if key not in self._streams:
             check(dev.plugin.api, dev.plugin.api.stream_create(dev.dev, 0, &s), dev.plugin.name, "stream_create")
-            self._streams[key] = _Stream.make(dev, <uintptr_t>s)
+            st = _Stream.__new__(_Stream)
+            st.dev = dev
+            st.s = s
+            self._streams[key] = st
         return self._streams[key]
 
     def _readable_outputs(self, outs):
@@ -279,122 +477,288 @@ class Scheduler:
             h = self._hidden.get(key)
             if h is None:
                 h = _ops.cont(o)
+                h.pin = o.pin
                 self._hidden[key] = h
             res.append(h)
         return res
 
+    def _dev_index(self, spec):
+        d = _plugin.get_device(spec)
+        for i, x in enumerate(self.devices):
+            if x is d:
+                return i
+        raise GraphError(f"tensor pinned to {spec}, which is not among this scheduler's devices "
+                         f"{[str(x) for x in self.devices]}")
+
+    def _assign(self, order, probe):
+        """Device index for every compute node (rules in the class docstring)."""
+        assign = {}
+        state_home = {}
+        for t in order:
+            if not _is_compute(t):
+                continue
+            cands = []
+            if t.pin is not None:
+                d = self._dev_index(t.pin)
+                if not probe(d, t):
+                    raise UnsupportedError(f"{t!r} is pinned to {self.devices[d]}, which cannot compute it")
+                assign[t.id] = d
+                continue
+            base = _base(t)
+            if base is not t and base.flags & FLAG_STATE:
+                if base.id in state_home:
+                    cands.append(state_home[base.id])
+                elif base.pin is not None:
+                    cands.append(self._dev_index(base.pin))
+            for s in t.src:
+                if s is not None and s.flags & FLAG_WEIGHT and s.pin is not None:
+                    cands.append(self._dev_index(s.pin))
+            s0 = t.src[0] if t.src else None
+            if s0 is not None:
+                b0 = _base(s0)
+                if b0.id in assign:
+                    cands.append(assign[b0.id])
+            cands.extend(range(len(self.devices)))
+            for d in cands:
+                if probe(d, t):
+                    assign[t.id] = d
+                    break
+            else:
+                srcs = ", ".join(f"{s.type.name}{list(s.shape)}" for s in t.src if s is not None)
+                raise UnsupportedError(f"no device of {[str(x) for x in self.devices]} can compute "
+                                       f"{t.op_name} -> {t.type.name}{list(t.shape)} from ({srcs})")
+            if base is not t and base.flags & FLAG_STATE:
+                state_home.setdefault(base.id, assign[t.id])
+        return assign
+
     def _build(self, outs):
-        cdef Device dev = self.devices[0]
-        cdef const pyg_plugin_api *api = dev.plugin.api
+        plan = Plan()
+        plan.devices = self.devices
         readable = self._readable_outputs(outs)
         order = _collect(readable)
+        plan.order = order
+        step = {t.id: i for i, t in enumerate(order)}
+
+        # --- assignment (supports_op probed on a descriptor without memory)
+        cdef pyg_tensor *probe_ct = <pyg_tensor *>calloc(len(order), sizeof(pyg_tensor))
         index = {t.id: i for i, t in enumerate(order)}
-        cdef Plan p = Plan.__new__(Plan)
-        p.device = dev
-        p.poison = self.poison
-        n = len(order)
-        p.n_tensors = n
-        p.ct = <pyg_tensor *>calloc(n if n else 1, sizeof(pyg_tensor))
-        if p.ct == NULL:
-            raise MemoryError("plan: out of host memory")
+        cdef Device dv
+        try:
+            for i, t in enumerate(order):
+                _fill_desc(&probe_ct[i], t)
+            for i, t in enumerate(order):
+                for j, s in enumerate(t.src[:6]):
+                    probe_ct[i].src[j] = &probe_ct[index[s.id]] if s is not None else NULL
+                probe_ct[i].view_src = &probe_ct[index[t.view_src.id]] if t.view_src is not None else NULL
+                probe_ct[i].view_offs = t.view_offs
+            cache = {}
+            base_addr = <uintptr_t>probe_ct
 
-        # --- support check before any allocation
-        cdef pyg_tensor *c
-        for i, t in enumerate(order):
-            _fill_desc(&p.ct[i], t, p.ct, index)
-        for i, t in enumerate(order):
-            if t.op != 0 and t.op not in VIEW_OPS:
-                if not api.device_supports_op(dev.dev, &p.ct[i]):
-                    srcs = ", ".join(f"{s.type.name}{list(s.shape)}" for s in t.src if s is not None)
-                    raise UnsupportedError(f"{dev}: cannot compute {t.op_name} -> {t.type.name}{list(t.shape)} "
-                                           f"from ({srcs})", plugin=dev.plugin.name)
+            def probe(d, t):
+                key = (d, t.id)
+                if key not in cache:
+                    cache[key] = _supports(self.devices[d], base_addr, index[t.id])
+                return cache[key]
+            assign = self._assign(order, probe)
+        finally:
+            free(probe_ct)
+        plan.assign = assign
 
-        # --- lifetimes and arena offsets (inputs live from the start, outputs to the end)
-        align = dev.alignment
-        owner = {}
+        # --- memory homes: compute bases live where computed; states where first written/read
+        home = {}
         for t in order:
-            owner[t.id] = (t.view_src.id if t.view_src is not None else t.id)
-        arena_ids, sizes, first, last = [], [], [], []
-        pos = {}
-        for step, t in enumerate(order):
-            if t.view_src is None and not (t.flags & (FLAG_WEIGHT | FLAG_STATE)) and (t.op != 0 or t.flags & FLAG_INPUT):
-                pos[t.id] = len(arena_ids)
-                arena_ids.append(t.id)
-                sizes.append(t.nbytes)
-                first.append(0 if t.flags & FLAG_INPUT else step)
-                last.append(step)
-        for step, t in enumerate(order):
+            if _is_compute(t) and t.view_src is None:
+                home[t.id] = assign[t.id]
+        for t in order:
+            if _is_compute(t):
+                b = _base(t)
+                if b.flags & FLAG_STATE and b.id not in home:
+                    home[b.id] = assign[t.id]
+        for t in order:
+            if t.flags & FLAG_STATE and t.id not in home:
+                users = [assign[u.id] for u in order if _is_compute(u) and any(s is not None and _base(s) is t for s in u.src)]
+                home[t.id] = self._dev_index(t.pin) if t.pin is not None else (users[0] if users else 0)
+
+        # --- splits: runs of compute nodes on one device
+        splits = []
+        for t in order:
+            if not _is_compute(t):
+                continue
+            d = assign[t.id]
+            if splits and splits[-1][0] == d:
+                splits[-1][1].append(t)
+            else:
+                splits.append((d, [t]))
+        plan.splits = splits
+        used = sorted({d for d, _ in splits})
+        plan.used = used
+
+        # --- per split: sources by kind
+        def src_closure(t):
+            out = []
             for s in t.src:
-                if s is not None:
-                    o = owner[s.id]
-                    if o in pos:
-                        k = pos[o]
-                        last[k] = max(last[k], step)
-        out_ids = {o.id for o in readable}
-        for t in readable:
-            o = owner[t.id]
-            if o in pos:
-                last[pos[o]] = n + 1
-        offsets, arena_size = plan_arena(sizes, first, last, align)
-        p.peak_bytes = arena_size
-        p.arena = _alloc(dev, arena_size, self.stats, "graph memory") if arena_ids else None
+                while s is not None:
+                    out.append(s)
+                    s = s.view_src if s.view_src is not None and s.view_src is not s else None
+            return out
 
-        # --- addresses
-        mem = {}
-        for k, tid in enumerate(arena_ids):
-            mem[tid] = (p.arena, offsets[k])
+        foreign = []        # per split: ordered list of foreign bases
+        inputs_on = {}      # (input id, device) -> True
+        for si, (d, ts) in enumerate(splits):
+            fl = []
+            for t in ts:
+                for s in src_closure(t) + ([_base(t)] if t.view_src is not None else []):
+                    b = _base(s)
+                    if b.flags & FLAG_WEIGHT:
+                        continue
+                    if b.flags & FLAG_INPUT:
+                        inputs_on[(b.id, d)] = True
+                        continue
+                    if home.get(b.id) != d and b not in fl:
+                        fl.append(b)
+            foreign.append(fl)
+
+        # --- arenas: per device, bases homed there (computed) + inputs instantiated there
+        cdef Device dev
+        plan.scratch = []
+        mem = {}            # (tensor id, device) -> _Mem for local memory
+        first_use = {}
+        for si, (d, ts) in enumerate(splits):
+            for b in foreign[si]:
+                first_use.setdefault((b.id, home[b.id]), step[ts[0].id])
+        readable_ids = {o.id for o in readable}
+        for d in used:
+            dev = self.devices[d]
+            ids, sizes, first, last = [], [], [], []
+            pos = {}
+            for t in order:
+                if (t.flags & FLAG_INPUT and (t.id, d) in inputs_on) or \
+                        (_is_compute(t) and t.view_src is None and home.get(t.id) == d):
+                    pos[t.id] = len(ids)
+                    ids.append(t.id)
+                    sizes.append(t.nbytes)
+                    first.append(0 if t.flags & FLAG_INPUT else step[t.id])
+                    last.append(len(order) + 1 if t.id in readable_ids else step[t.id])
+            for si, (sd, ts) in enumerate(splits):
+                for t in ts:
+                    for s in src_closure(t):
+                        b = _base(s)
+                        if b.id in pos and (sd == d or b in foreign[si]):
+                            k = pos[b.id]
+                            last[k] = max(last[k], step[t.id])
+            offsets, size = plan_arena(sizes, first, last, dev.alignment)
+            plan.peak_bytes[str(dev)] = size
+            if ids:
+                buf = _alloc(dev, size, self.stats, f"graph memory on {dev}")
+                plan.scratch.append(buf)
+                for k, tid in enumerate(ids):
+                    mem[(tid, d)] = _Mem(buf, offsets[k], ("arena", d))
+        # slots for foreign bases: per device, per split, per copy
+        slot_mem = {}
+        for d in used:
+            dev = self.devices[d]
+            off = 0
+            entries = []
+            for si, (sd, ts) in enumerate(splits):
+                if sd != d:
+                    continue
+                for b in foreign[si]:
+                    for k in range(self.n_copies):
+                        entries.append((si, b.id, k, off))
+                        off = align_up(off + b.nbytes, dev.alignment)
+            if entries:
+                buf = _alloc(dev, off, self.stats, f"split input slots on {dev}")
+                plan.scratch.append(buf)
+                for si, bid, k, o in entries:
+                    slot_mem[(si, bid, k)] = _Mem(buf, o, ("slots", d))
+        # leaves: weights on every device that uses them, states on their home
+        for si, (d, ts) in enumerate(splits):
+            for t in ts:
+                for s in src_closure(t) + [_base(t)]:
+                    b = _base(s)
+                    if b.flags & FLAG_WEIGHT and (b.id, d) not in mem:
+                        mem[(b.id, d)] = self._leaf(self.devices[d], b)
         for t in order:
-            if t.flags & (FLAG_WEIGHT | FLAG_STATE):
-                mem[t.id] = self._leaf(dev, t)
-        cdef DeviceBuffer b
-        cdef uint64_t coff
-        for i, t in enumerate(order):
-            o = owner[t.id]
-            if o not in mem:
-                raise GraphError(f"plan: {t!r} has no memory (a leaf that is neither input, weight nor state?)")
-            b, off = mem[o]
-            coff = off + (t.view_offs if t.view_src is not None else 0)
-            p.ct[i].buffer = b.buf
-            p.ct[i].offset = coff
-            p.ct[i].data = <void *>(<char *>b.base + coff) if b.base != NULL else NULL
+            if t.flags & FLAG_STATE:
+                mem[(t.id, home[t.id])] = self._leaf(self.devices[home[t.id]], t)
+        plan.mem = mem
+        plan.slot_mem = slot_mem
+        plan.home = home
+        plan.foreign = foreign
 
-        # --- node list and device plan
-        node_idx = [i for i, t in enumerate(order) if t.op != 0]
-        p.n_nodes = len(node_idx)
-        p.nodes = <pyg_tensor **>calloc(len(node_idx) if node_idx else 1, sizeof(pyg_tensor *))
-        for j, i in enumerate(node_idx):
-            p.nodes[j] = &p.ct[i]
-        p.graph.struct_size = sizeof(pyg_graph)
-        p.graph.n_nodes = len(node_idx)
-        p.graph.nodes = p.nodes
-        p.graph.id = next(_graph_ids)
-        check(api, api.graph_plan_create(dev.dev, &p.graph, &p.gplan), dev.plugin.name, "graph_plan_create")
-        s = self._stream(dev)
-        p.stream = <pyg_stream *><uintptr_t>s.handle
-        p.stream_ref = s
+        # --- per split and slot: descriptors and the device's graph plan
+        plan.descs = {}
+        for si, (d, ts) in enumerate(splits):
+            for k in range(self.n_copies):
+                plan.descs[(si, k)] = self._split_descs(plan, si, d, ts, k, src_closure)
 
-        # --- host copies
+        # --- host-facing specs
         ins = [t for t in order if t.flags & FLAG_INPUT]
-        p.n_inputs = len(ins)
-        p.inputs = <Copy *>calloc(len(ins) if ins else 1, sizeof(Copy))
-        p.input_specs = []
-        for j, t in enumerate(ins):
-            b, off = mem[t.id]
-            p.inputs[j].buf = b.buf
-            p.inputs[j].off = off
-            p.inputs[j].size = t.nbytes
-            p.input_specs.append((t.name, t.type, t.shape))
-        p.n_outputs = len(readable)
-        p.outputs = <Copy *>calloc(len(readable), sizeof(Copy))
-        p.output_specs = []
-        for j, t in enumerate(readable):
-            b, off = mem[owner[t.id]]
-            p.outputs[j].buf = b.buf
-            p.outputs[j].off = off
-            p.outputs[j].size = t.nbytes
+        plan.input_specs = [(t.name, t.type, t.shape) for t in ins]
+        plan.input_index = {t.id: j for j, t in enumerate(ins)}
+        plan.readable = readable
+        plan.output_specs = []
+        for t in readable:
             dt, shape = _out_array_spec(t)
-            p.output_specs.append((t, dt, shape))
-        return p
+            plan.output_specs.append((t, dt, shape))
+        plan.inputs_on = sorted(inputs_on, key=lambda x: (step[x[0]], x[1]))
+        return plan
+
+    def _locate(self, plan, t, d, si, k):
+        """(DeviceBuffer, offset) of tensor t as split si (slot k) on device d sees it."""
+        b = _base(t)
+        extra = t.view_offs if t.view_src is not None else 0
+        if b in plan.foreign[si]:
+            m = plan.slot_mem[(si, b.id, k)]
+        elif b.flags & FLAG_STATE:
+            m = plan.mem[(b.id, plan.home[b.id])]
+        else:
+            m = plan.mem.get((b.id, d))
+            if m is None:
+                raise GraphError(f"plan: {t!r} has no memory on {self.devices[d]}")
+        return m, extra
+
+    def _split_descs(self, plan, si, d, ts, k, src_closure):
+        cdef Device dev = self.devices[d]
+        needed = []
+        seen = set()
+        for t in ts:
+            for s in [t] + src_closure(t) + ([t.view_src] if t.view_src is not None else []):
+                if s.id not in seen:
+                    seen.add(s.id)
+                    needed.append(s)
+        needed.sort(key=lambda x: x.id)
+        idx = {t.id: i for i, t in enumerate(needed)}
+        cdef _Descs D = _Descs.__new__(_Descs)
+        D.dev = dev
+        D.ct = <pyg_tensor *>calloc(len(needed), sizeof(pyg_tensor))
+        D.nodes = <pyg_tensor **>calloc(len(ts), sizeof(pyg_tensor *))
+        if D.ct == NULL or D.nodes == NULL:
+            raise MemoryError("plan: out of host memory")
+        cdef DeviceBuffer buf
+        cdef uint64_t off
+        for i, t in enumerate(needed):
+            _fill_desc(&D.ct[i], t)
+            for j, s in enumerate(t.src[:6]):
+                D.ct[i].src[j] = &D.ct[idx[s.id]] if (s is not None and s.id in idx) else NULL
+            if t.view_src is not None and t.view_src.id in idx:
+                D.ct[i].view_src = &D.ct[idx[t.view_src.id]]
+            D.ct[i].view_offs = t.view_offs
+            m, extra = self._locate(plan, t, d, si, k)
+            buf = m.buf
+            off = m.off + extra
+            D.ct[i].buffer = buf.buf
+            D.ct[i].offset = off
+            D.ct[i].data = <void *>(<char *>buf.base + off) if buf.base != NULL else NULL
+        for j, t in enumerate(ts):
+            D.nodes[j] = &D.ct[idx[t.id]]
+        D.graph.struct_size = sizeof(pyg_graph)
+        D.graph.n_nodes = len(ts)
+        D.graph.nodes = D.nodes
+        D.graph.id = next(_graph_ids)
+        check(dev.plugin.api, dev.plugin.api.graph_plan_create(dev.dev, &D.graph, &D.gplan), dev.plugin.name,
+              f"graph_plan_create (split {si})")
+        return D
 
     def _leaf(self, Device dev, t):
         key = (t.graph.uid, t.id, str(dev))
@@ -415,53 +779,180 @@ class Scheduler:
             check(api, err, dev.plugin.name, f"uploading {t!r}")
         else:
             check(api, api.buffer_fill(b.buf, 0, 0, b.size), dev.plugin.name, f"zeroing {t!r}")
-        self._leaf_mem[key] = (b, 0)
-        return (b, 0)
+        m = _Mem(b, 0, ("leaf", str(dev), t.id))
+        self._leaf_mem[key] = m
+        return m
 
-    def _bind(self, Plan p, feeds):
-        keep = []
-        cdef int j
-        cdef uintptr_t ptr
-        for j, (name, t, shape) in enumerate(p.input_specs):
-            if name not in feeds:
-                raise GraphError(f"compute: no data fed for input {name!r} (shape {list(shape)}, {t.name}); "
-                                 f"feeds have {sorted(feeds)}")
-            a = feeds[name]
-            a = np.asarray(a)
-            if a.shape != tuple(shape):
-                raise ShapeError(f"compute: input {name!r} expects shape {list(shape)}, got {list(a.shape)}")
-            if a.dtype != t.np_dtype:
-                if not np.can_cast(a.dtype, t.np_dtype, "same_kind"):
-                    raise TypeMismatchError(f"compute: input {name!r} is {t.name}; cannot take {a.dtype} data")
-                a = a.astype(t.np_dtype)
-            a = np.ascontiguousarray(a)
-            keep.append(a)
-            ptr = a.ctypes.data
-            p.inputs[j].host = <void *>ptr
-        results = []
-        for j, (t, dt, shape) in enumerate(p.output_specs):
-            r = np.empty(shape, dt)
-            ptr = r.ctypes.data
-            p.outputs[j].host = <void *>ptr
-            results.append(r)
-        return keep, results
+    # ---------------------------------------------------------------- programs
 
+    def _dev_models(self):
+        out = []
+        for i, d in enumerate(self.devices):
+            out.append(P.DevModel(i, d.plugin.name, d.caps, d.quirks, bool(d.caps & (1 << 8)),
+                                  bool(d.caps & 1)))
+        return out
 
-cdef class _Stream:
-    cdef Device dev
-    cdef pyg_stream *s
+    def _program(self, plan, n_mb):
+        prog = plan.programs.get(n_mb)
+        if prog is None:
+            prog = self._make_program(plan, n_mb)
+            plan.programs[n_mb] = prog
+            self.stats["programs"] += 1
+        return prog
 
-    @staticmethod
-    cdef _Stream make(Device dev, uintptr_t handle):
-        cdef _Stream st = _Stream.__new__(_Stream)
-        st.dev = dev
-        st.s = <pyg_stream *>handle
-        return st
+    def _region(self, m, t_bytes, extra=0):
+        return (m.key, m.off + extra, m.off + extra + max(1, t_bytes))
 
-    @property
-    def handle(self):
-        return <uintptr_t>self.s
+    def _make_program(self, plan, n_mb):
+        gen = P.Generator(self._dev_models(), self.sync, len(plan.used), self.debug_drop_sync)
+        splits = plan.splits
+        for mb in range(n_mb):
+            k = mb % self.n_copies
+            # user inputs, written where they are used
+            for tid, d in plan.inputs_on:
+                t = next(x for x in plan.order if x.id == tid)
+                m = plan.mem[(tid, d)]
+                gen.host_write(d, self._region(m, t.nbytes), ("in", mb, plan.input_index[tid]), t.nbytes,
+                               note=f"input {t.name}", mb=mb)
+            for si, (d, ts) in enumerate(splits):
+                slots = []
+                for b in plan.foreign[si]:
+                    hd = plan.home[b.id]
+                    src_m = plan.mem[(b.id, hd)]
+                    dst_m = plan.slot_mem[(si, b.id, k)]
+                    src = self._region(src_m, b.nbytes)
+                    dst = self._region(dst_m, b.nbytes)
+                    sl = gen.new_slot(f"split {si} slot {k} <- {b.name or b.op_name}", d)
+                    slots.append(sl)
+                    note = f"split {si}: {b.name or b.op_name + '#' + str(b.id)} {self.devices[hd]}->{self.devices[d]}"
+                    sdev, ddev = gen.devs[hd], gen.devs[d]
+                    if sdev.plugin == ddev.plugin and sdev.async_compute and (sdev.caps & P.CAP_PEER) \
+                            and not sdev.host_memory:
+                        gen.peer_copy(hd, dst, src, b.nbytes, note=note, mb=mb)
+                        gen.slot_copy(sl, hd, False)
+                    elif ddev.host_memory:
+                        is_async = gen.host_read(hd, src, ("fixed", dst_m), b.nbytes, dst_region=dst, note=note, mb=mb)
+                        gen.slot_copy(sl, hd, not is_async)
+                    elif sdev.host_memory:
+                        is_async = gen.host_write(d, dst, ("fixed", src_m), b.nbytes, src_region=src, note=note, mb=mb)
+                        gen.slot_copy(sl, d, not is_async)
+                    else:
+                        stage = np.empty(b.nbytes, np.uint8)
+                        plan.keep.append(stage)
+                        gen.host_read(hd, src, ("stage", stage), b.nbytes, note=note + " (via host)", mb=mb)
+                        gen._order(P.HOST, hd, gen.seq[hd], note + ": staged")
+                        gen.host_write(d, dst, ("stage", stage), b.nbytes, note=note + " (via host)", mb=mb)
+                        gen._order(P.HOST, d, gen.seq[d], note + ": staged")
+                        gen.slot_copy(sl, d, True)
+                reads, writes = [], []
+                seen = set()
+                for t in ts:
+                    for s in t.src:
+                        if s is None:
+                            continue
+                        b = _base(s)
+                        if b.id in seen:
+                            continue
+                        seen.add(b.id)
+                        m, _ = self._locate(plan, b, d, si, k)
+                        reads.append(self._region(m, b.nbytes))
+                    b = _base(t)
+                    m, _ = self._locate(plan, b, d, si, k)
+                    writes.append(self._region(m, b.nbytes))
+                gen.launch(d, (si, k), reads, writes, note=f"split {si} on {self.devices[d]}", mb=mb)
+                for sl in slots:
+                    gen.slot_launch(sl, d)
+            for j, t in enumerate(plan.readable):
+                d = plan.home[_base(t).id]
+                m = plan.mem[(t.id, d)]
+                gen.host_read(d, self._region(m, t.nbytes), ("out", mb, j), t.nbytes, note=f"output {j}", mb=mb)
+        gen.finish()
+        return self._materialize(plan, gen, n_mb)
 
-    def __dealloc__(self):
-        if self.s != NULL:
-            self.dev.plugin.api.stream_destroy(self.s)
+    def _materialize(self, plan, gen, n_mb):
+        cdef Program prog = Program.__new__(Program)
+        cmds = gen.cmds
+        prog.n = len(cmds)
+        prog.cmds = <Cmd *>calloc(max(1, len(cmds)), sizeof(Cmd))
+        prog.n_mb = n_mb
+        prog.pattern = P.pattern(cmds)
+        prog.text = [repr(x) for x in cmds]
+        prog.dropped = gen.dropped
+        events = []
+        cdef Device dev
+        cdef _Event ev
+        cdef pyg_event *e
+        for (s, seq, snap) in gen.events:
+            dev = self.devices[s]
+            e = NULL
+            check(dev.plugin.api, dev.plugin.api.event_create(dev.dev, &e), dev.plugin.name, "event_create")
+            ev = _Event.__new__(_Event)
+            ev.dev = dev
+            ev.e = e
+            events.append(ev)
+        plan.keep.append(events)
+        n_in = len(plan.input_specs)
+        n_out = len(plan.output_specs)
+        cdef Cmd *c
+        cdef DeviceBuffer b
+        cdef _Stream st
+        cdef _Descs D
+        cdef uintptr_t hp
+        cdef uint64_t hoff
+        for i, cm in enumerate(cmds):
+            c = &prog.cmds[i]
+            dev = self.devices[cm.dev]
+            st = self._stream(dev)
+            c.kind = cm.kind
+            c.is_async = cm.is_async
+            c.dev = cm.dev
+            c.api = dev.plugin.api
+            c.stream = st.s
+            c.host_table = -1
+            c.size = cm.size
+            if cm.kind in (P.WRITE, P.READ):
+                region = cm.dst if cm.kind == P.WRITE else cm.src
+                m = self._mem_of_region(plan, region)
+                b = m.buf
+                c.buf = b.buf
+                c.off = region[1]
+                kind = cm.host[0]
+                if kind == "in":
+                    c.host_table = 0
+                    c.host_index = cm.host[1] * n_in + cm.host[2]
+                elif kind == "out":
+                    c.host_table = 1
+                    c.host_index = cm.host[1] * n_out + cm.host[2]
+                elif kind == "fixed":
+                    b = cm.host[1].buf
+                    if b.host_ptr == NULL:
+                        raise PyggmlError(f"internal: host copy through {b.device}, whose memory is not host-visible")
+                    hoff = cm.host[1].off
+                    c.host = <void *>(<char *>b.host_ptr + <uint64_t>hoff)
+                else:
+                    hp = cm.host[1].ctypes.data
+                    c.host = <void *>hp
+            elif cm.kind == P.COPY:
+                m = self._mem_of_region(plan, cm.dst)
+                b = m.buf
+                c.buf = b.buf
+                c.off = cm.dst[1]
+                m = self._mem_of_region(plan, cm.src)
+                b = m.buf
+                c.buf2 = b.buf
+                c.off2 = cm.src[1]
+            elif cm.kind == P.LAUNCH:
+                D = plan.descs[cm.split]
+                c.plan = D.gplan
+                c.synchronous = not (dev.caps & 1)
+            elif cm.kind in (P.RECORD, P.WAIT, P.SYNC_EVENT):
+                ev = events[cm.event]
+                c.event = ev.e
+        return prog
+
+    def _mem_of_region(self, plan, region):
+        key = region[0]
+        for m in list(plan.mem.values()) + list(plan.slot_mem.values()):
+            if m.key == key and m.off <= region[1] < m.off + m.buf.size + 1:
+                return m
+        raise PyggmlError(f"internal: no buffer for region {region}")

@@ -44,7 +44,7 @@ class Tensor:
     """A node of a Graph: a leaf (input, weight, state) or the result of an op."""
 
     __slots__ = ("graph", "id", "type", "ne", "nb", "ndim", "op", "params", "src", "view_src",
-                 "view_offs", "name", "flags", "data", "__weakref__")
+                 "view_offs", "name", "flags", "data", "pin", "__weakref__")
 
     def __init__(self, graph, type, ne, ndim, op=0, src=(), params=None, nb=None, view_src=None,
                  view_offs=0, name="", flags=0, data=None):
@@ -61,6 +61,7 @@ class Tensor:
         self.name = name
         self.flags = flags
         self.data = data
+        self.pin = graph._pin           # device spec this tensor must live/run on (None: scheduler decides)
         self.id = graph._add(self)
 
     # --- numpy-facing views of the descriptor
@@ -132,6 +133,22 @@ class Graph:
         self.by_name = {}
         self.effects = []   # nodes that write persistent memory (set_rows, cpy into a state)
         self.version = 0    # bumped by every change; plans are keyed by it
+        self._pin = None
+
+    def on(self, device):
+        """Context manager: tensors created inside are pinned to `device` ("cuda:1"); use it
+        around a range of layers to place them. `t.pin = "cpu"` pins one tensor."""
+        graph = self
+
+        class _On:
+            def __enter__(self_):
+                self_.prev = graph._pin
+                graph._pin = None if device is None else str(device)
+                return graph
+
+            def __exit__(self_, *exc):
+                graph._pin = self_.prev
+        return _On()
 
     def _add(self, t):
         if t.name:
