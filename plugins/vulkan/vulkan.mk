@@ -2,7 +2,7 @@
 # at build time only; the library dlopens libvulkan.so.1 at run time and links nothing of Vulkan.
 # Without glslc or <vulkan/vulkan.h> this fragment adds nothing.
 VK_GLSLC := $(shell command -v glslc 2>/dev/null)
-VK_HAVE_HEADERS := $(shell printf '\#include <vulkan/vulkan.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
+VK_HAVE_HEADERS := $(shell $(CC) -E -x c -include vulkan/vulkan.h /dev/null >/dev/null 2>&1 && echo yes)
 
 ifneq ($(VK_GLSLC),)
 ifeq ($(VK_HAVE_HEADERS),yes)
