@@ -51,3 +51,12 @@ EXPORT int tq_vec_dot(int type, int which, long long n, float *s, const void *x,
 }
 
 EXPORT int tq_has_avx2(void) { return quant_cpu_has_avx2(); }
+
+/* f32 -> f16 -> f32 through the kernels' own conversion helpers */
+EXPORT void tq_f32_to_f16(const float *src, uint16_t *dst, long long n) {
+    for (long long i = 0; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
+EXPORT void tq_f16_to_f32(const uint16_t *src, float *dst, long long n) {
+    for (long long i = 0; i < n; i++) dst[i] = quant_f16_to_f32(src[i]);
+}
