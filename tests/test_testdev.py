@@ -832,3 +832,37 @@ def test_pyggml_scheduler_runs_on_testdev_bitwise_like_cpu(libdir):
     if r.stdout.startswith("SKIP"):
         pytest.skip(r.stdout.strip())
     assert r.returncode == 0 and "OK" in r.stdout, f"rc {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+
+
+GIL_SCRIPT = r"""
+import ctypes as C, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import test_testdev as T
+pg = T.Plugin(sys.argv[2])
+d = pg.device(0)
+pg.opt(d, "sanitize", 1)
+pg.opt(d, "copy_latency_us", 100000)
+s = pg.new("stream", d, 0)
+b = pg.buffer(d, 4096)
+x = np.arange(1024, dtype=np.float32)
+pg.call("stream_write_async", s, b, 0, x.ctypes.data, x.nbytes)
+x[:] = 0  # the worker will find this and log it
+pg.call("stream_write_async", s, b, 0, x.ctypes.data, x.nbytes)
+# a caller that keeps the GIL while it waits for the worker (Cython without nogil)
+sync = C.PYFUNCTYPE(C.c_void_p, C.c_void_p)(C.cast(pg.api.stream_synchronize, C.c_void_p).value)
+err = sync(s)
+code = pg.api.error_code(err)
+pg.api.error_destroy(err)
+assert code == T.PYG_ERR_SANITIZER, code
+assert any("host memory changed" in m for m in pg.errors_logged()), pg.logs
+print("OK")
+"""
+
+
+def test_worker_never_calls_the_host_log_while_the_host_waits_holding_the_gil(libdir):
+    """Regression: a worker that delivered its log itself needed the GIL, held by a host thread
+    waiting in stream_synchronize for that worker: a deadlock. Child process, so a hang times out."""
+    r = subprocess.run([sys.executable, "-c", GIL_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
+                        os.path.join(libdir, "libpyggml-testdev.so")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "OK" in r.stdout, f"{r.stdout}\n{r.stderr[-3000:]}"

@@ -81,6 +81,7 @@ static void free_cmd(td_cmd *c) {
 
 static void *worker(void *arg) {
     pyg_stream *s = arg;
+    td_mark_worker();
     td_lock();
     for (;;) {
         while (!s->head && !s->quit) pthread_cond_wait(&td.cv, &td.mu);
@@ -111,10 +112,6 @@ static void *worker(void *arg) {
         }
         pthread_cond_broadcast(&td.cv);
         free_cmd(c);
-        if (e) { /* deliver the log of this failure now, not at some later unlock */
-            td_unlock();
-            td_lock();
-        }
     }
     td_unlock();
     return NULL;

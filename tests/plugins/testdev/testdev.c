@@ -96,8 +96,10 @@ typedef struct td_logmsg {
 } td_logmsg;
 
 static __thread int t_locked;                 /* this thread holds td.mu */
+static __thread int t_worker;                 /* a stream's worker: never calls the host */
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static td_logmsg *g_log_head, **g_log_tail = &g_log_head;
+static int g_log_pending; /* queued messages; read without the lock (atomic) */
 
 static void deliver(int32_t level, const char *text) {
     pthread_mutex_lock(&g_host_mu);
@@ -117,6 +119,7 @@ static void flush_logs(void) {
         if (m) {
             g_log_head = m->next;
             if (!g_log_head) g_log_tail = &g_log_head;
+            __atomic_sub_fetch(&g_log_pending, 1, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&g_log_mu);
         if (!m) return;
@@ -133,7 +136,13 @@ void td_lock(void) {
 void td_unlock(void) {
     t_locked = 0;
     pthread_mutex_unlock(&td.mu);
-    if (g_log_head) flush_logs(); /* racy peek; a message missed here goes with the next unlock */
+    if (!t_worker && __atomic_load_n(&g_log_pending, __ATOMIC_ACQUIRE)) flush_logs();
+}
+
+/* A worker thread must not call host->log: the host may hold the lock its callback needs (the
+ * GIL) while it waits for this very worker. Its messages go out with the next host call. */
+void td_mark_worker(void) {
+    t_worker = 1;
 }
 
 void td_log(int32_t level, const char *fmt, ...) {
@@ -142,7 +151,7 @@ void td_log(int32_t level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (!t_locked) {
+    if (!t_locked && !t_worker) {
         flush_logs(); /* keep the order */
         deliver(level, buf);
         return;
@@ -156,6 +165,7 @@ void td_log(int32_t level, const char *fmt, ...) {
     pthread_mutex_lock(&g_log_mu);
     *g_log_tail = m;
     g_log_tail = &m->next;
+    __atomic_add_fetch(&g_log_pending, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_log_mu);
 }
 

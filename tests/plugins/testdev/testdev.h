@@ -41,12 +41,14 @@ pyg_error *td_oom(void);
 int32_t td_error_code(const pyg_error *e);
 const char *td_error_msg(const pyg_error *e);
 void td_error_free(pyg_error *e);
-/* Log through host->log. Never calls the host while td.mu is held (the host's callback may need a
- * lock of its own, e.g. Python's GIL, held by a thread that waits for td.mu): a message logged
- * under the lock is queued and delivered by td_unlock. */
+/* Log through host->log. Never calls the host while td.mu is held, nor from a worker thread (the
+ * host's callback may need a lock of its own, e.g. Python's GIL, held by a thread that waits for
+ * td.mu or for that worker): such a message is queued and delivered by the next td_unlock of a
+ * host thread (every entry point takes the lock, so the next call on the plugin delivers it). */
 void td_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void td_lock(void);
 void td_unlock(void);
+void td_mark_worker(void);
 
 /* ---------------------------------------------------------------- vector clocks */
 
