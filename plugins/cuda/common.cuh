@@ -259,6 +259,7 @@ int rows_supports(const pyg_tensor *node);
 int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
+size_t mul_mat_scratch_bytes(const pyg_tensor *node);
 int flash_attn_supports(const pyg_tensor *node);
 size_t flash_attn_scratch_bytes(const pyg_tensor *node, int n_sm);
 int flash_attn_launch(const pyg_tensor *node, op_ctx *c);

@@ -71,6 +71,7 @@ static int launch_node(const pyg_tensor *node, op_ctx *c) {
 
 static size_t node_scratch(const pyg_tensor *node, int n_sm) {
     if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, n_sm);
+    if (node->op == PYG_OP_MUL_MAT) return mul_mat_scratch_bytes(node);
     return 0;
 }
 

@@ -1,8 +1,11 @@
 /* plugins/cuda/mul_mat.cu — dst[m, n] = sum_k src0[k, m] * src1[k, n].
  *
- * Two paths:
- *  - mat-vec (N <= 8, the decode path): one block per weight row, threads walk the row in units of
- *    32 weights decoded straight from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
+ * Three paths:
+ *  - quantized mat-vec (N <= 8, the decode path; mmvq.cuh): activations quantized to int8 blocks in
+ *    plan scratch, then one warp per weight row dots the quant blocks with them by dp4a
+ *    (PYGGML_CUDA_MMVQ=0 selects the float mat-vec below instead).
+ *  - float mat-vec (N <= 8): one block per weight row, threads walk the row in units of 32 weights
+ *    decoded to float from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
  *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
  *    weights and 16-byte aligned activation columns.
  *  - tiled GEMM (everything else): 64x64 tiles, weights dequantized element-wise into shared memory,
@@ -10,7 +13,10 @@
  * Weights broadcast over dims 2, 3 as in ggml: src0 batch i02 = i12 / (B2 / b2).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "common.cuh"
+#include "mmvq.cuh"
 
 #define MV_THREADS 128
 #define MV_MAX_COLS 8
@@ -97,6 +103,63 @@ __global__ void __launch_bounds__(MV_THREADS) k_matvec(mv_args a) {
 #pragma unroll
         for (int k = 0; k < MV_THREADS / PYG_WARP_SIZE; k++) v += sh[k][threadIdx.x];
         a.dst[m + (int64_t)(c0 + threadIdx.x) * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- quantized mat-vec (dp4a) */
+
+struct mvq_args {
+    const char *w;
+    int64_t nb01, nb02, nb03, r2, r3, K, M, B2;
+    const int8_t *yq;       /* [columns][K] int8 */
+    const float *yds;       /* [columns][K/32] (d, s) */
+    int ncols;
+    float *dst;
+    int64_t ds1, ds2, ds3;
+};
+
+/* One warp per 32 activations: int8 quants and (d, d*sum). Columns flattened as c + N*(i12 + B2*i13). */
+__global__ void k_quantize_y(const float *y, int64_t ys1, int64_t ys2, int64_t ys3, int64_t K, int ncols, int64_t B2,
+                             int64_t nblk, int8_t *yq, float *yds) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE;
+    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x / PYG_WARP_SIZE) + threadIdx.x / PYG_WARP_SIZE;
+    if (gb >= nblk) return;
+    const int64_t kb = gb % (K / 32), col = gb / (K / 32);
+    const int64_t c = col % ncols, bt = col / ncols, i12 = bt % B2, i13 = bt / B2;
+    const float v = y[c * ys1 + i12 * ys2 + i13 * ys3 + kb * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    const float sum = warp_sum((float)q);
+    yq[col * K + kb * 32 + lane] = (int8_t)q;
+    if (lane == 0) {
+        yds[2 * gb] = d;
+        yds[2 * gb + 1] = d * sum;
+    }
+}
+
+#define MVQ_ROWS 4 /* warps (rows) per block */
+
+template <int T, int NC>
+__global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE;
+    const int64_t m = (int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE;
+    if (m >= a.M) return; /* whole warps only */
+    const int64_t i12 = blockIdx.y % a.B2, i13 = blockIdx.y / a.B2;
+    const char *row = a.w + m * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
+    const int64_t col0 = (int64_t)blockIdx.y * a.ncols;
+    const int8_t *yq = a.yq + col0 * a.K;
+    const float *yds = a.yds + col0 * (a.K / 16);
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    const int64_t nu = mmvq<T>::units(a.K);
+    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
+        mmvq<T>::template unit<NC>(row, u, yq, yds, a.K, a.K / 16, a.ncols, acc);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const float v = warp_sum(acc[c]);
+        if (lane == 0 && c < a.ncols) a.dst[m + c * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
     }
 }
 
@@ -195,6 +258,85 @@ static int matvec_ok(const pyg_tensor *n) {
     return 1;
 }
 
+static int mmvq_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PYGGML_CUDA_MMVQ");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
+
+static int use_mmvq(const pyg_tensor *n) {
+    return is_supported_quant(n->src[0]->type) && matvec_ok(n) && mmvq_enabled();
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+size_t mul_mat_scratch_bytes(const pyg_tensor *n) {
+    if (!use_mmvq(n)) return 0;
+    const pyg_tensor *b = n->src[1];
+    const size_t cols = (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
+    return align256(cols * (size_t)b->ne[0]) + cols * (size_t)(b->ne[0] / 32) * 2 * sizeof(float);
+}
+
+template <int T>
+static void launch_mmvq(const mvq_args &args, dim3 grid, int nc, gpuStream_t s) {
+    switch (nc) {
+    case 1: k_mmvq<T, 1><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
+    case 2: k_mmvq<T, 2><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
+    case 4: k_mmvq<T, 4><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
+    default: k_mmvq<T, 8><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
+    }
+}
+
+static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    const size_t need = mul_mat_scratch_bytes(n);
+    if (!c->scratch || c->scratch_size < need) {
+        snprintf(c->err, c->errlen, "mul_mat: plan scratch too small (%zu < %zu)", c->scratch_size, need);
+        return PYG_ERR_INTERNAL;
+    }
+    const int64_t K = a->ne[0], cols = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t nblk = cols * (K / 32);
+    int8_t *yq = (int8_t *)c->scratch;
+    float *yds = (float *)((char *)c->scratch + align256((size_t)(cols * K)));
+    k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
+                                                            (int64_t)b->nb[2] / 4, (int64_t)b->nb[3] / 4, K,
+                                                            (int)b->ne[1], b->ne[2], nblk, yq, yds);
+    int st = check_launch(c, "mul_mat (quantize activations)");
+    if (st != PYG_OK) return st;
+    mvq_args args;
+    args.w = (const char *)a->data;
+    args.nb01 = (int64_t)a->nb[1];
+    args.nb02 = (int64_t)a->nb[2];
+    args.nb03 = (int64_t)a->nb[3];
+    args.r2 = b->ne[2] / a->ne[2];
+    args.r3 = b->ne[3] / a->ne[3];
+    args.K = K;
+    args.M = a->ne[1];
+    args.B2 = b->ne[2];
+    args.yq = yq;
+    args.yds = yds;
+    args.ncols = (int)b->ne[1];
+    args.dst = (float *)n->data;
+    args.ds1 = (int64_t)n->nb[1] / 4;
+    args.ds2 = (int64_t)n->nb[2] / 4;
+    args.ds3 = (int64_t)n->nb[3] / 4;
+    const int nc = args.ncols <= 1 ? 1 : args.ncols <= 2 ? 2 : args.ncols <= 4 ? 4 : 8;
+    const dim3 grid(ceil_div_u(a->ne[1], MVQ_ROWS), (unsigned)(b->ne[2] * b->ne[3]), 1);
+    switch (a->type) {
+    case PYG_TYPE_Q4_0: launch_mmvq<PYG_TYPE_Q4_0>(args, grid, nc, c->stream); break;
+    case PYG_TYPE_Q8_0: launch_mmvq<PYG_TYPE_Q8_0>(args, grid, nc, c->stream); break;
+    case PYG_TYPE_Q4_K: launch_mmvq<PYG_TYPE_Q4_K>(args, grid, nc, c->stream); break;
+    case PYG_TYPE_Q6_K: launch_mmvq<PYG_TYPE_Q6_K>(args, grid, nc, c->stream); break;
+    default:
+        snprintf(c->err, c->errlen, "mmvq: type %d", a->type);
+        return PYG_ERR_INTERNAL;
+    }
+    return check_launch(c, "mul_mat (quantized mat-vec)");
+}
+
 template <int T>
 static void launch_matvec(const mv_args &args, dim3 grid, int nc, gpuStream_t s) {
     switch (nc) {
@@ -208,6 +350,7 @@ static void launch_matvec(const mv_args &args, dim3 grid, int nc, gpuStream_t s)
 int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    if (use_mmvq(n)) return run_mmvq(n, c);
     if (matvec_ok(n)) {
         mv_args args;
         args.w = (const char *)a->data;

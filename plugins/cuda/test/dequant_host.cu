@@ -1,13 +1,17 @@
 /* plugins/cuda/test/dequant_host.cu — runs the plugin's dequantizer (common.cuh, host side) on CPU:
  *   dequant_host TYPE_ID IN.bin OUT.bin
  * IN holds whole blocks; OUT gets the f32 values. It also decodes every block through the mat-vec
- * unit decoders (mmv_decode.cuh) and exits 1 if they disagree with dequant_one. tests/test_cuda_build.py compares them with the
+ * unit decoders (mmv_decode.cuh) and the int8 dot units (mmvq.cuh, two activation columns), and
+ * exits 1 if they disagree with dequant_one (the dots: with a double-precision dot against the
+ * same int8 activations). tests/test_cuda_build.py compares them with the
  * gguf package's reference, so the block layouts are checked on a machine without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 #include "common.cuh"
 #include "mmv_decode.cuh"
+#include "mmvq.cuh"
+#include <math.h>
 
 int main(int argc, char **argv) {
     if (argc != 4) { fprintf(stderr, "usage: %s TYPE IN OUT\n", argv[0]); return 2; }
@@ -52,6 +56,42 @@ int main(int argc, char **argv) {
             fprintf(stderr, "mat-vec decoder mismatch at %zu: %g vs %g\n", i, mvout[i], out[i]);
             return 1;
         }
+    }
+    /* the int8 (dp4a) units: the row is all K weights; two pseudo-random activation columns */
+    {
+        std::vector<float> y(2 * K);
+        uint32_t st = 12345;
+        for (auto &v : y) { st = st * 1664525u + 1013904223u; v = ((float)(st >> 8) / 16777216.0f - 0.5f) * 4.0f; }
+        std::vector<int8_t> yq(2 * K);
+        std::vector<float> yds(2 * (K / 32) * 2);
+        for (int c = 0; c < 2; c++)
+            for (int64_t b = 0; b < K / 32; b++)
+                q8_block(&y[c * K + b * 32], &yq[c * K + b * 32], &yds[c * (K / 16) + 2 * b]);
+        double expect[2] = { 0, 0 }, mag[2] = { 0, 0 };
+        for (int c = 0; c < 2; c++)
+            for (int64_t i = 0; i < K; i++) {
+                const double t = (double)out[i] * (double)yds[c * (K / 16) + 2 * (i / 32)] * (double)yq[c * K + i];
+                expect[c] += t;
+                mag[c] += fabs(t);
+            }
+        float acc[2] = { 0, 0 };
+#define DOT(T) for (int64_t u = 0; u < mmvq<T>::units(K); u++) \
+        mmvq<T>::unit<2>((const char *)base, u, yq.data(), yds.data(), K, K / 16, 2, acc);
+        switch (type) {
+        case PYG_TYPE_Q4_0: DOT(PYG_TYPE_Q4_0); break;
+        case PYG_TYPE_Q8_0: DOT(PYG_TYPE_Q8_0); break;
+        case PYG_TYPE_Q4_K: DOT(PYG_TYPE_Q4_K); break;
+        case PYG_TYPE_Q6_K: DOT(PYG_TYPE_Q6_K); break;
+        default: return 2;
+        }
+        for (int c = 0; c < 2; c++) {
+            if (!(fabs(acc[c] - expect[c]) <= 1e-5 * mag[c] + 1e-6)) {
+                fprintf(stderr, "int8 dot mismatch (column %d): %.9g vs %.9g (magnitude %g)\n", c, acc[c], expect[c],
+                        mag[c]);
+                return 1;
+            }
+        }
+        fprintf(stderr, "int8 dots ok: %.6g %.6g (expect %.6g %.6g)\n", acc[0], acc[1], expect[0], expect[1]);
     }
     f = fopen(argv[3], "wb");
     if (!f) return 2;
