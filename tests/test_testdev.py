@@ -866,3 +866,36 @@ def test_worker_never_calls_the_host_log_while_the_host_waits_holding_the_gil(li
     r = subprocess.run([sys.executable, "-c", GIL_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
                         os.path.join(libdir, "libpyggml-testdev.so")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK" in r.stdout, f"{r.stdout}\n{r.stderr[-3000:]}"
+
+
+ENV_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import test_testdev as T
+pg = T.Plugin(sys.argv[2])
+assert pg.api.name == b"testdevb", pg.api.name
+assert pg.api.device_count() == 3, pg.api.device_count()
+p = pg.props(pg.device(2))
+assert p.caps == 0x13 and p.quirks == 0x2 and p.name == b"envdev" and p.memory_total == 1 << 20, (p.caps, p.quirks, p.name)
+import numpy as np
+d = pg.device(0)
+pg.opt(d, "copy_latency_us", 100000)
+s = pg.new("stream", d, 0)
+b = pg.buffer(d, 64)
+x = np.ones(16, np.float32)
+pg.call("stream_write_async", s, b, 0, x.ctypes.data, x.nbytes)
+e = pg.error_of("buffer_read", b, 0, x.ctypes.data, x.nbytes)   # PYGGML_SANITIZE=1 turned the checks on
+assert e.code == T.PYG_ERR_SANITIZER, e
+print("OK")
+"""
+
+
+def test_configuration_from_the_environment(libdir):
+    """PYGGML_<NAME>_* at plugin_init (here the testdevb instance, so PYGGML_TESTDEVB_*)."""
+    env = dict(os.environ, PYGGML_SANITIZE="1", PYGGML_TESTDEVB_DEVICES="3", PYGGML_TESTDEVB_CAPS="13",
+               PYGGML_TESTDEVB_QUIRKS="2", PYGGML_TESTDEVB_NAME="envdev", PYGGML_TESTDEVB_MEMORY=str(1 << 20),
+               PYGGML_TESTDEV_DEVICES="5")  # another instance's prefix: ignored
+    r = subprocess.run([sys.executable, "-c", ENV_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
+                        os.path.join(libdir, "libpyggml-testdevb.so")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0 and "OK" in r.stdout, f"{r.stdout}\n{r.stderr[-3000:]}"
