@@ -876,7 +876,7 @@ pg = T.Plugin(sys.argv[2])
 assert pg.api.name == b"testdevb", pg.api.name
 assert pg.api.device_count() == 3, pg.api.device_count()
 p = pg.props(pg.device(2))
-assert p.caps == 0x13 and p.quirks == 0x2 and p.name == b"envdev" and p.memory_total == 1 << 20, (p.caps, p.quirks, p.name)
+assert p.caps == 0x1b and p.quirks == 0x2 and p.name == b"envdev" and p.memory_total == 1 << 20, (p.caps, p.quirks, p.name)
 import numpy as np
 d = pg.device(0)
 pg.opt(d, "copy_latency_us", 100000)
@@ -892,7 +892,7 @@ print("OK")
 
 def test_configuration_from_the_environment(libdir):
     """PYGGML_<NAME>_* at plugin_init (here the testdevb instance, so PYGGML_TESTDEVB_*)."""
-    env = dict(os.environ, PYGGML_SANITIZE="1", PYGGML_TESTDEVB_DEVICES="3", PYGGML_TESTDEVB_CAPS="13",
+    env = dict(os.environ, PYGGML_SANITIZE="1", PYGGML_TESTDEVB_DEVICES="3", PYGGML_TESTDEVB_CAPS="1b",
                PYGGML_TESTDEVB_QUIRKS="2", PYGGML_TESTDEVB_NAME="envdev", PYGGML_TESTDEVB_MEMORY=str(1 << 20),
                PYGGML_TESTDEV_DEVICES="5")  # another instance's prefix: ignored
     r = subprocess.run([sys.executable, "-c", ENV_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
