@@ -494,3 +494,28 @@ def test_close_with_live_views(tmp_path):
     assert view[1, 2] == 5
     with pytest.raises(GGUFError, match="closed"):
         r.tensor("a").data
+
+
+def test_reader_to_writer_copy_is_byte_identical(tmp_path):
+    """Every field and tensor read back and written again gives the same file, byte for byte."""
+    src = str(tmp_path / "src.gguf")
+    rng = np.random.default_rng(5)
+    with GGUFWriter(src, alignment=64) as w:
+        w.add_string("s", "x\u2581y")
+        w.add_array("a", [b"\xff\x00", "ok"], "string")
+        w.add_array("n", [[1.5], [2.5, 3.5]], "array")
+        w.add_array("b", [True, False, True])
+        w.add_uint64("u", 2**64 - 1)
+        w.add_float64("d", 0.1)
+        for name, (arr, t, shape) in _tensors(rng).items():
+            w.add_tensor(name, arr, type=t, shape=shape)
+    dst = str(tmp_path / "dst.gguf")
+    with GGUFReader(src) as r:
+        w = GGUFWriter(dst, alignment=r.alignment, version=r.version)
+        for f in r.fields.values():
+            if f.key != "general.alignment":
+                w.add(f.key, f.value, f.type, f.elem_type)
+        for t in r.tensors:
+            w.add_tensor(t.name, t.data, type=t.type.id, shape=t.shape)
+        w.write()
+    assert open(src, "rb").read() == open(dst, "rb").read()
