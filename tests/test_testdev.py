@@ -430,6 +430,43 @@ def test_without_a_wait_the_other_stream_really_races(ctx):
     assert np.array_equal(pg.read(buf, 16), x)
 
 
+def _trace(pg):
+    out = []
+    with pg._log_lock:
+        for _lvl, _p, m in pg.logs:
+            if m.startswith("trace "):
+                out.append(dict(kv.split("=", 1) for kv in m.split(" ")[1:7]))
+    return out
+
+
+def test_trace_shows_two_devices_running_at_once_and_fifo_per_stream(ctx):
+    """Structure, not speed: the two devices' computes overlap in time; one stream never does."""
+    pg = ctx.pg
+    pg.opt(ctx.d0, "trace", 1)
+    try:
+        for d in (ctx.d0, ctx.d1):
+            pg.opt(d, "launch_latency_us", 150_000)
+        s0, s1 = ctx.stream(ctx.d0), ctx.stream(ctx.d1)
+        g0, g1 = AddGraph(ctx, ctx.d0, 4, 1), AddGraph(ctx, ctx.d1, 4, 1)
+        for g in (g0, g1):
+            pg.call("buffer_fill", g.buf, 0, 0, 16)
+        pg.call("graph_plan_compute", g0.plan, s0)
+        pg.call("graph_plan_compute", g0.plan, s0)
+        pg.call("graph_plan_compute", g1.plan, s1)
+        pg.call("stream_synchronize", s0)
+        pg.call("stream_synchronize", s1)  # delivers the workers' trace lines
+        tr = [t for t in _trace(pg) if t["kind"] == "compute"]
+        a = sorted((int(t["start_us"]), int(t["end_us"])) for t in tr if t["device"] == "testdev:0")
+        b = [(int(t["start_us"]), int(t["end_us"])) for t in tr if t["device"] == "testdev:1"]
+        assert len(a) == 2 and len(b) == 1, tr
+        assert a[0][1] <= a[1][0], "one stream runs its commands one after the other"
+        assert b[0][0] < a[0][1] and a[0][0] < b[0][1], "two devices run at the same time"
+        g0.destroy()
+        g1.destroy()
+    finally:
+        pg.opt(ctx.d0, "trace", 0)
+
+
 def test_waits_snapshot_the_event_and_never_deadlock(ctx):
     """Cross waits between two streams, and an event re-recorded after a wait was queued."""
     pg = ctx.pg

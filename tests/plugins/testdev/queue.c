@@ -24,6 +24,12 @@ int td_stream_valid(const pyg_stream *s) {
     return 0;
 }
 
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void sleep_us(int64_t us) {
     if (us <= 0) return;
     struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
@@ -88,7 +94,8 @@ static void *worker(void *arg) {
         td_cmd *c = s->head;
         if (!c) break;
         pyg_error *e = NULL;
-        int san = 0;
+        int san = 0, trace = td.trace;
+        int64_t t0 = trace ? now_us() : 0;
         if (c->kind == TD_CMD_WAIT) {
             while (c->wait_stream->done < c->wait_seq) pthread_cond_wait(&td.cv, &td.mu);
         } else if (c->kind != TD_CMD_RECORD) {
@@ -100,6 +107,11 @@ static void *worker(void *arg) {
             if (san) td_san_violation(td_error_msg(e));
             if (!s->err) s->err = e;
             else td_error_free(e);
+        }
+        if (trace) {
+            static const char *const kinds[] = { "write", "read", "copy", "compute", "record", "wait" };
+            td_log(PYG_LOG_DEBUG, "trace stream=%d device=%s seq=%llu kind=%s start_us=%lld end_us=%lld what=%s", s->id,
+                   s->dev->label, (unsigned long long)c->seq, kinds[c->kind], (long long)t0, (long long)now_us(), c->what);
         }
         s->head = c->next;
         if (!s->head) s->tail = NULL;

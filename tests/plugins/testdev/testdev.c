@@ -23,6 +23,10 @@
  *   poison_alloc (g.)                              = sanitize: new buffers are filled with 0xff
  *   sanitize_check (g.)                            returns PYG_ERR_SANITIZER listing every violation
  *                                                  since the last check (then forgets them), or NULL
+ *   trace (global)                                 0; 1: log each command as it ends, PYG_LOG_DEBUG
+ *                                                  "trace stream=S device=D seq=N kind=K start_us=A
+ *                                                  end_us=B what=..." (CLOCK_MONOTONIC), delivered
+ *                                                  with the next host call
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -249,10 +253,12 @@ static pyg_error *apply_option(pyg_device *d, const char *key, const char *value
         if (parse_u64(value, 10, &u) || u < 1 || u > TD_MAX_DEVICES)
             return td_error(PYG_ERR_INVALID_ARGUMENT, "n_devices: '%s' is not in 1..%d", value, TD_MAX_DEVICES);
         td.n_devices = (int)u;
-    } else if (!strcmp(key, "sanitize") || !strcmp(key, "poison_reads") || !strcmp(key, "poison_alloc")) {
+    } else if (!strcmp(key, "sanitize") || !strcmp(key, "poison_reads") || !strcmp(key, "poison_alloc") ||
+               !strcmp(key, "trace")) {
         if (parse_bool(value, &b)) return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: '%s' is not 0 or 1", key, value);
         if (!strcmp(key, "sanitize")) td.sanitize = b;
         else if (!strcmp(key, "poison_reads")) td.poison_reads = b;
+        else if (!strcmp(key, "trace")) td.trace = b;
         else td.poison_alloc = b;
     } else if (!strcmp(key, "sanitize_check")) {
         if (!td.violations) return NULL;

@@ -195,6 +195,7 @@ typedef struct td_state {
     int sanitize;
     int poison_reads;          /* sanitizer: fill async-read destinations with 0xff at enqueue */
     int poison_alloc;          /* fill new device buffers with 0xff */
+    int trace;                 /* log every command's start and end (PYG_LOG_DEBUG "trace ...") */
     pyg_buffer *buffers;       /* live buffers */
     int next_buffer_id;
     struct pyg_stream **streams; /* by id; kept after destroy (clocks refer to the ids) */
