@@ -27,6 +27,7 @@ if ! command -v nvcc >/dev/null 2>&1; then say "nvcc not found: the CUDA plugin 
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 say "GPU: ${GPU:-none visible}; $(nvcc --version | tail -1); $($PY --version 2>&1)"
 COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export GPU_CHECK_COMMIT=$COMMIT
 DIRTY=$(git status --porcelain 2>/dev/null | grep -v '^??' | wc -l)
 
 # No registry there: when the Python requirements are importable, skip make's pip step.
@@ -44,12 +45,19 @@ if [ $BUILD_RC -ne 0 ]; then tail -40 "$OUT_DIR/build.log"; fi
 say "pytest $TESTS"
 t0=$(date +%s)
 # shellcheck disable=SC2086
-timeout 330 $PY -m pytest -q -rA -p no:cacheprovider $TESTS >"$OUT_DIR/pytest.log" 2>&1
+timeout 330 $PY -X faulthandler -m pytest -q -rA -p no:cacheprovider $TESTS >"$OUT_DIR/pytest.log" 2>&1
 TEST_RC=$?
 TEST_S=$(( $(date +%s) - t0 ))
 grep -E "^(FAILED|ERROR)" "$OUT_DIR/pytest.log" | head -40
 TEST_SUMMARY=$(tail -1 "$OUT_DIR/pytest.log")
 say "pytest rc=$TEST_RC in ${TEST_S}s: $TEST_SUMMARY"
+if [ $TEST_RC -ge 128 ]; then   # a crash: where (faulthandler's stack), and which file alone reproduces it
+    grep -A25 "Fatal Python error" "$OUT_DIR/pytest.log" | head -40
+    for f in tests/test_*.py; do
+        timeout 120 $PY -X faulthandler -m pytest -q -p no:cacheprovider "$f" >/dev/null 2>&1
+        echo "   alone: $f rc=$?"
+    done
+fi
 # the cuda share of the results (test ids and skip reasons carry the device name)
 grep -E "^(PASSED|FAILED|SKIPPED|ERROR).*cuda" "$OUT_DIR/pytest.log" | awk '{print $1}' | sort | uniq -c \
     >"$OUT_DIR/cuda_ops.txt" || true

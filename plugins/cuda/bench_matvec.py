@@ -171,11 +171,13 @@ def main(argv=None):
             if r["impl"] == "pyggml":
                 r["ratio_vs_torch_f16_GBps"] = r["GBps"] / tr["GBps"]
                 r["fraction_of_copy_bw"] = r["GBps"] / copy_gbps
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip() or None
-    except OSError:
-        commit = None
+    commit = os.environ.get("GPU_CHECK_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=ROOT).stdout.strip() or None
+        except OSError:
+            commit = None
     doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "cuda-matvec", "device": args.device,
            "gpu": str(desc), "commit": commit, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
            "call_overhead_s": overhead, "copy_GBps_torch": copy_gbps,

@@ -42,6 +42,24 @@ template <int T> struct mv_plain {
     static __device__ __forceinline__ int64_t decode(const char *row, int64_t u, int64_t K, float *w) {
         const int64_t k0 = u * 8;
         constexpr int es = T == PYG_TYPE_F32 ? 4 : 2;
+        const char *p = row + k0 * es;
+        if (k0 + 8 <= K && ((uintptr_t)p & 15) == 0) { /* 16-byte loads where the row allows */
+            if (T == PYG_TYPE_F32) {
+                const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+                w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+                w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+            } else {
+                const uint4 v = *(const uint4 *)p;
+                const uint32_t words[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const uint16_t lo = (uint16_t)(words[i] & 0xffff), hi = (uint16_t)(words[i] >> 16);
+                    w[2 * i] = T == PYG_TYPE_F16 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+                    w[2 * i + 1] = T == PYG_TYPE_F16 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+                }
+            }
+            return k0;
+        }
 #pragma unroll
         for (int t = 0; t < 8; t++) w[t] = (k0 + t < K) ? load_f(row + (k0 + t) * es, T) : 0.0f;
         return k0;
