@@ -270,3 +270,68 @@ def test_invalid_sizes_rejected(q, name):
             q.vec_dot(name, buf, buf[None, :], n)
     with pytest.raises(ValueError):
         q.vec_dot(name, buf, np.zeros((5, 4 * ts), np.uint8), bs, which=2)  # more rows than QUANT_MULTI_MAX
+
+
+# ---------------------------------------------------------------- through the real plugin
+# pg.quantize / pg.dequantize run a converting CONT on the CPU plugin; mul_mat runs the plugin's
+# kernels (vec_dot on activations quantized to the vec_dot_type, or its own paths for larger N).
+
+@pytest.fixture(scope="module")
+def pg():
+    try:
+        import pyggml
+        pyggml.Scheduler(["cpu"])
+    except Exception as e:  # not built (make) or no CPU plugin
+        pytest.skip(f"pyggml with the CPU plugin unavailable: {e}")
+    return pyggml
+
+
+@pytest.mark.parametrize("name", list(qlib.TYPES))
+def test_pg_quantize_matches_ggml_golden(pg, name):
+    with open(os.path.join(qlib.HERE, "golden.json")) as f:
+        golden = json.load(f)
+    for kind in qlib.DATA_KINDS:
+        x = qlib.det_data(kind, golden["n"]).reshape(-1, 512)
+        b = pg.quantize(x, name)
+        _, bs, ts = qlib.TYPES[name]
+        assert b.shape == (x.shape[0], 512 // bs * ts) and b.dtype == np.uint8
+        assert hashlib.sha256(b.tobytes()).hexdigest() == golden["hashes"][kind][name], (name, kind)
+
+
+@pytest.mark.parametrize("name", GGUF_DEQUANTIZES)
+def test_pg_dequantize_matches_gguf(pg, name):
+    _, bs, ts = qlib.TYPES[name]
+    blocks = random_blocks(name, 256, 9).reshape(16, -1)
+    shape = (16, blocks.shape[1] // ts * bs)
+    ours = pg.dequantize(blocks, name, shape)
+    ref = gq.dequantize(blocks, gguf_type(name)).astype(np.float32)
+    assert ours.shape == ref.shape
+    assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", list(qlib.TYPES))
+def test_pg_quantize_rejects_bad_rows(pg, name):
+    bs = qlib.TYPES[name][1]
+    with pytest.raises(pg.PyggmlError):
+        pg.quantize(np.zeros((2, bs + 1), np.float32), name)
+    with pytest.raises(pg.PyggmlError):
+        pg.dequantize(np.zeros(64 * 1024, np.uint8), name, (2, bs + 1))
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 5, 16, 37])
+@pytest.mark.parametrize("name", WEIGHT_TYPES)
+def test_pg_mul_mat(pg, name, n_rows):
+    """mul_mat of every weight type against a float64 reference of the dequantized bytes"""
+    K = 768 if qlib.TYPES[name][1] == 256 else 416
+    rng = np.random.default_rng(n_rows)
+    W = (rng.standard_normal((67, K)) * np.exp(rng.standard_normal((67, 1)))).astype(np.float32)
+    Wq = pg.quantize(W, name)
+    Wd = pg.dequantize(Wq, name, W.shape).astype(np.float64)
+    X = rng.standard_normal((n_rows, K)).astype(np.float32)
+    g = pg.Graph()
+    y = pg.mul_mat(g.weight("w", Wq, type=name, shape=W.shape), g.input("x", X.shape))
+    out = pg.Scheduler(["cpu"]).compute(y, {"x": X})
+    ref = X.astype(np.float64) @ Wd.T
+    assert out.shape == ref.shape and np.all(np.isfinite(out))
+    nmse = float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
+    assert nmse < 5e-4, f"{name} N={n_rows}: NMSE {nmse:.3g}"
