@@ -366,8 +366,7 @@ pyg_error *td_stream_wait_event(pyg_stream *s, pyg_event *ev) {
     else e = need_cap(s->dev, PYG_CAP_EVENTS, "stream_wait_event", "PYG_CAP_EVENTS");
     if (e || !ev->stream) { td_unlock(); return e; } /* a fresh event is complete */
     td_cmd *c = calloc(1, sizeof *c);
-    if (!c || td_clock_join(&s->clock, &ev->clock)) {
-        free(c);
+    if (!c) {
         td_unlock();
         return td_oom();
     }
@@ -375,7 +374,10 @@ pyg_error *td_stream_wait_event(pyg_stream *s, pyg_event *ev) {
     c->wait_stream = ev->stream; /* snapshot: later records of ev do not move this wait */
     c->wait_seq = ev->seq;
     snprintf(c->what, sizeof c->what, "stream_wait_event");
+    uint64_t before = s->enq;
     e = td_enqueue(s, c, NULL, 0, 0);
+    /* what comes after the wait is ordered after what the event's stream had done and seen */
+    if (s->enq != before && td_clock_join(&s->clock, &ev->clock) && !e) e = td_oom();
     td_unlock();
     return e;
 }
