@@ -264,8 +264,17 @@ AVX2 static inline void q6_K_load(const blk_q6_K *x, __m256i q[8], __m256i sc[8]
         q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
     }
-    for (int g = 0; g < 8; g++)
-        sc[g] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * g + 1]), _mm_set1_epi16(x->scales[2 * g]));
+    /* scales 0..7 and 8..15 as 16-bit lanes, each set in both 128-bit halves; group g of half h
+     * takes scale 2g in the low half and 2g+1 in the high half (one byte shuffle each) */
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m256i s_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
+    const __m256i s_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(s8, 8)));
+    for (int g = 0; g < 4; g++) {
+        const __m256i m = _mm256_set_m128i(_mm_set1_epi16((short)(0x0302 + 0x0404 * g)),
+                                           _mm_set1_epi16((short)(0x0100 + 0x0404 * g)));
+        sc[g] = _mm256_shuffle_epi8(s_lo, m);
+        sc[4 + g] = _mm256_shuffle_epi8(s_hi, m);
+    }
 }
 
 /* sum_j sc_j * sum((q - 32) * q8) over one block, as 8 int32 lanes; the -32 offset is applied

@@ -459,20 +459,30 @@ void quant_q6_K_from_f32(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* the 6-bit value (0..63) of element i (0..255) of a q6_K block */
-static inline int q6_K_get(const blk_q6_K *x, int i) {
-    const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
-    const uint8_t ql = x->ql[64 * h + l + 32 * (g & 1)];
-    const int lo = (g & 2) ? ql >> 4 : ql & 0xf;
-    return lo | (((x->qh[32 * h + l] >> (2 * g)) & 3) << 4);
+/* the 256 values of a q6_K block, minus the offset 32 (-32..31), in element order */
+static inline void q6_K_decode(const blk_q6_K *x, int8_t v[QK_SUPER]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+        int8_t *o = v + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+            o[l + 32] = (int8_t)(((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
 }
 
 void quant_q6_K_to_f32(const void *vx, float *y, int64_t n) {
     const blk_q6_K *x = vx;
+    int8_t v[QK_SUPER];
     for (int64_t b = 0; b < n / QK_SUPER; b++, y += QK_SUPER) {
         const float D = quant_f16_to_f32(x[b].d);
-        for (int i = 0; i < QK_SUPER; i++)
-            y[i] = D * (float)x[b].scales[i >> 4] * (float)(q6_K_get(&x[b], i) - 32);
+        q6_K_decode(&x[b], v);
+        for (int j = 0; j < 16; j++) {
+            const float d = D * (float)x[b].scales[j];
+            for (int i = 0; i < 16; i++) y[16 * j + i] = d * (float)v[16 * j + i];
+        }
     }
 }
 
@@ -616,12 +626,14 @@ void quant_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *vx, const void
 void quant_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q6_K *x = vx;
     const blk_q8_K *y = vy;
+    int8_t v[QK_SUPER];
     float sum = 0.0f;
     for (int64_t b = 0; b < n / QK_SUPER; b++) {
         int sumi = 0;
+        q6_K_decode(&x[b], v);
         for (int j = 0; j < 16; j++) {
             int si = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++) si += (q6_K_get(&x[b], i) - 32) * y[b].qs[i];
+            for (int i = 16 * j; i < 16 * j + 16; i++) si += v[i] * y[b].qs[i];
             sumi += x[b].scales[j] * si;
         }
         sum += y[b].d * quant_f16_to_f32(x[b].d) * (float)sumi;
