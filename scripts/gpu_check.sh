@@ -67,7 +67,7 @@ SAN_RC=skipped
 if [ "${GPU_CHECK_SANITIZER:-0}" != 0 ] && command -v compute-sanitizer >/dev/null 2>&1; then
     say "compute-sanitizer memcheck over the cuda op suite"
     timeout 150 compute-sanitizer --tool memcheck --print-limit 5 --error-exitcode 9 \
-        $PY -m pytest -q -x -p no:cacheprovider tests/test_ops.py -k cuda >"$OUT_DIR/sanitizer.log" 2>&1
+        $PY -m pytest -q -x -p no:cacheprovider tests/test_ops.py tests/test_cuda_build.py -k cuda >"$OUT_DIR/sanitizer.log" 2>&1
     SAN_RC=$?
     grep -E "=========|passed|failed" "$OUT_DIR/sanitizer.log" | head -20
     say "sanitizer rc=$SAN_RC"

@@ -164,9 +164,10 @@ def _nmse(out, ref):
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
-@pytest.mark.parametrize("n", [1, 3, 8, 37])
+@pytest.mark.parametrize("n", [1, 3, 8, 17, 37, 100])
 def test_quant_mul_mat_on_cuda(qtype, n):
-    """mat-vec (n <= 8) and GEMM (n > 8) on quantized weights, against numpy on the dequantized ones."""
+    """int8 mat-vec (n <= 8), FFMA GEMM (8 < n < 32) and tensor-core GEMM (n >= 32) on quantized
+    weights, against numpy on the dequantized ones."""
     pg, dev = _cuda_device()
     rng = np.random.default_rng(n)
     M, K = 48, 512
@@ -179,6 +180,37 @@ def test_quant_mul_mat_on_cuda(qtype, n):
     xi = g.input("x", x.shape, pg.f32)
     out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
     ref = np.einsum("bnk,mk->bnm", x.astype(np.float64), wd)
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4
+
+
+def _bf16_bits(a):
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16))
+
+
+@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("k", [67, 256])
+@pytest.mark.parametrize("n", [1, 5, 40, 100])
+def test_plain_mul_mat_on_cuda(wtype, k, n):
+    """Plain weights through the float mat-vec (16-byte and scalar loads), FFMA and tensor-core GEMM."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(k + n)
+    M = 70
+    wf = rng.standard_normal((M, k)).astype(np.float32)
+    g = pg.Graph()
+    if wtype == "bf16":
+        bits = _bf16_bits(wf)
+        w = g.weight("w", bits, type="bf16", shape=(M, k))
+        wd = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    else:
+        wv = wf.astype(np.float16) if wtype == "f16" else wf
+        w = g.weight("w", wv)
+        wd = wv.astype(np.float64)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    xi = g.input("x", x.shape, pg.f32)
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
+    ref = x.astype(np.float64) @ wd.T
     assert np.all(np.isfinite(out))
     assert _nmse(out, ref) < 5e-4
 

@@ -51,7 +51,7 @@ def timed(fn, reps):
     return ts
 
 
-def bench_pyggml(dev, wtype, k, m, pairs, reps, rng):
+def bench_pyggml(dev, wtype, k, m, pairs, reps, rng, ntok=1):
     g = pg.Graph()
     if wtype == "f16":
         up = (rng.standard_normal((m, k)) * 0.01).astype(np.float16)
@@ -63,16 +63,20 @@ def bench_pyggml(dev, wtype, k, m, pairs, reps, rng):
         down = random_blocks(rng, wtype, k, m)
         wbytes = up.nbytes + down.nbytes
         mk = lambda name, arr, shape: g.weight(name, arr, type=wtype, shape=shape)  # noqa: E731
-    x = g.input("x", (1, k), pg.f32)
+    x = g.input("x", (ntok, k), pg.f32)
     y = x
     for i in range(pairs):
         y = pg.mul_mat(mk(f"up{i}", up, (m, k)), y)
         y = pg.mul_mat(mk(f"down{i}", down, (k, m)), y)
     sched = pg.Scheduler([dev])
-    xv = rng.standard_normal((1, k)).astype(np.float32)
+    xv = (rng.standard_normal((ntok, k)) * 0.1).astype(np.float32)
     ts = timed(lambda: sched.compute(y, {"x": xv}), reps)
     total = wbytes * pairs
     med = statistics.median(ts)
+    if ntok > 1:
+        flop = 2.0 * 2 * m * k * ntok * pairs
+        return {"impl": "pyggml", "type": wtype, "shape": f"{pairs}x({m}x{k} + {k}x{m}) @ {ntok} tokens",
+                "flop": flop, "median_s": med, "TFLOPs": flop / med / 1e12, "times_s": ts}
     return {"impl": "pyggml", "type": wtype, "shape": f"{pairs}x({m}x{k} + {k}x{m}) @ 1 token",
             "weight_bytes": total, "median_s": med, "GBps": total / med / 1e9,
             "GBps_mean": statistics.mean(total / t / 1e9 for t in ts),
@@ -88,6 +92,36 @@ def bench_overhead(dev, reps):
     xv = np.ones((1, 4096), np.float32)
     ts = timed(lambda: sched.compute(y, {"x": xv}), reps)
     return statistics.median(ts)
+
+
+def bench_torch_gemm(k, m, pairs, reps, ntok):
+    import torch
+    dev = torch.device("cuda")
+    ups = [torch.randn(m, k, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
+    downs = [torch.randn(k, m, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
+    x = torch.randn(k, ntok, device=dev, dtype=torch.float16)
+
+    def chain():
+        y = x
+        for u, d in zip(ups, downs):
+            y = d @ (u @ y)
+        return y
+    chain()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        chain()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1) / 1e3)
+    flop = 2.0 * 2 * m * k * ntok * pairs
+    med = statistics.median(ts)
+    del ups, downs
+    torch.cuda.empty_cache()
+    return {"impl": "torch", "type": "f16", "shape": f"{pairs}x({m}x{k} + {k}x{m}) @ {ntok} tokens", "flop": flop,
+            "median_s": med, "TFLOPs": flop / med / 1e12, "times_s": ts}
 
 
 def bench_torch(k, m, pairs, reps):
@@ -145,6 +179,8 @@ def main(argv=None):
     ap.add_argument("--pairs", type=int, default=16)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--types", default="q4_K,q4_0,q8_0,q6_K,f16")
+    ap.add_argument("--gemm-types", default="q4_K,f16", help="prefill GEMM (--ntok tokens) for these; '' = none")
+    ap.add_argument("--ntok", type=int, default=512)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args(argv)
@@ -168,9 +204,21 @@ def main(argv=None):
         rows.append(tr)
         print(f"torch  f16  : {tr['GBps']:8.1f} GB/s; d2d copy {copy_gbps:.1f} GB/s", flush=True)
         for r in rows:
-            if r["impl"] == "pyggml":
+            if r["impl"] == "pyggml" and "GBps" in r:
                 r["ratio_vs_torch_f16_GBps"] = r["GBps"] / tr["GBps"]
                 r["fraction_of_copy_bw"] = r["GBps"] / copy_gbps
+    if args.gemm_types:
+        for t in args.gemm_types.split(","):
+            r = bench_pyggml(args.device, t, k, m, 2, max(3, args.reps // 2), rng, ntok=args.ntok)
+            rows.append(r)
+            print(f"pyggml {t:5s} GEMM x{args.ntok}: {r['TFLOPs']:7.1f} TFLOP/s (wall, incl. upload/readback)", flush=True)
+        if tr:
+            gt = bench_torch_gemm(k, m, 2, max(3, args.reps // 2), args.ntok)
+            rows.append(gt)
+            print(f"torch  f16   GEMM x{args.ntok}: {gt['TFLOPs']:7.1f} TFLOP/s (CUDA events)", flush=True)
+            for r in rows:
+                if r["impl"] == "pyggml" and "TFLOPs" in r:
+                    r["ratio_vs_torch_f16"] = r["TFLOPs"] / gt["TFLOPs"]
     commit = os.environ.get("GPU_CHECK_COMMIT")
     if not commit:
         try:

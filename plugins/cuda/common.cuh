@@ -260,6 +260,9 @@ int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
 size_t mul_mat_scratch_bytes(const pyg_tensor *node);
+#define MMA_MIN_N 32 /* N from which mul_mat uses the tensor-core GEMM */
+int mul_mat_mma_usable(const pyg_tensor *node);
+int mul_mat_mma_launch(const pyg_tensor *node, op_ctx *c);
 int flash_attn_supports(const pyg_tensor *node);
 size_t flash_attn_scratch_bytes(const pyg_tensor *node, int n_sm);
 int flash_attn_launch(const pyg_tensor *node, op_ctx *c);

@@ -8,8 +8,9 @@
  *    decoded to float from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
  *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
  *    weights and 16-byte aligned activation columns.
- *  - tiled GEMM (everything else): 64x64 tiles, weights dequantized element-wise into shared memory,
- *    any strides on both operands.
+ *  - GEMM (everything else): N >= MMA_MIN_N on tensor cores (mul_mat_mma.cu); otherwise (or with
+ *    PYGGML_CUDA_MMA=0) an FFMA kernel with 64x64 tiles, weights dequantized element-wise into shared
+ *    memory; both take any strides on both operands.
  * Weights broadcast over dims 2, 3 as in ggml: src0 batch i02 = i12 / (B2 / b2).
  */
 #include <stdio.h>
@@ -172,6 +173,7 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = 0.0f;
     const int64_t nu = mmvq<T>::units(a.K);
+#pragma unroll 2
     for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
         mmvq<T>::template unit<NC>(row, u, yq, yds, a.K, a.K / 16, a.ncols, acc);
 #pragma unroll
@@ -404,6 +406,7 @@ int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
         }
         return check_launch(c, "mul_mat (mat-vec)");
     }
+    if (mul_mat_mma_usable(n)) return mul_mat_mma_launch(n, c);
     const dim3 grid(ceil_div_u(a->ne[1], GM_BM), ceil_div_u(b->ne[1], GM_BN), (unsigned)(b->ne[2] * b->ne[3]));
     if (grid.y > 65535) {
         snprintf(c->err, c->errlen, "mul_mat: N = %lld too large for one launch", (long long)b->ne[1]);

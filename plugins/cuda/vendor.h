@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 #define PYG_GPU_PLUGIN_NAME "cuda"
 #define PYG_GPU_VENDOR "NVIDIA CUDA"
@@ -77,5 +78,8 @@ typedef cudaDeviceProp gpuDeviceProp;
 typedef __half gpu_half;
 #define gpu_half2float __half2float
 #define gpu_float2half __float2half_rn
+typedef __nv_bfloat16 gpu_bf16;
+#define gpu_float2bf16 __float2bfloat16_rn
+#define PYG_GPU_HAS_WMMA 1 /* nvcuda::wmma (<mma.h>) with bf16 inputs: mul_mat_mma.cu */
 
 #endif /* PYG_CUDA_VENDOR_H */
