@@ -35,7 +35,6 @@ static void plugin_log(int32_t level, const char *msg) {
 
 static pyg_error *make_error(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static pyg_error *make_error(int32_t code, const char *fmt, ...) {
-    if (code == PYG_ERR_OUT_OF_MEMORY && strcmp(fmt, "%s") != 0 && fmt[0] == '\0') return &g_oom;
     pyg_error *e = malloc(sizeof *e);
     char *m = malloc(512);
     if (!e || !m) {

@@ -1,9 +1,15 @@
 /* plugins/cpu/threadpool.c — persistent workers, condition-variable wake-up, spinning barrier. */
 #include "threadpool.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -17,6 +23,9 @@
 /* Spins before a waiting thread yields or sleeps: short, since the machine may be shared. */
 #define SPIN_BEFORE_YIELD 2000
 #define SPIN_BEFORE_SLEEP 20000
+#ifndef BARRIER_YIELDS
+#define BARRIER_YIELDS 100
+#endif
 
 typedef struct worker {
     cpu_pool *pool;
@@ -40,10 +49,45 @@ struct cpu_pool {
     void *arg;
 };
 
+static int online_cpus(void) {
+    static int n = 0;
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    return n;
+}
+
+/* Pauses a waiting thread spins before yielding: long when every thread has a CPU, short when
+ * threads outnumber CPUs (then the spinner only delays the thread it waits for). */
+static int spin_budget(int nth) {
+    return nth <= online_cpus() ? SPIN_BEFORE_SLEEP : 16;
+}
+
+/* Block while *addr == val (spurious returns allowed); wake every blocked thread. */
+static void futex_wait_while(volatile int *addr, int val) {
+#if defined(__linux__)
+    syscall(SYS_futex, (int *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+    (void)addr, (void)val;
+    sched_yield();
+#endif
+}
+static void futex_wake_all(volatile int *addr) {
+#if defined(__linux__)
+    syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
 void cpu_barrier_init(cpu_barrier *b, int n) {
     b->n = n;
     b->count = 0;
     b->phase = 0;
+    b->sleepers = 0;
+    /* with more threads than CPUs a spinning thread only delays the one it waits for */
+    b->spin = n <= online_cpus() ? SPIN_BEFORE_YIELD : 16;
 }
 
 void cpu_barrier_wait(cpu_barrier *b) {
@@ -51,13 +95,22 @@ void cpu_barrier_wait(cpu_barrier *b) {
     int phase = __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE);
     if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == b->n) {
         __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&b->phase, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&b->phase, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST)) futex_wake_all(&b->phase);
         return;
     }
-    for (int spins = 0; __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase; spins++) {
-        if (spins < SPIN_BEFORE_YIELD) CPU_PAUSE();
-        else sched_yield();
+    for (int spins = 0; spins < b->spin; spins++) {
+        if (__atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) != phase) return;
+        CPU_PAUSE();
     }
+    /* then give the CPU away a few times (cheap when the other thread is merely preempted) */
+    for (int y = 0; y < BARRIER_YIELDS; y++) {
+        if (__atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) != phase) return;
+        sched_yield();
+    }
+    __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&b->phase, __ATOMIC_SEQ_CST) == phase) futex_wait_while(&b->phase, phase);
+    __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
 }
 
 static void *worker_main(void *p) {
@@ -67,10 +120,15 @@ static void *worker_main(void *p) {
     for (;;) {
         /* wait for a new generation: spin, then sleep */
         int spins = 0;
+        const int budget = spin_budget(pool->n_active);
         while (__atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE) == seen &&
                !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) {
-            if (++spins < SPIN_BEFORE_SLEEP) {
+            if (++spins < budget) {
                 CPU_PAUSE();
+                continue;
+            }
+            if (spins < budget + BARRIER_YIELDS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&pool->lock);
@@ -143,8 +201,8 @@ int cpu_pool_run(cpu_pool *pool, int n_threads, cpu_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&pool->run_lock);
         return 0;
     }
-    /* workers are kept when fewer are asked for; a larger count restarts the pool */
-    if (pool->n_workers < n_threads - 1 && ensure_workers(pool, n_threads - 1) != 0) {
+    /* a different thread count restarts the workers (idle extra workers would still wake per run) */
+    if (pool->n_workers != n_threads - 1 && ensure_workers(pool, n_threads - 1) != 0) {
         pthread_mutex_unlock(&pool->run_lock);
         return -1;
     }
@@ -159,9 +217,14 @@ int cpu_pool_run(cpu_pool *pool, int n_threads, cpu_pool_fn fn, void *arg) {
 
     fn(arg, 0, n_threads);
 
+    const int budget = spin_budget(n_threads);
     for (int spins = 0; __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE) != 0; spins++) {
-        if (spins < SPIN_BEFORE_SLEEP) {
+        if (spins < budget) {
             CPU_PAUSE();
+            continue;
+        }
+        if (spins < budget + BARRIER_YIELDS) {
+            sched_yield();
             continue;
         }
         pthread_mutex_lock(&pool->lock);

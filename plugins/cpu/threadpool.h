@@ -15,7 +15,9 @@ typedef struct cpu_pool cpu_pool;
 typedef struct cpu_barrier {
     int n;                         /* threads taking part */
     volatile int count;            /* arrivals in the current phase (atomic) */
-    volatile int phase;            /* bumped when the last thread arrives (atomic) */
+    volatile int phase;            /* bumped when the last thread arrives (atomic; futex word) */
+    volatile int sleepers;         /* threads blocked in the kernel on phase (atomic) */
+    int spin;                      /* spins before blocking: short when threads outnumber CPUs */
 } cpu_barrier;
 
 void cpu_barrier_init(cpu_barrier *b, int n);

@@ -326,6 +326,32 @@ static void check_abi(void) {
     CHECK(run1(gr, &msg) == PYG_ERR_INVALID_ARGUMENT, "get_rows out of range: %s", msg);
 }
 
+/* many short computes with changing thread counts: a lost wake-up or barrier bug hangs here */
+static void check_pool_stress(void) {
+    pyg_tensor *a = tensor(PYG_TYPE_F32, 16, 4, 1, 1), *b = tensor(PYG_TYPE_F32, 16, 1, 1, 1);
+    fill(a, 1), fill(b, 1);
+    pyg_tensor *y = node(PYG_OP_ADD, PYG_TYPE_F32, 16, 4, 1, 1, a, b, NULL, NULL);
+    pyg_tensor *z = node(PYG_OP_SILU, PYG_TYPE_F32, 16, 4, 1, 1, y, NULL, NULL, NULL);
+    pyg_tensor *nodes[2] = { y, z };
+    pyg_graph g = { sizeof g, 2, 0, nodes, 7 };
+    pyg_graph_plan *plan = NULL;
+    const char *msg;
+    CHECK(take(api->graph_plan_create(dev, &g, &plan), &msg) == 0, "stress plan: %s", msg);
+    int bad = 0;
+    for (int i = 0; i < 20000 && plan; i++) {
+        if (i % 5000 == 0) {
+            char n[8];
+            snprintf(n, sizeof n, "%d", 1 + (i / 5000) % 3);
+            take(api->device_set_option(dev, "n_threads", n), NULL);
+        }
+        bad += take(api->graph_plan_compute(plan, NULL), NULL) != 0;
+    }
+    CHECK(bad == 0, "stress: %d failed computes", bad);
+    float v = ((float *)z->data)[17], x = ((float *)a->data)[17] + ((float *)b->data)[1];
+    CHECK(fabsf(v - x / (1.0f + expf(-x))) < 1e-5f, "stress result %g", v);
+    api->graph_plan_destroy(plan);
+}
+
 int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : "pyggml/plugins/libpyggml-cpu.so";
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -351,6 +377,7 @@ int main(int argc, char **argv) {
             take(api->device_set_option(dev, "n_threads", threads[t]), NULL);
             check_ops(tag);
         }
+    check_pool_stress();
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
