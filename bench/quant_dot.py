@@ -30,6 +30,9 @@ def main():
     ap.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
     ap.add_argument("--json")
     ap.add_argument("--cpu-time", action="store_true", help="time by process CPU time (busy machine)")
+    ap.add_argument("--peer", default=os.path.join(qlib.HERE, "build", "libggml_peer.so"),
+                    help="ggml's AVX2 dot products (tests/quants/build_oracle.sh builds them); "
+                         "timed side by side when the file exists")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         q = qlib.QLib(qlib.build(d))
@@ -37,6 +40,8 @@ def main():
         P = ctypes.c_void_p
         lib.tq_mat_mul.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, P, P, P,
                                    ctypes.c_longlong, ctypes.c_int]
+        peer = ctypes.CDLL(a.peer) if a.peer and os.path.exists(a.peer) else None
+        lib.tq_mat_vec_ggml.argtypes = [P, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_longlong, P, P, P]
         rng = np.random.default_rng(0)
         results = []
         lib.tq_read_stream.argtypes = [P, ctypes.c_longlong]
@@ -78,14 +83,30 @@ def main():
                     assert np.allclose(out, ref_out, rtol=1e-4, atol=1e-3)
                 row[label + "_ms"] = round(t * 1e3, 3)
                 row[label + "_GBps"] = round(W.nbytes / t / 1e9, 2)
+            if peer is not None:
+                fn = ctypes.cast(getattr(peer, f"ggml_vec_dot_{name}_{vt}"), P)
+                out = np.empty(a.M, np.float32)
+                times = []
+                for _ in range(a.reps + 1):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    lib.tq_mat_vec_ggml(fn, a.K, a.M, W.shape[1], out.ctypes.data_as(P), W.ctypes.data_as(P),
+                                        y.ctypes.data_as(P))
+                    times.append((time.process_time() - c0) if a.cpu_time else (time.perf_counter() - t0))
+                ours = np.empty(a.M, np.float32)
+                lib.tq_mat_mul(qlib.TYPES[name][0], 0, a.K, a.M, ours.ctypes.data_as(P),
+                               W.ctypes.data_as(P), y.ctypes.data_as(P), y.shape[1], 1)
+                assert np.allclose(out, ours, rtol=1e-4, atol=1e-3), "peer disagrees"
+                row["ggml_matvec_GBps"] = round(W.nbytes / min(times[1:]) / 1e9, 2)
             results.append(row)
             print(f"{name:5s} {W.nbytes / 1e6:7.1f} MB  mat-vec {row['matvec_ms']:7.2f} ms "
                   f"{row['matvec_GBps']:6.2f} GB/s | scalar {row['matvec_ref_GBps']:6.2f} GB/s | "
                   f"{a.ny} rows multi {row[f'matmat{a.ny}_ms']:7.2f} ms ({row[f'matmat{a.ny}_GBps']:6.2f} GB/s of weights, "
-                  f"{row[f'matmat{a.ny}_GBps'] * a.ny:6.2f} row-GB/s)")
+                  f"{row[f'matmat{a.ny}_GBps'] * a.ny:6.2f} row-GB/s)"
+                  + (f" | ggml mat-vec {row['ggml_matvec_GBps']:6.2f} GB/s" if peer is not None else ""))
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"K": a.K, "M": a.M, "ny": a.ny, "read_GBps": read_gbps, "results": results}, f, indent=1)
+                json.dump({"K": a.K, "M": a.M, "ny": a.ny, "read_GBps": read_gbps, "cpu_time": a.cpu_time,
+                       "load_avg": os.getloadavg(), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

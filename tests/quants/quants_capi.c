@@ -106,3 +106,13 @@ __attribute__((target("avx2"))) EXPORT long long tq_read_stream(const void *p, l
     return 0;
 #endif
 }
+
+/* the same single-threaded mat-vec over a function with ggml's vec_dot signature
+ * (n, s, bs, x, bx, y, by, nrc), for bench/quant_dot.py --peer */
+typedef void (*ggml_vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nrc);
+EXPORT void tq_mat_vec_ggml(void *fn, long long K, long long M, long long row_bytes, float *out,
+                            const void *W, const void *y) {
+    ggml_vec_dot_fn f = (ggml_vec_dot_fn)fn;
+    for (long long m = 0; m < M; m++) f((int)K, out + m, 0, (const char *)W + m * row_bytes, 0, y, 0, 1);
+}
