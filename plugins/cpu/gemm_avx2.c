@@ -115,20 +115,32 @@ void cpu_gemm_f32_avx2(const pyg_tensor *node, cpu_ctx *ctx, const cpu_type_func
     float *pb = pa + MC * KC;
     float *tmp = pb + NC * KC;
 
-    /* M split in NR multiples */
-    const int64_t tiles = (M + NR - 1) / NR;
-    int64_t t_lo, t_hi;
-    cpu_split(tiles, ctx->ith, ctx->nth, &t_lo, &t_hi);
-    const int64_t m_lo = t_lo * NR, m_hi = t_hi * NR < M ? t_hi * NR : M;
-    if (m_lo >= m_hi) return;
+    /* Work split: by batch when there are enough batches (attention-like products), else by
+     * src0 rows in NR multiples, else (few src0 rows) by src1 rows in MR multiples. */
+    const int64_t nb = B2 * B3, tiles_m = (M + NR - 1) / NR, tiles_n = (N + MR - 1) / MR;
+    int64_t b_lo = 0, b_hi = nb, m_lo = 0, m_hi = M, n_lo = 0, n_hi = N;
+    if (nb >= 2 * ctx->nth) {
+        cpu_split(nb, ctx->ith, ctx->nth, &b_lo, &b_hi);
+    } else if (tiles_m >= 4 * ctx->nth || tiles_n < 4 * ctx->nth) {
+        int64_t t_lo, t_hi;
+        cpu_split(tiles_m, ctx->ith, ctx->nth, &t_lo, &t_hi);
+        m_lo = t_lo * NR;
+        m_hi = t_hi * NR < M ? t_hi * NR : M;
+    } else {
+        int64_t t_lo, t_hi;
+        cpu_split(tiles_n, ctx->ith, ctx->nth, &t_lo, &t_hi);
+        n_lo = t_lo * MR;
+        n_hi = t_hi * MR < N ? t_hi * MR : N;
+    }
+    if (m_lo >= m_hi || n_lo >= n_hi || b_lo >= b_hi) return;
 
-    for (int64_t i3 = 0; i3 < B3; i3++)
-    for (int64_t i2 = 0; i2 < B2; i2++) {
+    for (int64_t bi = b_lo; bi < b_hi; bi++) {
+        const int64_t i2 = bi % B2, i3 = bi / B2;
         const int64_t j2 = i2 / r2, j3 = i3 / r3;
         float *cbase = (float *)((char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3]);
         const char *bbase = b->base + (size_t)i2 * b->s2 + (size_t)i3 * b->s3;
-        for (int64_t jc = 0; jc < N; jc += NC) {
-            const int64_t nc = N - jc < NC ? N - jc : NC;
+        for (int64_t jc = n_lo; jc < n_hi; jc += NC) {
+            const int64_t nc = n_hi - jc < NC ? n_hi - jc : NC;
             for (int64_t pc = 0; pc < K; pc += KC) {
                 const int64_t kc = K - pc < KC ? K - pc : KC;
                 /* pack B: nc rows of src1, MR at a time, k-major inside a sliver */

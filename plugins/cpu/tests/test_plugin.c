@@ -255,6 +255,8 @@ static void check_ops(const char *tag) {
     check_mul_mat(70, 37, 29, 1, 1, 1, tag);   /* GEMM with transposed activations */
     check_mul_mat(33, 7, 3, 4, 2, 0, tag);     /* vec_dot path, broadcast over dim 2 */
     check_mul_mat(300, 65, 18, 2, 1, 0, tag);  /* two K chunks in the GEMM */
+    check_mul_mat(64, 8, 100, 1, 1, 0, tag);   /* GEMM split over src1 rows (few src0 rows) */
+    check_mul_mat(48, 21, 20, 8, 2, 1, tag);   /* GEMM split over batches, broadcast, transposed */
     check_soft_max(tag);
     check_rope_neox(tag);
     check_flash_attn(tag);
