@@ -49,6 +49,12 @@ PYG_HD uint32_t ld_u32_a2(const uint8_t *p) { /* 4 bytes from a 2-byte aligned a
 
 PYG_HD int ld_i32(const int8_t *p) { return *(const int *)p; } /* 4-byte aligned */
 
+/* 16 activation quants as 4 words, from a 16-byte aligned address (one vector load). */
+PYG_HD void ld_y16(const int8_t *p, int *w) {
+    const int4 v = *(const int4 *)p;
+    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
+
 /* Quantize one block of 32 activations: q[i] = round(y[i] / d), ds = (d, d * sum q). */
 PYG_HD void q8_block(const float *y, int8_t *q, float *ds) {
     float amax = 0.0f;
@@ -83,11 +89,14 @@ template <> struct mmvq<PYG_TYPE_Q4_0> {
             if (c >= ncols) break;
             const int8_t *y = yq + c * sq + u * 32;
             const float *ds = yds + c * sd + 2 * u;
+            int ya[4], yb[4];
+            ld_y16(y, ya);
+            ld_y16(y + 16, yb);
             int s = 0;
             PYGQ_UNROLL
             for (int i = 0; i < 4; i++) {
-                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ld_i32(y + 4 * i), s);
-                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), ld_i32(y + 16 + 4 * i), s);
+                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
+                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
             }
             acc[c] += dw * (ds[0] * (float)s - 8.0f * ds[1]);
         }
@@ -108,9 +117,12 @@ template <> struct mmvq<PYG_TYPE_Q8_0> {
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
             const int8_t *y = yq + c * sq + u * 32;
+            int yv[8];
+            ld_y16(y, yv);
+            ld_y16(y + 16, yv + 4);
             int s = 0;
             PYGQ_UNROLL
-            for (int i = 0; i < 8; i++) s = dp4a_s8((int)w[i], ld_i32(y + 4 * i), s);
+            for (int i = 0; i < 8; i++) s = dp4a_s8((int)w[i], yv[i], s);
             acc[c] += dw * yds[c * sd + 2 * u] * (float)s;
         }
     }
@@ -137,11 +149,16 @@ template <> struct mmvq<PYG_TYPE_Q4_K> {
             if (c >= ncols) break;
             const int8_t *ya = yq + c * sq + yb * 32;
             const float *ds = yds + c * sd + 2 * yb;
+            int yl[8], yh[8];
+            ld_y16(ya, yl);
+            ld_y16(ya + 16, yl + 4);
+            ld_y16(ya + 32, yh);
+            ld_y16(ya + 48, yh + 4);
             int lo = 0, hi = 0;
             PYGQ_UNROLL
             for (int i = 0; i < 8; i++) {
-                lo = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ld_i32(ya + 4 * i), lo);
-                hi = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), ld_i32(ya + 32 + 4 * i), hi);
+                lo = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), yl[i], lo);
+                hi = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yh[i], hi);
             }
             acc[c] += d * ((float)s0 * ds[0] * (float)lo + (float)s1 * ds[2] * (float)hi) -
                       dmin * ((float)m0 * ds[1] + (float)m1 * ds[3]);
@@ -178,9 +195,11 @@ template <> struct mmvq<PYG_TYPE_Q6_K> {
             float t = 0.0f;
             PYGQ_UNROLL
             for (int r = 0; r < 4; r++) {
+                int yv[4];
+                ld_y16(y + 32 * r, yv);
                 int s = 0;
                 PYGQ_UNROLL
-                for (int i = 0; i < 4; i++) s = dp4a_s8(q[r][i], ld_i32(y + 32 * r + 4 * i), s);
+                for (int i = 0; i < 4; i++) s = dp4a_s8(q[r][i], yv[i], s);
                 t += (float)sc[2 * r] * ds[2 * r] * (float)s;
             }
             acc[c] += d * t;
