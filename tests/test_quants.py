@@ -211,14 +211,18 @@ def test_vec_dot_type(q, name):
     assert q.vec_dot_type(name) == qlib.VEC_DOT_TYPE[name]
 
 
-@pytest.mark.parametrize("n", [256, 4096, 256 * 11])
+@pytest.mark.parametrize("n_blocks", [1, 2, 3, 5, 7, 16, 131])
 @pytest.mark.parametrize("name", WEIGHT_TYPES)
-def test_vec_dot(q, name, n):
+def test_vec_dot(q, name, n_blocks):
     """dispatched (AVX2 where present), scalar reference and multi-row kernels against a float64
-    dot of the dequantized operands"""
+    dot of the dequantized operands (block counts that exercise the kernels' unrolled tails)"""
     vt = qlib.VEC_DOT_TYPE[name]
+    n = n_blocks * qlib.TYPES[name][1]
     rng = np.random.default_rng(n)
     w = (rng.standard_normal(n) * np.exp(rng.standard_normal(n // 32).repeat(32))).astype(np.float32)
+    if n_blocks == 5:  # extreme weights: all-negative and all-zero blocks
+        w[: n // 5] = -np.abs(w[: n // 5])
+        w[n // 5: 2 * n // 5] = 0.0
     acts = (rng.standard_normal((4, n)) * 3).astype(np.float32)
     acts[1] = np.abs(acts[1])
     acts[2, : n // 2] = 0.0
@@ -240,6 +244,23 @@ def test_vec_dot(q, name, n):
         assert np.all(err < 2e-6), f"{name} {label}: rel err {err}"
     single = np.array([q.vec_dot(name, xq, yq[k:k + 1], n, 2)[0] for k in range(4)])
     assert np.allclose(single, q.vec_dot(name, xq, yq, n, 2), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", list(qlib.TYPES))
+def test_non_finite_inputs_are_memory_safe(q, name):
+    """ggml leaves NaN/inf inputs undefined; here they must at least never crash or write
+    outside the output (the bytes are unspecified)"""
+    _, bs, ts = qlib.TYPES[name]
+    x = random_data(8, 4 * 256)
+    x[3], x[300], x[700] = np.nan, np.inf, -np.inf
+    x[512:768] = np.nan
+    out = np.full(4 * 256 // bs * ts + 64, 0xA5, np.uint8)
+    tid = qlib.TYPES[name][0]
+    assert q.lib.tq_from_f32(tid, qlib._ptr(x), qlib._ptr(out), x.size) == 0
+    assert np.all(out[-64:] == 0xA5)
+    y = np.full(4 * 256 + 16, 1.0, np.float32)
+    assert q.lib.tq_to_f32(tid, qlib._ptr(out), qlib._ptr(y), x.size) == 0
+    assert np.all(y[-16:] == 1.0)
 
 
 def test_avx2_dispatch(q):

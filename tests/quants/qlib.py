@@ -28,14 +28,15 @@ _LL = ctypes.c_longlong
 
 
 def build(out_dir, opt="-O3"):
-    """Compile the kernels + C API into OUT_DIR/libquants_test.so; returns the path."""
+    """Compile the kernels + C API into OUT_DIR/libquants_test.so; returns the path.
+    PYGGML_QUANTS_CFLAGS adds flags (e.g. "-fsanitize=undefined -fno-sanitize-recover=all")."""
     srcs = sorted(glob.glob(os.path.join(ROOT, "plugins", "cpu", "quants*.c")))
     srcs.append(os.path.join(HERE, "quants_capi.c"))
     out = os.path.join(str(out_dir), "libquants_test.so")
     cmd = [os.environ.get("CC", "cc"), "-shared", "-fPIC", opt, "-std=gnu11", "-fvisibility=hidden",
            "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
            "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "plugins", "cpu"),
-           *srcs, "-o", out, "-lm"]
+           *os.environ.get("PYGGML_QUANTS_CFLAGS", "").split(), *srcs, "-o", out, "-lm"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 
