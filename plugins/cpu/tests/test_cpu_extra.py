@@ -168,3 +168,25 @@ def test_simd_matches_reference(cpu):
     fast = run(outs, feeds)
     for i, (a, b) in enumerate(zip(fast, ref)):
         assert nmse(a, b) < 1e-10, (outs[i], nmse(a, b))
+
+
+def _bf16_bits(a):
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("n", [1, 3, 24])
+def test_mul_mat_bf16_weights(n, cpu):
+    rng = np.random.default_rng(9)
+    M, K = 19, 96
+    wb = _bf16_bits(rng.standard_normal((M, K)))
+    wd = (wb.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    x = rng.standard_normal((n, K)).astype(np.float32)
+    ref = x.astype(np.float64) @ wd.T
+    for kernels in ("auto", "reference"):
+        cpu.set_option("kernels", kernels)
+        g = pg.Graph()
+        w = g.weight("w", wb, type="bf16", shape=(M, K))
+        xi = g.input("x", (n, K), pg.f32)
+        out = run(pg.mul_mat(w, xi), {"x": x})
+        assert nmse(out, ref) < 1e-12, (kernels, nmse(out, ref))
