@@ -20,9 +20,23 @@
  * low mantissa bits (the add itself rounds with the current, default, mode). */
 static inline int round_even(float v) {
     float t = v + 12582912.0f;
-    int32_t b;
+    uint32_t b;
     memcpy(&b, &t, sizeof b);
-    return b - 0x4B400000;
+    return (int)(b - 0x4B400000u); /* unsigned: no overflow for out-of-range or NaN input */
+}
+
+/* (int)v clamped to [lo, hi]: C's truncating conversion where it is defined; NaN gives lo.
+ * For the values ggml's quantizers produce from finite input it equals their plain casts. */
+static inline int trunc_clamp(float v, int lo, int hi) {
+    if (!(v >= (float)lo)) return lo;
+    if (v >= (float)hi) return hi;
+    return (int)v;
+}
+
+/* roundf (half away from zero) into int8, saturating; NaN gives 0 */
+static inline int8_t round_i8(float v) {
+    const float r = roundf(v);
+    return r >= 127.0f ? 127 : r <= -128.0f ? -128 : r == r ? (int8_t)r : 0;
 }
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
@@ -47,8 +61,8 @@ void quant_q4_0_from_f32(const float *x, void *vy, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = quant_f32_to_f16(d);
         for (int j = 0; j < 16; j++) {
-            int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + 16] * id + 8.5f); /* truncation */
-            y[b].qs[j] = (uint8_t)(imin(15, lo) | (imin(15, hi) << 4));
+            const int lo = trunc_clamp(x[j] * id + 8.5f, 0, 15), hi = trunc_clamp(x[j + 16] * id + 8.5f, 0, 15);
+            y[b].qs[j] = (uint8_t)(lo | (hi << 4));
         }
     }
 }
@@ -84,8 +98,9 @@ void quant_q4_1_from_f32(const float *x, void *vy, int64_t n) {
         y[b].d = quant_f32_to_f16(d);
         y[b].m = quant_f32_to_f16(mn);
         for (int j = 0; j < 16; j++) {
-            int lo = (int)((x[j] - mn) * id + 0.5f), hi = (int)((x[j + 16] - mn) * id + 0.5f);
-            y[b].qs[j] = (uint8_t)(imin(15, lo) | (imin(15, hi) << 4));
+            const int lo = trunc_clamp((x[j] - mn) * id + 0.5f, 0, 15);
+            const int hi = trunc_clamp((x[j + 16] - mn) * id + 0.5f, 0, 15);
+            y[b].qs[j] = (uint8_t)(lo | (hi << 4));
         }
     }
 }
@@ -109,7 +124,7 @@ void quant_q5_0_from_f32(const float *x, void *vy, int64_t n) {
         uint32_t qh = 0;
         y[b].d = quant_f32_to_f16(d);
         for (int j = 0; j < 16; j++) {
-            int lo = imin(31, (int)(x[j] * id + 16.5f)), hi = imin(31, (int)(x[j + 16] * id + 16.5f));
+            const int lo = trunc_clamp(x[j] * id + 16.5f, 0, 31), hi = trunc_clamp(x[j + 16] * id + 16.5f, 0, 31);
             y[b].qs[j] = (uint8_t)((lo & 0xf) | ((hi & 0xf) << 4));
             qh |= (uint32_t)(lo >> 4) << j;
             qh |= (uint32_t)(hi >> 4) << (j + 16);
@@ -147,8 +162,9 @@ void quant_q5_1_from_f32(const float *x, void *vy, int64_t n) {
         y[b].d = quant_f32_to_f16(d);
         y[b].m = quant_f32_to_f16(mn);
         for (int j = 0; j < 16; j++) {
-            /* ggml casts to uint8 without clamping: the values stay within 0..31 */
-            int lo = (uint8_t)(int)((x[j] - mn) * id + 0.5f), hi = (uint8_t)(int)((x[j + 16] - mn) * id + 0.5f);
+            /* ggml casts to uint8 without clamping: finite input stays within 0..31 */
+            const int lo = trunc_clamp((x[j] - mn) * id + 0.5f, 0, 31);
+            const int hi = trunc_clamp((x[j + 16] - mn) * id + 0.5f, 0, 31);
             y[b].qs[j] = (uint8_t)((lo & 0xf) | ((hi & 0xf) << 4));
             qh |= (uint32_t)((lo >> 4) & 1) << j;
             qh |= (uint32_t)((hi >> 4) & 1) << (j + 16);
@@ -186,7 +202,7 @@ void quant_q8_0_from_f32(const float *x, void *vy, int64_t n) {
         const float d = absmax(x, QK_32) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = quant_f32_to_f16(d);
-        for (int j = 0; j < QK_32; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id); /* half away from 0 */
+        for (int j = 0; j < QK_32; j++) y[b].qs[j] = round_i8(x[j] * id);
     }
 }
 
@@ -206,7 +222,7 @@ void quant_q8_1_from_f32(const float *x, void *vy, int64_t n) {
         int sum = 0;
         y[b].d = quant_f32_to_f16(d);
         for (int j = 0; j < QK_32; j++) {
-            y[b].qs[j] = (int8_t)roundf(x[j] * id);
+            y[b].qs[j] = round_i8(x[j] * id);
             sum += y[b].qs[j];
         }
         y[b].s = quant_f32_to_f16((float)sum * d);
@@ -436,7 +452,7 @@ void quant_q6_K_from_f32(const float *x, void *vy, int64_t n) {
         }
         const float iscale = -128.0f / max_scale;
         y[b].d = quant_f32_to_f16(1.0f / iscale);
-        for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)imin(127, round_even(iscale * scales[j]));
+        for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)imax(-128, imin(127, round_even(iscale * scales[j])));
         const float D = quant_f16_to_f32(y[b].d);
         for (int j = 0; j < 16; j++) {
             const float d = D * (float)y[b].scales[j];
@@ -497,7 +513,7 @@ void quant_q8_K_from_f32(const float *x, void *vy, int64_t n) {
             continue;
         }
         const float iscale = -127.0f / vmax;
-        for (int j = 0; j < QK_SUPER; j++) y[b].qs[j] = (int8_t)imin(127, round_even(iscale * x[j]));
+        for (int j = 0; j < QK_SUPER; j++) y[b].qs[j] = (int8_t)imax(-128, imin(127, round_even(iscale * x[j])));
         for (int j = 0; j < 16; j++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += y[b].qs[16 * j + i];
