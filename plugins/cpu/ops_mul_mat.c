@@ -2,12 +2,21 @@
  *
  * Phase 1 converts each src1 row once into src0's vec_dot_type (or gathers strided f32 rows)
  * into the node's shared scratch; a barrier; phase 2 either runs the packed f32 GEMM (AVX2,
- * batches of >= CPU_GEMM_MIN_N rows) or vec_dot per (row of src0, row of src1), the src0 row
+ * batches of >= gemm_min_n rows) or vec_dot per (row of src0, row of src1), the src0 row
  * staying in cache while it meets every src1 row. src0 broadcasts over dims 2, 3 as in ggml:
  * batch i2 of src1 uses batch i2 / (ne12 / ne02) of src0. */
 #include "cpu_internal.h"
 
-#define CPU_GEMM_MIN_N 16
+/* Smallest batch (src1 rows) for the packed GEMM: below it the vec_dot path wins, measured on
+ * Zen 3 (the GEMM repacks all of src0 per call; quantized vec_dots run on integer SIMD). */
+static int64_t gemm_min_n(int32_t type) {
+    switch (type) {
+    case PYG_TYPE_F32: return 16;
+    case PYG_TYPE_F16:
+    case PYG_TYPE_BF16: return 32;
+    default: return 128;
+    }
+}
 
 typedef struct mm_plan {
     int use_gemm;
@@ -32,7 +41,7 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
         const cpu_type_funcs *tv = cpu_type_funcs_get(tf0->vec_dot_type);
         if (!tv || !tv->from_f32 || !tf0->vec_dot_ref) p.generic = 1;
     }
-    p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= CPU_GEMM_MIN_N;
+    p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= gemm_min_n(s0->type);
     p.vdt = (p.use_gemm || p.generic) ? PYG_TYPE_F32 : tf0->vec_dot_type;
     p.convert = !(p.vdt == PYG_TYPE_F32 && s1->type == PYG_TYPE_F32 && s1->nb[0] == 4);
     p.vdt_row = pyg_type_row_size(p.vdt, s0->ne[0]);

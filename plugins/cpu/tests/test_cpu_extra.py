@@ -97,7 +97,7 @@ def _qtypes():
     return out
 
 
-@pytest.mark.parametrize("n", [1, 5, 40])   # vec_dot (q8 activations) and the packed GEMM
+@pytest.mark.parametrize("n", [1, 5, 130])   # vec_dot (q8 activations) and the packed GEMM (n >= 128)
 @pytest.mark.parametrize("qt", _qtypes())
 def test_mul_mat_quantized(qt, n, cpu):
     rng = np.random.default_rng(7)
