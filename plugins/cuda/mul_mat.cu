@@ -2,8 +2,8 @@
  *
  * Three paths:
  *  - quantized mat-vec (N <= 8, the decode path; mmvq.cuh): activations quantized to int8 blocks in
- *    plan scratch, then one warp per weight row dots the quant blocks with them by dp4a
- *    (PYGGML_CUDA_MMVQ=0 selects the float mat-vec below instead).
+ *    plan scratch, then one warp per weight row dots the quant blocks with them by dp4a; q4_0, q8_0,
+ *    q4_K (PYGGML_CUDA_MMVQ=0 selects the float mat-vec below instead, =all adds q6_K).
  *  - float mat-vec (N <= 8): one block per weight row, threads walk the row in units of 32 weights
  *    decoded to float from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
  *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
@@ -282,13 +282,18 @@ static int mmvq_enabled(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("PYGGML_CUDA_MMVQ");
-        v = !(e && strcmp(e, "0") == 0);
+        v = (e && strcmp(e, "0") == 0) ? 0 : (e && strcmp(e, "all") == 0) ? 2 : 1;
     }
     return v;
 }
 
+/* q6_K stays on the float mat-vec: on the H200 it measured 1.42 TB/s there against 1.28 TB/s in
+ * mmvq (bench/results/cuda-matvec-20261130T091951.json and ...T094012.json); PYGGML_CUDA_MMVQ=all
+ * forces mmvq for it too. */
 static int use_mmvq(const pyg_tensor *n) {
-    return is_supported_quant(n->src[0]->type) && matvec_ok(n) && mmvq_enabled();
+    const int t = n->src[0]->type;
+    if (!is_supported_quant(t) || !matvec_ok(n) || !mmvq_enabled()) return 0;
+    return t != PYG_TYPE_Q6_K || mmvq_enabled() == 2;
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
