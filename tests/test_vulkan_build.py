@@ -125,3 +125,17 @@ def test_tensor_larger_than_one_binding_is_refused(vk):
         pytest.skip("not enough memory for the oversized input")
     else:
         pytest.skip("this device's maxStorageBufferRange covers the test tensor")
+
+
+def test_c_smoke_events_barriers_and_quant_mat_vec(vk, tmp_path):
+    """plugins/vulkan/tests/vk_smoke.c: event-ordered streams, barrier placement (counts from the
+    plugin's debug log), mul_mat on random blocks of every weight type. Run twice: destroying a
+    semaphore another submission waited on used to crash lavapipe later, intermittently."""
+    exe = str(tmp_path / "vk_smoke")
+    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"),
+                    os.path.join(ROOT, "plugins", "vulkan", "tests", "vk_smoke.c"), "-ldl", "-lm", "-o", exe],
+                   check=True, capture_output=True, text=True)
+    for _ in range(2):
+        r = subprocess.run([exe, LIB], capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, VK_SMOKE_SMALL="1"))
+        assert r.returncode == 0 and "PASSED" in r.stdout, f"rc {r.returncode}\n{r.stdout}\n{r.stderr[-2000:]}"

@@ -81,6 +81,10 @@ struct pyg_device {
     VkBuffer dummy;                 /* bound to unused slots */
     VkDeviceMemory dummy_mem;
     struct pyg_stream *internal;    /* for blocking copies; guarded by lock */
+    VkSemaphore *free_sems;         /* recycled timeline semaphores (guarded by lock): lavapipe
+                                       (Mesa 22) can crash later when a semaphore that another
+                                       queue submission waited on is destroyed, so none are */
+    int n_free_sems, cap_free_sems;
 };
 
 struct pyg_buffer {

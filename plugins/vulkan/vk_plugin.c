@@ -378,6 +378,38 @@ void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb) {
                                VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+/* Timeline semaphores come from / go back to a per-device free list (see free_sems). A recycled
+ * semaphore keeps its counter; users start from its current value. */
+static pyg_error *sem_get(pyg_device *d, VkSemaphore *out, uint64_t *value) {
+    pthread_mutex_lock(&d->lock);
+    VkSemaphore sem = d->n_free_sems ? d->free_sems[--d->n_free_sems] : VK_NULL_HANDLE;
+    pthread_mutex_unlock(&d->lock);
+    if (!sem) {
+        VkSemaphoreTypeCreateInfo ti = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+            .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE, .initialValue = 0 };
+        VkSemaphoreCreateInfo si = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti };
+        VkResult r = d->fn.vkCreateSemaphore(d->dev, &si, NULL, &sem);
+        if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateSemaphore");
+    }
+    *value = 0;
+    VkResult r = d->fn.vkGetSemaphoreCounterValue(d->dev, sem, value);
+    if (r != VK_SUCCESS) return vkp_vk_err(r, "vkGetSemaphoreCounterValue");
+    *out = sem;
+    return NULL;
+}
+
+static void sem_put(pyg_device *d, VkSemaphore sem) {
+    pthread_mutex_lock(&d->lock);
+    if (d->n_free_sems == d->cap_free_sems) {
+        int cap = d->cap_free_sems ? 2 * d->cap_free_sems : 16;
+        VkSemaphore *n = realloc(d->free_sems, (size_t)cap * sizeof *n);
+        if (n) { d->free_sems = n; d->cap_free_sems = cap; }
+    }
+    if (d->n_free_sems < d->cap_free_sems) d->free_sems[d->n_free_sems++] = sem;
+    /* else: leak it rather than destroy it */
+    pthread_mutex_unlock(&d->lock);
+}
+
 static pyg_error *stream_create_impl(pyg_device *d, pyg_stream **out) {
     pyg_stream *s = calloc(1, sizeof *s);
     if (!s) return vkp_err(PYG_ERR_OUT_OF_MEMORY, "stream_create");
@@ -386,14 +418,11 @@ static pyg_error *stream_create_impl(pyg_device *d, pyg_stream **out) {
         .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, .queueFamilyIndex = d->queue_family };
     VkResult r = d->fn.vkCreateCommandPool(d->dev, &pi, NULL, &s->pool);
     if (r != VK_SUCCESS) { free(s); return vkp_vk_err(r, "vkCreateCommandPool"); }
-    VkSemaphoreTypeCreateInfo ti = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
-        .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE, .initialValue = 0 };
-    VkSemaphoreCreateInfo si = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti };
-    r = d->fn.vkCreateSemaphore(d->dev, &si, NULL, &s->timeline);
-    if (r != VK_SUCCESS) {
+    pyg_error *e = sem_get(d, &s->timeline, &s->value);
+    if (e) {
         d->fn.vkDestroyCommandPool(d->dev, s->pool, NULL);
         free(s);
-        return vkp_vk_err(r, "vkCreateSemaphore");
+        return e;
     }
     *out = s;
     return NULL;
@@ -423,7 +452,7 @@ static void stream_destroy_impl(pyg_stream *s) {
         d->fn.vkFreeMemory(d->dev, s->stage[i].mem, NULL);
     }
     d->fn.vkDestroyCommandPool(d->dev, s->pool, NULL);   /* frees its command buffers */
-    d->fn.vkDestroySemaphore(d->dev, s->timeline, NULL);
+    sem_put(d, s->timeline);
     free(s->stage);
     free(s->cmds);
     free(s);
@@ -595,11 +624,8 @@ static pyg_error *api_event_create(pyg_device *d, pyg_event **out) {
     pyg_event *ev = calloc(1, sizeof *ev);
     if (!ev) return vkp_err(PYG_ERR_OUT_OF_MEMORY, "event_create");
     ev->dev = d;
-    VkSemaphoreTypeCreateInfo ti = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
-        .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE, .initialValue = 0 };
-    VkSemaphoreCreateInfo si = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti };
-    VkResult r = d->fn.vkCreateSemaphore(d->dev, &si, NULL, &ev->sem);
-    if (r != VK_SUCCESS) { free(ev); return vkp_vk_err(r, "vkCreateSemaphore"); }
+    pyg_error *e = sem_get(d, &ev->sem, &ev->value);   /* value = current: a fresh event is complete */
+    if (e) { free(ev); return e; }
     *out = ev;
     return NULL;
 }
@@ -608,7 +634,7 @@ static void api_event_destroy(pyg_event *ev) {
     if (!ev) return;
     pyg_error *e = wait_value(ev->dev, ev->sem, ev->value);   /* a pending signal must not outlive it */
     api_error_destroy(e);
-    ev->dev->fn.vkDestroySemaphore(ev->dev->dev, ev->sem, NULL);
+    sem_put(ev->dev, ev->sem);
     free(ev);
 }
 

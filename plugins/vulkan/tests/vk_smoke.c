@@ -216,7 +216,39 @@ static void test_chain_events(void) {
     A->buffer_free(b);
 }
 
-static void log_cb(void *u, int32_t level, const char *plugin, const char *msg) { fprintf(stderr, "[%s] %s\n", plugin, msg); }
+static int last_dispatches = -1, last_barriers = -1;
+static void log_cb(void *u, int32_t level, const char *plugin, const char *msg) {
+    const char *p = strstr(msg, ": ");
+    if (strncmp(msg, "plan for graph", 14) == 0 && p) sscanf(p + 2, "%d dispatches, %d barriers", &last_dispatches, &last_barriers);
+    else fprintf(stderr, "[%s] %s\n", plugin, msg);
+}
+
+/* barriers only where a dispatch touches a range written (or writes a range read) since the last one */
+static void test_barriers(void) {
+    pyg_buffer *b = alloc(1 << 16);
+    pyg_tensor t[8];
+    tensor(&t[0], PYG_TYPE_F32, 64, 1, 1, 1, b, 0, "a");
+    tensor(&t[1], PYG_TYPE_F32, 64, 1, 1, 1, b, 256, "b");
+    tensor(&t[2], PYG_TYPE_F32, 64, 1, 1, 1, b, 1024, "silu(a)");
+    tensor(&t[3], PYG_TYPE_F32, 64, 1, 1, 1, b, 2048, "silu(b)");     /* independent of t[2] */
+    tensor(&t[4], PYG_TYPE_F32, 64, 1, 1, 1, b, 4096, "a+b");         /* independent too */
+    tensor(&t[5], PYG_TYPE_F32, 64, 1, 1, 1, b, 0, "gelu(b) into a"); /* WAR on a */
+    tensor(&t[6], PYG_TYPE_F32, 64, 1, 1, 1, b, 8192, "x2");          /* RAW on silu(a) */
+    t[2].op = PYG_OP_SILU; t[2].src[0] = &t[0];
+    t[3].op = PYG_OP_SILU; t[3].src[0] = &t[1];
+    t[4].op = PYG_OP_ADD; t[4].src[0] = &t[0]; t[4].src[1] = &t[1];
+    t[5].op = PYG_OP_GELU; t[5].src[0] = &t[1];
+    t[6].op = PYG_OP_MUL; t[6].src[0] = &t[2]; t[6].src[1] = &t[3];
+    pyg_tensor *indep[] = { &t[2], &t[3], &t[4] };
+    run_graph(indep, 3, 1, NULL);
+    int ok = last_dispatches == 3 && last_barriers == 0;
+    pyg_tensor *dep[] = { &t[2], &t[3], &t[4], &t[5], &t[6] };
+    run_graph(dep, 5, 1, NULL);
+    ok = ok && last_dispatches == 5 && last_barriers == 1;   /* one barrier covers both hazards */
+    failures += !ok;
+    printf("%-4s %-44s last: %d dispatches, %d barriers\n", ok ? "ok" : "FAIL", "barrier placement", last_dispatches, last_barriers);
+    A->buffer_free(b);
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s libpyggml-vulkan.so [device]\n", argv[0]); return 2; }
@@ -237,6 +269,7 @@ int main(int argc, char **argv) {
     CHECK(A->device_get(idx, &D));
     CHECK(A->stream_create(D, 0, &S));
     test_chain_events();
+    test_barriers();
     int big = getenv("VK_SMOKE_SMALL") ? 0 : 1;
     int types[] = { PYG_TYPE_F32, PYG_TYPE_F16, PYG_TYPE_Q4_0, PYG_TYPE_Q8_0, PYG_TYPE_Q4_K, PYG_TYPE_Q6_K };
     for (int i = 0; i < 6; i++) {
