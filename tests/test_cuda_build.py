@@ -229,3 +229,71 @@ def test_cuda_graph_replay_matches():
         xv = rng.standard_normal((2, 256)).astype(np.float32)
         out, ref = s.compute(y, {"x": xv}), cpu.compute(y, {"x": xv})
         assert _nmse(out, ref) < 1e-6, f"compute #{i + 1}"
+
+
+# Paths the op suite does not reach: the kv-split flash attention of long-context decode, head size
+# 256, quantized get_rows / cont (dequantizing), cpy between shapes, set_rows into bf16.
+
+def _run(pg, dev, outs, feeds):
+    return pg.Scheduler([dev]).compute(outs, feeds)
+
+
+@pytest.mark.parametrize("n_kv,D,H,Hk,n_q,kvt", [(1000, 128, 8, 2, 1, "f16"), (50, 256, 4, 2, 3, "f32"),
+                                                 (4096, 64, 4, 4, 1, "f16")])
+def test_flash_attn_paths_on_cuda(n_kv, D, H, Hk, n_q, kvt):
+    pg, dev = _cuda_device()
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(n_kv + D)
+    npt = np.float16 if kvt == "f16" else np.float32
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(npt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(npt)
+    mv = np.zeros((1, 1, (n_q + 7) // 8 * 8, n_kv), np.float32)
+    mv[rng.random(mv.shape) < 0.3] = -np.inf
+    mv[..., 0] = 0.0
+    mv = mv.astype(np.float16)
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    scale = 1.0 / np.sqrt(D)
+    y = pg.flash_attn_ext(q, k, v, m, scale=scale)
+    out = _run(pg, dev, y, {"q": qv, "k": kv, "v": vv, "m": mv})
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64), mv.astype(np.float64),
+                       scale, 0.0, 0.0)
+    assert _nmse(out, ref) < 5e-4
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+def test_quant_get_rows_and_cont_on_cuda(qtype):
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(3)
+    rows, K = 20, 512
+    blocks = pg.quantize(rng.standard_normal((rows, K)).astype(np.float32), qtype)
+    ref = pg.dequantize(blocks, qtype, (rows, K)).astype(np.float64)
+    idx = np.array([3, 0, 19, 7, 7, 12, 1], np.int32)
+    g = pg.Graph()
+    w = g.weight("w", blocks, type=qtype, shape=(rows, K))
+    i = g.input("i", idx.shape, pg.i32)
+    got_rows, got_all = _run(pg, dev, [pg.get_rows(w, i), pg.cont(w, pg.f32)], {"i": idx})
+    assert _nmse(got_rows, ref[idx]) < 1e-12
+    assert _nmse(got_all, ref) < 1e-12
+
+
+def test_cpy_between_shapes_and_set_rows_bf16_on_cuda():
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 35)).astype(np.float32)
+    r = rng.standard_normal((3, 16)).astype(np.float32)
+    idx = np.array([4, 0, 2], np.int64)
+    g = pg.Graph()
+    xi = g.input("x", x.shape, pg.f32)
+    st = g.state("s", (35, 6), pg.f16)
+    kv = g.state("kv", (5, 16), pg.bf16)
+    ri = g.input("r", r.shape, pg.f32)
+    ii = g.input("i", idx.shape, pg.i64)
+    a = pg.cpy(xi, st)
+    b = pg.cont(pg.set_rows(kv, ri, ii), pg.f32)
+    out_a, out_b = _run(pg, dev, [pg.cont(a, pg.f32), b], {"x": x, "r": r, "i": idx})
+    assert np.array_equal(out_a, x.reshape(35, 6).astype(np.float16).astype(np.float32))
+    ref_b = np.zeros((5, 16), np.float32)
+    ref_b[idx] = (_bf16_bits(r).astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(out_b, ref_b)
