@@ -20,13 +20,74 @@ cdef extern from "_abi_check.h" nogil:
 _log = logging.getLogger("pyggml")
 _LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
 
-cdef void _host_log(void *user, int32_t level, const char *plugin, const char *msg) noexcept with gil:
-    try:
-        _log.log(_LEVELS.get(level, logging.ERROR), "%s: %s",
-                 (<bytes>plugin).decode(errors="replace") if plugin != NULL else "?",
-                 (<bytes>msg).decode(errors="replace") if msg != NULL else "")
-    except BaseException:
+# Plugins may log from their own worker threads while the host waits on them holding the GIL, so
+# the callback never takes the GIL: messages go into a small ring under a mutex and are emitted
+# through Python's logging by drain_log(), which the loader and scheduler call after their C calls.
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
         pass
+    int pthread_mutex_init(pthread_mutex_t *m, void *attr)
+    int pthread_mutex_lock(pthread_mutex_t *m)
+    int pthread_mutex_unlock(pthread_mutex_t *m)
+
+cdef extern from "<stdio.h>" nogil:
+    int snprintf(char *s, size_t n, const char *fmt, ...)
+
+DEF LOG_RING = 128
+DEF LOG_LEN = 480
+
+cdef struct _LogEntry:
+    int32_t level
+    char text[LOG_LEN]
+
+cdef _LogEntry _ring[LOG_RING]
+cdef int _ring_head = 0
+cdef int _ring_count = 0
+cdef int _ring_dropped = 0
+cdef pthread_mutex_t _ring_mu
+pthread_mutex_init(&_ring_mu, NULL)
+
+
+cdef void _host_log(void *user, int32_t level, const char *plugin, const char *msg) noexcept nogil:
+    global _ring_head, _ring_count, _ring_dropped
+    pthread_mutex_lock(&_ring_mu)
+    cdef int i
+    cdef const char *p = plugin
+    cdef const char *m = msg
+    if p == NULL:
+        p = "?"
+    if m == NULL:
+        m = ""
+    if _ring_count == LOG_RING:
+        _ring_dropped += 1
+    else:
+        i = (_ring_head + _ring_count) % LOG_RING
+        _ring[i].level = level
+        snprintf(_ring[i].text, LOG_LEN, "%s: %s", p, m)
+        _ring_count += 1
+    pthread_mutex_unlock(&_ring_mu)
+
+
+def drain_log():
+    """Emit the plugins' queued log messages through the 'pyggml' logger."""
+    global _ring_head, _ring_count, _ring_dropped
+    cdef _LogEntry e
+    msgs = []
+    pthread_mutex_lock(&_ring_mu)
+    while _ring_count > 0:
+        e = _ring[_ring_head]
+        _ring_head = (_ring_head + 1) % LOG_RING
+        _ring_count -= 1
+        msgs.append((e.level, (<bytes>e.text).decode(errors="replace")))
+    dropped = _ring_dropped
+    _ring_dropped = 0
+    pthread_mutex_unlock(&_ring_mu)
+    for level, text in msgs:
+        _log.log(_LEVELS.get(level, logging.ERROR), "%s", text)
+    if dropped:
+        _log.warning("%d plugin log messages were dropped (ring full)", dropped)
+    return len(msgs)
+
 
 cdef pyg_host_info _host
 memset(&_host, 0, sizeof(_host))
@@ -69,6 +130,7 @@ cdef tuple _take_error(const pyg_plugin_api *api, pyg_error *err):
 cdef int check(const pyg_plugin_api *api, pyg_error *err, str plugin, str what) except -1:
     if err == NULL:
         return 0
+    drain_log()
     code, msg = _take_error(api, err)
     exc = _CODE_EXC.get(code, E.PluginError)
     raise exc(f"{plugin}: {what}: {_CODE_NAME.get(code, f'error {code}')}: {msg}",

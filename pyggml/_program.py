@@ -117,8 +117,12 @@ class Generator:
         self.n_orderings += 1
         if self.drop_sync is not None and idx == self.drop_sync:
             self.dropped = f"ordering #{idx}: {why}"
-            # pretend it happened so the rest of the program is generated as if it had
-            self.clock[obs][s] = upto
+            # pretend it happened, so the rest of the program is generated as if it had
+            if self._can_device_wait(obs, s):
+                self.clock[obs][s] = upto
+                self._notify(obs, s, upto, device=True)
+            else:
+                self._host_done(s, upto)
             return
         if self._can_device_wait(obs, s):
             ev = self._record(s)

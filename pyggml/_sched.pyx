@@ -337,6 +337,27 @@ class Scheduler:
         self._streams = {}
         self._hidden = {}
 
+    def close(self):
+        """Wait for every queue of this scheduler, then release plans and memory. Idempotent;
+        also run when the scheduler is garbage-collected."""
+        cdef _Stream st
+        cdef pyg_error *err
+        streams = getattr(self, "_streams", None) or {}
+        for st in streams.values():
+            if st.s != NULL:
+                with nogil:
+                    err = st.dev.plugin.api.stream_synchronize(st.s)
+                if err != NULL:
+                    st.dev.plugin.api.error_destroy(err)
+        self._plans = {}
+        self._leaf_mem = {}
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
     # ---------------------------------------------------------------- public
 
     def compute(self, outputs, feeds=None):
@@ -428,6 +449,7 @@ class Scheduler:
             free(ins)
             free(outs_p)
         total = time.perf_counter() - t_start
+        _plugin.drain_log()
         self.stats["computes"] += 1
         nbytes = sum(a.nbytes for a in keep) + sum(r.nbytes for row in results for r in row)
         self.last_run = RunStats(prog.pattern, prog.pattern.count("a") + prog.pattern.count("c"), nbytes, total,
@@ -483,12 +505,15 @@ class Scheduler:
         return res
 
     def _dev_index(self, spec):
-        d = _plugin.get_device(spec)
-        for i, x in enumerate(self.devices):
-            if x is d:
-                return i
-        raise GraphError(f"tensor pinned to {spec}, which is not among this scheduler's devices "
-                         f"{[str(x) for x in self.devices]}")
+        """Index of a pinned device among this scheduler's, or None when it is not one of them
+        (a graph laid out for several GPUs still runs on a scheduler with fewer devices)."""
+        names = [str(x) for x in self.devices]
+        s = str(spec)
+        if s in names:
+            return names.index(s)
+        if ":" not in s and s + ":0" in names:
+            return names.index(s + ":0")
+        return None
 
     def _assign(self, order, probe):
         """Device index for every compute node (rules in the class docstring)."""
@@ -498,20 +523,35 @@ class Scheduler:
             if not _is_compute(t):
                 continue
             cands = []
-            if t.pin is not None:
-                d = self._dev_index(t.pin)
+            base = _base(t)
+            forced = None
+            if base is not t:
+                # an in-place op (set_rows, cpy) runs where the memory it writes lives
+                if base.flags & FLAG_STATE:
+                    forced = state_home.get(base.id)
+                    if forced is None and base.pin is not None:
+                        forced = self._dev_index(base.pin)
+                elif base.id in assign:
+                    forced = assign[base.id]
+            if forced is not None:
+                if not probe(forced, t):
+                    raise UnsupportedError(f"{t!r} writes memory on {self.devices[forced]}, which cannot compute it")
+                assign[t.id] = forced
+                if base.flags & FLAG_STATE:
+                    state_home.setdefault(base.id, forced)
+                continue
+            pinned = self._dev_index(t.pin) if t.pin is not None else None
+            if pinned is not None:
+                d = pinned
                 if not probe(d, t):
                     raise UnsupportedError(f"{t!r} is pinned to {self.devices[d]}, which cannot compute it")
                 assign[t.id] = d
+                if base is not t and base.flags & FLAG_STATE:
+                    state_home.setdefault(base.id, d)
                 continue
-            base = _base(t)
-            if base is not t and base.flags & FLAG_STATE:
-                if base.id in state_home:
-                    cands.append(state_home[base.id])
-                elif base.pin is not None:
-                    cands.append(self._dev_index(base.pin))
             for s in t.src:
-                if s is not None and s.flags & FLAG_WEIGHT and s.pin is not None:
+                if s is not None and s.flags & FLAG_WEIGHT and s.pin is not None \
+                        and self._dev_index(s.pin) is not None:
                     cands.append(self._dev_index(s.pin))
             s0 = t.src[0] if t.src else None
             if s0 is not None:
@@ -577,7 +617,8 @@ class Scheduler:
         for t in order:
             if t.flags & FLAG_STATE and t.id not in home:
                 users = [assign[u.id] for u in order if _is_compute(u) and any(s is not None and _base(s) is t for s in u.src)]
-                home[t.id] = self._dev_index(t.pin) if t.pin is not None else (users[0] if users else 0)
+                pinned = self._dev_index(t.pin) if t.pin is not None else None
+                home[t.id] = pinned if pinned is not None else (users[0] if users else 0)
 
         # --- splits: runs of compute nodes on one device
         splits = []
