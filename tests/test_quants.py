@@ -44,6 +44,24 @@ def q(tmp_path_factory):
     return qlib.QLib(qlib.build(tmp_path_factory.mktemp("quants")))
 
 
+@pytest.fixture(scope="module")
+def q_scalar(q, tmp_path_factory):
+    """a second copy of the library whose dispatch is forced to the scalar kernels"""
+    path = str(tmp_path_factory.mktemp("quants_scalar") / "libquants_scalar.so")
+    shutil.copy(q.lib._name, path)
+    old = os.environ.get("PYGGML_CPU_NO_AVX2")
+    os.environ["PYGGML_CPU_NO_AVX2"] = "1"
+    try:
+        qs = qlib.QLib(path)
+        assert not qs.has_avx2()  # cached now
+    finally:
+        if old is None:
+            del os.environ["PYGGML_CPU_NO_AVX2"]
+        else:
+            os.environ["PYGGML_CPU_NO_AVX2"] = old
+    return qs
+
+
 def gguf_type(name):
     return getattr(GT, name.upper())
 
@@ -97,6 +115,50 @@ def test_quantize_matches_ggml_oracle(q, name):
         x[6, :256] = 1.5
         ours, ref = q.quantize(name, x), oracle.quantize(name, x)
         assert np.array_equal(ours, ref), f"{name} scale {scale}: first diff at {np.argmax(ours != ref)}"
+    x = tie_blocks()
+    assert np.array_equal(q.quantize(name, x), oracle.quantize(name, x)), f"{name}: rounding ties"
+
+
+def tie_blocks():
+    """blocks whose scaled values land exactly on .5 ties and next to them: max-abs 127 makes
+    q8_0's d = 1 and q8_K's iscale = -1 (or 1), so the quantizers round x itself"""
+    vals = np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997,
+                     0.50000006, 3.4999998, -3.5000002, 64.5, -64.5, 0.0], np.float32)
+    rows = []
+    for top in (127.0, -127.0):
+        b = np.resize(vals, 256).astype(np.float32)
+        b[::32] = top  # every 32-block holds the extreme
+        b[100] = -top  # the same magnitude later: the first one fixes q8_K's sign
+        rows.append(b)
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q8_1", "q8_K"])
+def test_rounding_ties(q, q_scalar, name):
+    x = tie_blocks()
+    ours = q.quantize(name, x)
+    assert np.array_equal(ours, q_scalar.quantize(name, x))
+    _, bs, ts = qlib.TYPES[name]
+    qs_off = {"q8_0": 2, "q8_1": 4, "q8_K": 4}[name]
+    qs = ours.reshape(-1, ts)[:, qs_off:qs_off + bs].view(np.int8).astype(np.float32).ravel()
+    if name == "q8_K":  # round half to even of x * (-127 / first max) = +-x
+        sign = np.repeat(np.where(x.reshape(-1, 256)[:, 0] > 0, -1.0, 1.0), 256)
+        assert np.array_equal(qs, np.rint(x * sign))
+    else:  # half away from zero
+        assert np.array_equal(qs, gq.np_roundf(x))
+
+
+@pytest.mark.parametrize("name", list(qlib.TYPES))
+def test_dispatched_equals_scalar(q, q_scalar, name):
+    """the SIMD table's quantize/dequantize are bit-identical to the scalar table's"""
+    if not q.has_avx2():
+        pytest.skip("no AVX2 on this CPU: both tables are the scalar one")
+    for kind in qlib.DATA_KINDS:
+        x = qlib.det_data(kind, 256 * 24)
+        a, b = q.quantize(name, x), q_scalar.quantize(name, x)
+        assert np.array_equal(a, b), (name, kind)
+        assert np.array_equal(q.dequantize(name, a, x.size).view(np.uint32),
+                              q_scalar.dequantize(name, a, x.size).view(np.uint32))
 
 
 # ---------------------------------------------------------------- bit-exact dequantize

@@ -28,6 +28,7 @@ int quant_cpu_has_avx2(void) {
 
 #define FUNCS(T, VT, DOT, REF) \
     { quant_##T##_to_f32, quant_##T##_from_f32, PYG_TYPE_##VT, DOT, REF }
+#define FUNCS_Q(T, FROM, VT, DOT, REF) { quant_##T##_to_f32, FROM, PYG_TYPE_##VT, DOT, REF }
 
 static const cpu_type_funcs scalar_tables[] = {
     FUNCS(q4_0, Q8_0, quant_vec_dot_q4_0_q8_0_ref, quant_vec_dot_q4_0_q8_0_ref),
@@ -47,11 +48,11 @@ static const cpu_type_funcs avx2_tables[] = {
     FUNCS(q4_1, Q8_1, quant_vec_dot_q4_1_q8_1_ref, quant_vec_dot_q4_1_q8_1_ref),
     FUNCS(q5_0, Q8_0, quant_vec_dot_q5_0_q8_0_ref, quant_vec_dot_q5_0_q8_0_ref),
     FUNCS(q5_1, Q8_1, quant_vec_dot_q5_1_q8_1_ref, quant_vec_dot_q5_1_q8_1_ref),
-    FUNCS(q8_0, Q8_0, quant_vec_dot_q8_0_q8_0_avx2, quant_vec_dot_q8_0_q8_0_ref),
+    FUNCS_Q(q8_0, quant_q8_0_from_f32_avx2, Q8_0, quant_vec_dot_q8_0_q8_0_avx2, quant_vec_dot_q8_0_q8_0_ref),
     FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
     FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_avx2, quant_vec_dot_q4_K_q8_K_ref),
     FUNCS(q6_K, Q8_K, quant_vec_dot_q6_K_q8_K_avx2, quant_vec_dot_q6_K_q8_K_ref),
-    FUNCS(q8_K, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
+    FUNCS_Q(q8_K, quant_q8_K_from_f32_avx2, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
 };
 #endif
 

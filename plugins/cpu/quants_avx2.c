@@ -6,6 +6,10 @@
  * saturate for these value ranges: |q4| <= 15, |q6| <= 63, |q8| <= 127 with at most one of the two
  * factors at 128); only the float accumulation order differs from the scalar kernels.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off") /* the quantizers here must round exactly like quants_ref.c */
+#endif
+#include <math.h>
 #include "quants.h"
 
 #ifdef QUANT_HAVE_X86
@@ -321,6 +325,107 @@ AVX2 void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx
         }
     }
     for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
+}
+
+/* ------------------------------------------------------------------ activation quantizers */
+/* Bit-identical to quant_q8_0_from_f32 / quant_q8_K_from_f32 (quants_ref.c): the same float
+ * operations per element, max-abs is order independent, roundf's half-away-from-zero is
+ * rebuilt from truncation, and q8_K's round-half-even is the hardware's default rounding. */
+
+AVX2 static inline float hmax_ps(__m256 v) {
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 32 int32 lanes (4 vectors, element order) -> 32 int8 in element order (values in range) */
+AVX2 static inline __m256i pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    const __m256i v = _mm256_packs_epi16(ab, cd);
+    /* packs work per 128-bit lane: lanes hold dwords a0 b0 c0 d0 | a1 b1 c1 d1 (4 bytes each) */
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* roundf: truncate, then step away from zero when the dropped part is >= 0.5 */
+AVX2 static inline __m256i round_away_epi32(__m256 v) {
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+    const __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+    const __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                      _mm256_or_ps(sign, _mm256_set1_ps(1.0f)));
+    return _mm256_cvtps_epi32(_mm256_add_ps(t, step));
+}
+
+AVX2 void quant_q8_0_from_f32_avx2(const float *x, void *vy, int64_t n) {
+    blk_q8_0 *y = vy;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / QK_32; b++, x += QK_32) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[k], abs_mask));
+        }
+        const float amax = hmax_ps(m);
+        if (!(amax == amax) || amax == INFINITY) { /* non-finite block: the scalar path decides */
+            quant_q8_0_from_f32(x, &y[b], QK_32);
+            continue;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = quant_f32_to_f16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = round_away_epi32(_mm256_mul_ps(v[k], vid));
+        _mm256_storeu_si256((__m256i *)y[b].qs, pack32_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+AVX2 void quant_q8_K_from_f32_avx2(const float *x, void *vy, int64_t n) {
+    blk_q8_K *y = vy;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / QK_SUPER; b++, x += QK_SUPER) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_SUPER; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask));
+        const float amax = hmax_ps(m);
+        if (!(amax == amax) || amax == INFINITY) {
+            quant_q8_K_from_f32(x, &y[b], QK_SUPER);
+            continue;
+        }
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        /* the sign of the first element of largest magnitude (the scalar search keeps the first) */
+        float vmax = 0.0f;
+        for (int j = 0; j < QK_SUPER; j++)
+            if (fabsf(x[j]) == amax) {
+                vmax = x[j];
+                break;
+            }
+        const float iscale = -127.0f / vmax;
+        const __m256 vis = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_SUPER; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), vis),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127));
+            }
+            const __m256i q8 = pack32_i8(q[0], q[1], q[2], q[3]);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), q8);
+            /* 16-element sums: bytes -> 16-bit pairs -> per-16 totals */
+            const __m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q8), _mm256_set1_epi16(1));
+            /* s16: 8 int32 sums of 4 bytes; lanes 0..3 = elements j..j+15, 4..7 = j+16..j+31 */
+            const __m128i lo = _mm256_castsi256_si128(s16), hi = _mm256_extracti128_si256(s16, 1);
+            const __m128i t = _mm_hadd_epi32(lo, hi);   /* l0+l1, l2+l3, h0+h1, h2+h3 */
+            const __m128i u = _mm_hadd_epi32(t, t);     /* sum lo, sum hi, ... */
+            y[b].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(u);
+            y[b].bsums[j / 16 + 1] = (int16_t)_mm_extract_epi32(u, 1);
+        }
+        y[b].d = 1.0f / iscale;
+    }
 }
 
 #endif /* QUANT_HAVE_X86 */
