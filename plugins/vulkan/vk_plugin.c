@@ -139,9 +139,9 @@ static pyg_error *device_open(pyg_device *d) {
     VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES };
     VkPhysicalDeviceVulkan11Features f11 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12 };
     VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11 };
-    g_ifn.vkGetPhysicalDeviceFeatures2(d->phys, &f2);
-    if (d->props.apiVersion < VK_API_VERSION_1_2)
+    if (d->props.apiVersion < VK_API_VERSION_1_2)   /* before chaining 1.1/1.2 feature structs */
         return vkp_err(PYG_ERR_NO_DEVICE, "%s: Vulkan 1.2 needed", d->props.deviceName);
+    g_ifn.vkGetPhysicalDeviceFeatures2(d->phys, &f2);
     if (!f12.timelineSemaphore || !f11.storageBuffer16BitAccess || !f2.features.shaderInt16)
         return vkp_err(PYG_ERR_NO_DEVICE, "%s lacks timelineSemaphore, storageBuffer16BitAccess or shaderInt16",
                        d->props.deviceName);
