@@ -1,0 +1,294 @@
+"""The LLaMA graph and a Model that prefills, decodes and generates with it.
+
+One Graph holds the weights (views into the GGUF mmap until uploaded), the KV cache (per layer
+K and V states of shape (n_ctx, n_head_kv * head_dim), f16 by default) and one forward per
+prompt length T. A forward's inputs are the token ids (T,), their positions (T,), the KV rows
+they write (T,) and the attention mask (1, 1, T, n_ctx) f16 (0 where a query may look, -inf
+elsewhere, unused cells included); attention always spans the whole cache, so the decode
+forward (T = 1) is built once and every step only feeds new inputs: the scheduler reuses its
+plan, memory and command program.
+
+Per layer (numpy order, T tokens, d = n_embd, H heads of D, H_kv kv heads):
+    h = rms_norm(x) * attn_norm
+    q, k, v = h @ Wq.T, h @ Wk.T, h @ Wv.T;  q, k = rope(q (T, H, D)), rope(k (T, H_kv, D))
+    K[kv_idx] = k;  V[kv_idx] = v                          (set_rows into the states)
+    o = flash_attn_ext(q (1, H, T, D), K (1, H_kv, n_ctx, D), V, mask) -> (1, T, H, D)
+        (or softmax(q K^T * scale + mask) V through mul_mat/soft_max with attn="softmax")
+    x = x + o (T, d) @ Wo.T
+    x = x + swiglu(rms_norm(x) * ffn_norm @ Wgate.T, ... @ Wup.T) @ Wdown.T
+then logits = rms_norm(x[last]) * output_norm @ Wout.T (all rows with all_logits=True).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import ops as pg
+from ..errors import PyggmlError, ShapeError
+from ..graph import Graph
+from ..types import f16, i32, dtype as _dtype
+
+ATTN_MODES = ("flash", "softmax")
+
+
+class ContextFullError(PyggmlError):
+    """The tokens do not fit the remaining context (n_ctx)."""
+
+
+class _Forward:
+    """The graph nodes of one forward over T tokens, and its host-side feed arrays."""
+
+    def __init__(self, model, T, all_logits):
+        self.T = T
+        self.all_logits = all_logits
+        key = f"{T}{'a' if all_logits else ''}"
+        g = model.graph
+        self.names = {n: f"{n}_{key}" for n in ("tokens", "pos", "kv_idx", "mask")}
+        n_effects = len(g.effects)
+        tok = g.input(self.names["tokens"], (T,), i32)
+        pos = g.input(self.names["pos"], (T,), i32)
+        kvi = g.input(self.names["kv_idx"], (T,), i32)
+        mask = g.input(self.names["mask"], (1, 1, T, model.n_ctx), f16)
+        self.logits = model._forward_nodes(tok, pos, kvi, mask, T, all_logits)
+        self.argmax = pg.argmax(self.logits)
+        # The KV writes are reached from the attention that reads them (it views the set_rows
+        # results), so they need not stay graph-wide effects: left there, every other forward of
+        # this graph would run them too.
+        del g.effects[n_effects:]
+        self.mask = np.full((1, 1, T, model.n_ctx), -np.inf, np.float16)
+        self.feeds = {self.names["tokens"]: np.zeros(T, np.int32), self.names["pos"]: np.zeros(T, np.int32),
+                      self.names["kv_idx"]: np.zeros(T, np.int32), self.names["mask"]: self.mask}
+        self.visible = 0       # decode (T=1): mask cells [0, visible) are already 0
+
+
+def _LOGITS(f):
+    return f.logits
+
+
+def _ARGMAX(f):
+    return f.argmax
+
+
+class Model:
+    """A LLaMA-family model on a Scheduler. Build with pyggml.models.load()."""
+
+    def __init__(self, hp, tensors, sched, graph, weights, n_ctx, attn="flash", kv_type="f16", reader=None,
+                 path=None):
+        if attn not in ATTN_MODES:
+            raise ValueError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
+        self.hp = hp
+        self.sched = sched
+        self.graph = graph
+        self.w = weights                  # name -> graph weight Tensor
+        self.n_ctx = int(n_ctx)
+        self.attn = attn
+        self.kv_type = _dtype(kv_type)
+        self.reader = reader
+        self.path = path
+        self.n_past = 0
+        self.tokens = []                  # tokens currently in the cache
+        self._forwards = {}
+        self._decode_fwd = None
+        self.timings = {}                 # filled by load()
+        kvd = hp.n_embd_kv
+        self.k_cache = [graph.state(f"cache_k.{i}", (self.n_ctx, kvd), self.kv_type) for i in range(hp.n_layer)]
+        self.v_cache = [graph.state(f"cache_v.{i}", (self.n_ctx, kvd), self.kv_type) for i in range(hp.n_layer)]
+
+    # ---------------------------------------------------------------- graph
+
+    def _forward_nodes(self, tok, pos, kvi, mask, T, all_logits):
+        hp, W = self.hp, self.w
+        d, H, Hkv, D = hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim
+        eps = hp.rms_eps
+        rope_kw = dict(n_dims=hp.rope_dims, mode=hp.rope_mode, freq_base=hp.rope_base, freq_scale=hp.rope_scale,
+                       n_ctx_orig=hp.n_ctx_train, freq_factors=W.get("rope_freqs.weight"))
+        x = pg.get_rows(W["token_embd.weight"], tok)                          # (T, d) f32
+        for i in range(hp.n_layer):
+            p = f"blk.{i}."
+            h = pg.mul(pg.rms_norm(x, eps), W[p + "attn_norm.weight"])
+            q = pg.mul_mat(W[p + "attn_q.weight"], h)
+            k = pg.mul_mat(W[p + "attn_k.weight"], h)
+            v = pg.mul_mat(W[p + "attn_v.weight"], h)
+            q = pg.rope(pg.reshape(q, (T, H, D)), pos, **rope_kw)
+            k = pg.rope(pg.reshape(k, (T, Hkv, D)), pos, **rope_kw)
+            ks = pg.set_rows(self.k_cache[i], pg.reshape(k, (T, Hkv * D)), kvi)
+            vs = pg.set_rows(self.v_cache[i], v, kvi)
+            o = self._attention(q, ks, vs, mask, T)                            # (T, d)
+            x = pg.add(x, pg.mul_mat(W[p + "attn_output.weight"], o))
+            h = pg.mul(pg.rms_norm(x, eps), W[p + "ffn_norm.weight"])
+            f = pg.swiglu(pg.mul_mat(W[p + "ffn_gate.weight"], h), pg.mul_mat(W[p + "ffn_up.weight"], h))
+            x = pg.add(x, pg.mul_mat(W[p + "ffn_down.weight"], f))
+        if T > 1 and not all_logits:
+            x = pg.view(x, (1, d), offset=(T - 1) * d * 4)
+        x = pg.mul(pg.rms_norm(x, eps), W["output_norm.weight"])
+        out_w = W.get("output.weight", W["token_embd.weight"])
+        return pg.mul_mat(out_w, x)                                            # (T or 1, n_vocab)
+
+    def _attention(self, q, ks, vs, mask, T):
+        hp = self.hp
+        H, Hkv, D, n = hp.n_head, hp.n_head_kv, hp.head_dim, self.n_ctx
+        es = self.kv_type.type_size
+        kvd = Hkv * D
+        strides = (n * kvd * es, D * es, kvd * es, es)
+        k = pg.view(ks, (1, Hkv, n, D), strides)                              # (1, H_kv, n_ctx, D)
+        v = pg.view(vs, (1, Hkv, n, D), strides)
+        qh = pg.permute(pg.reshape(q, (1, T, H, D)), (0, 2, 1, 3))            # (1, H, T, D)
+        scale = 1.0 / math.sqrt(D)
+        if self.attn == "flash":
+            o = pg.flash_attn_ext(qh, k, v, mask, scale=scale)                 # (1, T, H, D)
+            return pg.reshape(o, (T, H * D))
+        kq = pg.soft_max(pg.mul_mat(k, qh), mask, scale=scale)                 # (1, H, T, n_ctx)
+        vt = pg.cont(pg.transpose(v))                                          # (1, H_kv, D, n_ctx)
+        o = pg.mul_mat(vt, kq)                                                 # (1, H, T, D)
+        return pg.reshape(pg.cont(pg.permute(o, (0, 2, 1, 3))), (T, H * D))
+
+    def forward_for(self, T, all_logits=False):
+        """The (cached) forward over T tokens; built on first use."""
+        T = int(T)
+        if T < 1:
+            raise ShapeError("a forward needs at least one token")
+        if T > self.n_ctx:
+            raise ContextFullError(f"{T} tokens do not fit n_ctx {self.n_ctx}")
+        all_logits = bool(all_logits) and T > 1
+        key = (T, all_logits)
+        f = self._forwards.get(key)
+        if f is None:
+            f = self._forwards[key] = _Forward(self, T, all_logits)
+        return f
+
+    # ---------------------------------------------------------------- running
+
+    def _check_tokens(self, tokens):
+        t = np.asarray(tokens)
+        if t.ndim == 0:
+            t = t.reshape(1)
+        if t.ndim != 1 or t.size == 0:
+            raise ShapeError(f"tokens must be a non-empty 1-D sequence, got shape {t.shape}")
+        if not np.issubdtype(t.dtype, np.integer):
+            raise ShapeError(f"tokens must be integers, got {t.dtype}")
+        if t.min() < 0 or t.max() >= self.hp.n_vocab:
+            raise ShapeError(f"token ids must be in [0, {self.hp.n_vocab}), got [{t.min()}, {t.max()}]")
+        if self.n_past + t.size > self.n_ctx:
+            raise ContextFullError(f"{t.size} more tokens after {self.n_past} do not fit n_ctx {self.n_ctx}; "
+                                   f"reset() or load with a larger n_ctx")
+        return t.astype(np.int32)
+
+    def _run(self, f, tokens, output):
+        T, p0 = f.T, self.n_past
+        fe = f.feeds
+        fe[f.names["tokens"]][:] = tokens
+        pos = fe[f.names["pos"]]
+        pos[:] = np.arange(p0, p0 + T, dtype=np.int32)
+        fe[f.names["kv_idx"]][:] = pos
+        if T == 1:
+            if f.visible > p0 + 1:           # the context was reset: hide everything again
+                f.mask[...] = -np.inf
+                f.visible = 0
+            f.mask[0, 0, 0, f.visible:p0 + 1] = 0
+            f.visible = p0 + 1
+        else:
+            cells = np.arange(self.n_ctx)
+            f.mask[0, 0] = np.where(cells[None, :] <= pos[:, None], np.float16(0), np.float16(-np.inf))
+        out = self.sched.compute(output, fe)
+        self.n_past += T
+        self.tokens.extend(int(x) for x in tokens)
+        return out
+
+    def prefill(self, tokens, all_logits=False):
+        """Run `tokens` after the current context; returns the last token's logits (n_vocab,) f32,
+        or every token's (T, n_vocab) with all_logits=True."""
+        t = self._check_tokens(tokens)
+        f = self.forward_for(t.size, all_logits)
+        out = self._run(f, t, f.logits)
+        return out if f.all_logits else out[0]
+
+    def _step(self, token, output_of):
+        """The decode fast path: one token, no numpy checks beyond a range test."""
+        tok = int(token)
+        if not 0 <= tok < self.hp.n_vocab:
+            raise ShapeError(f"token id {tok} is not in [0, {self.hp.n_vocab})")
+        p0 = self.n_past
+        if p0 >= self.n_ctx:
+            raise ContextFullError(f"the context is full (n_ctx {self.n_ctx}); reset() or load with a larger n_ctx")
+        f = self._decode_fwd
+        if f is None:
+            f = self._decode_fwd = self.forward_for(1)
+        fe, nm = f.feeds, f.names
+        fe[nm["tokens"]][0] = tok
+        fe[nm["pos"]][0] = p0
+        fe[nm["kv_idx"]][0] = p0
+        if f.visible > p0 + 1:
+            f.mask[...] = -np.inf
+            f.visible = 0
+        f.mask[0, 0, 0, f.visible:p0 + 1] = 0
+        f.visible = p0 + 1
+        out = self.sched.compute(output_of(f), fe)
+        self.n_past = p0 + 1
+        self.tokens.append(tok)
+        return out
+
+    def decode(self, token):
+        """One token through the reused decode graph; returns its logits (n_vocab,) f32."""
+        return self._step(token, _LOGITS)[0]
+
+    def _next(self, tokens, device_argmax):
+        if len(tokens) == 1:
+            if device_argmax:
+                return int(self._step(tokens[0], _ARGMAX)[0])
+            return int(np.argmax(self._step(tokens[0], _LOGITS)[0]))
+        t = self._check_tokens(tokens)
+        f = self.forward_for(t.size)
+        if device_argmax:
+            return int(self._run(f, t, f.argmax)[0])
+        return int(np.argmax(self._run(f, t, f.logits)[0]))
+
+    def generate(self, prompt_tokens, n, device_argmax=True, stop=None):
+        """Greedy generation of up to `n` tokens after `prompt_tokens` (appended to the current
+        context). The argmax runs on the device unless device_argmax=False. Returns the new tokens."""
+        out = []
+        if n <= 0:
+            return out
+        tok = self._next(prompt_tokens, device_argmax)
+        out.append(tok)
+        while len(out) < n and (stop is None or tok not in stop):
+            tok = self._next([tok], device_argmax)
+            out.append(tok)
+        return out
+
+    def reset(self):
+        """Forget the context (the cache cells are masked, not cleared)."""
+        self.n_past = 0
+        self.tokens = []
+
+    def close(self):
+        """Release the scheduler (device memory) and the file mapping."""
+        self._forwards.clear()
+        self._decode_fwd = None
+        self.sched = None
+        self.graph = None
+        self.w = {}
+        self.k_cache = self.v_cache = []
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def n_params(self):
+        return sum(int(np.prod(t.shape)) for t in self.w.values())
+
+    @property
+    def weight_bytes(self):
+        return sum(int(t.nbytes) for t in self.w.values())
+
+    def __repr__(self):
+        hp = self.hp
+        return (f"<pyggml Model {hp.arch} {hp.name!r}: {hp.n_layer} layers, d={hp.n_embd}, "
+                f"{hp.n_head}/{hp.n_head_kv} heads, vocab {hp.n_vocab}, n_ctx {self.n_ctx}, attn={self.attn}, "
+                f"{self.weight_bytes / 1e6:.1f} MB on {[str(d) for d in self.sched.devices] if self.sched else '-'}>")
