@@ -45,9 +45,9 @@ static const cpu_type_funcs scalar_tables[] = {
 #ifdef QUANT_HAVE_X86
 static const cpu_type_funcs avx2_tables[] = {
     FUNCS(q4_0, Q8_0, quant_vec_dot_q4_0_q8_0_avx2, quant_vec_dot_q4_0_q8_0_ref),
-    FUNCS(q4_1, Q8_1, quant_vec_dot_q4_1_q8_1_ref, quant_vec_dot_q4_1_q8_1_ref),
-    FUNCS(q5_0, Q8_0, quant_vec_dot_q5_0_q8_0_ref, quant_vec_dot_q5_0_q8_0_ref),
-    FUNCS(q5_1, Q8_1, quant_vec_dot_q5_1_q8_1_ref, quant_vec_dot_q5_1_q8_1_ref),
+    FUNCS(q4_1, Q8_1, quant_vec_dot_q4_1_q8_1_avx2, quant_vec_dot_q4_1_q8_1_ref),
+    FUNCS(q5_0, Q8_0, quant_vec_dot_q5_0_q8_0_avx2, quant_vec_dot_q5_0_q8_0_ref),
+    FUNCS(q5_1, Q8_1, quant_vec_dot_q5_1_q8_1_avx2, quant_vec_dot_q5_1_q8_1_ref),
     FUNCS_Q(q8_0, quant_q8_0_from_f32_avx2, Q8_0, quant_vec_dot_q8_0_q8_0_avx2, quant_vec_dot_q8_0_q8_0_ref),
     FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
     FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_avx2, quant_vec_dot_q4_K_q8_K_ref),

@@ -118,6 +118,9 @@ void quant_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, const void
 void quant_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_q8_0_from_f32_avx2(const float *src, void *dst, int64_t n);
 void quant_q8_K_from_f32_avx2(const float *src, void *dst, int64_t n);
 void quant_vec_dot_multi_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y,

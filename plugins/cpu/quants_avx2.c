@@ -327,6 +327,72 @@ AVX2 void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx
     for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
 }
 
+/* ------------------------------------------------------------------ q4_1 / q5_0 / q5_1 */
+
+/* 0x10 in byte i where bit i of the 32-bit qh is set (q5's fifth bits, element order) */
+AVX2 static inline __m256i q5_high_bits(const uint8_t qh4[4]) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                       0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* the 32 nibbles of a 16-byte q4/q5 payload as unsigned bytes 0..15, element order */
+AVX2 static inline __m256i nibbles_u8(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xf));
+}
+
+/* 8 int32 sums of u * y (u unsigned < 128) */
+AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+AVX2 void quant_vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_1 *x = vx;
+    const blk_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int64_t b = 0; b < n / QK_32; b++) {
+        const __m256i p = dot_u8_i8(nibbles_u8(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p), acc);
+        accm += f16(x[b].m) * f16(y[b].s);
+    }
+    *s = hsum_ps(acc) + accm;
+}
+
+AVX2 void quant_vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_32; b++) {
+        const __m256i u = _mm256_or_si256(nibbles_u8(x[b].qs), q5_high_bits(x[b].qh));
+        const __m256i yy = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        /* (u - 16) . y = u . y - 16 . y */
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(u, yy), _mm256_maddubs_epi16(_mm256_set1_epi8(16), yy));
+        const __m256i p = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 void quant_vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_1 *x = vx;
+    const blk_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int64_t b = 0; b < n / QK_32; b++) {
+        const __m256i u = _mm256_or_si256(nibbles_u8(x[b].qs), q5_high_bits(x[b].qh));
+        const __m256i p = dot_u8_i8(u, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p), acc);
+        accm += f16(x[b].m) * f16(y[b].s);
+    }
+    *s = hsum_ps(acc) + accm;
+}
+
 /* ------------------------------------------------------------------ activation quantizers */
 /* Bit-identical to quant_q8_0_from_f32 / quant_q8_K_from_f32 (quants_ref.c): the same float
  * operations per element, max-abs is order independent, roundf's half-away-from-zero is
