@@ -152,6 +152,11 @@ static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
 }
 
 
+/* rows handled by one 64-invocation workgroup of the subgroup-per-row shaders */
+static uint32_t rows_per_wg(const pyg_device *d) {
+    return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
+}
+
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
 static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
@@ -180,6 +185,12 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         if (n->op == PYG_OP_SOFT_MAX && s1) { dp->slot[1] = s1; ex[1] = 1; }
         ex[0] = (uint32_t)pyg_tensor_nrows(s0);
         work = ex[0];
+        if (d->subgroup_arith) {   /* one subgroup per row, no barriers */
+            shader = VKP_SH_ROWS_SG;
+            spec = n->op == PYG_OP_RMS_NORM ? 0 : n->op == PYG_OP_NORM ? 1 : n->op == PYG_OP_SOFT_MAX ? 2 : 3;
+            spec1 = rows_per_wg(d);
+            work = (work + spec1 - 1) / spec1;
+        }
         break;
     case PYG_OP_ROPE: {
         shader = VKP_SH_ROPE;
@@ -219,7 +230,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
         if (N <= 4 && d->subgroup_arith) {
             shader = VKP_SH_MUL_MAT_VEC;
-            spec1 = d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
+            spec1 = rows_per_wg(d);
             work = (M * N * B + spec1 - 1) / spec1;
             /* chunked fast path: whole 32-element chunks, contiguous rows, f32 activations, 4-byte
              * aligned rows (the binding start is aligned; the in-binding offsets are checked) */

@@ -152,6 +152,10 @@ static pyg_error *device_open(pyg_device *d) {
     d->subgroup_size = sg.subgroupSize;
     d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
+    {   /* PYGGML_VULKAN_SUBGROUPS=0 forces the shared-memory kernels (tests the fallback path) */
+        const char *env = getenv("PYGGML_VULKAN_SUBGROUPS");
+        if (env && strcmp(env, "0") == 0) d->subgroup_arith = 0;
+    }
     d->max_alloc = m3.maxMemoryAllocationSize;
     d->max_range = d->props.limits.maxStorageBufferRange;
 

@@ -35,6 +35,9 @@ VKP_SPV(mul_mat)
 VKP_SPV(flash_attn)
 #include "flash_attn.spv.h"
 ;
+VKP_SPV(rows_sg)
+#include "rows_sg.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -49,6 +52,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC, mul_mat_vec)
     VKP_CASE(VKP_SH_MUL_MAT, mul_mat)
     VKP_CASE(VKP_SH_FLASH_ATTN, flash_attn)
+    VKP_CASE(VKP_SH_ROWS_SG, rows_sg)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE

@@ -1,0 +1,82 @@
+#version 450
+// rms_norm / norm / soft_max / argmax with one subgroup per row (OP: 0 rms_norm, 1 norm,
+// 2 soft_max, 3 argmax), reduced with subgroup operations: no shared memory and no barrier,
+// which llvmpipe (lavapipe) runs far cheaper than workgroup-wide reductions. Used when the device
+// has subgroup arithmetic; norm.comp / soft_max.comp / argmax.comp otherwise.
+#include "common.glsl"
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint OP = 0u;
+layout(constant_id = 1) const uint RPW = 1u;   // rows per workgroup = 64 / reported subgroup size
+
+void main() {
+    uint lane = gl_SubgroupInvocationID, ns = gl_SubgroupSize;
+    uint n0 = t_ne(0u, 0u), n1 = t_ne(0u, 1u), n2 = t_ne(0u, 2u);
+    uint nb0 = t_nb(0u, 0u), ty = t_type(0u), dnb0 = t_nb(4u, 0u), dty = t_type(4u);
+    for (uint r = gl_SubgroupID; r < RPW; r += gl_NumSubgroups) {
+        uint row = wg_linear() * RPW + r;
+        if (row >= ex_u(0u)) return;
+        uint i1 = row % n1, i2 = (row / n1) % n2, i3 = row / (n1 * n2);
+        uint rs = t_row(0u, i1, i2, i3);
+        if (OP == 0u || OP == 1u) {
+            uint rd = t_row(4u, i1, i2, i3);
+            float mean = 0.0;
+            if (OP == 1u) {
+                float s = 0.0;
+                for (uint k = lane; k < n0; k += ns) s += ldf(0u, rs + k * nb0, ty);
+                mean = subgroupAdd(s) / float(n0);
+            }
+            float s2 = 0.0;
+            for (uint k = lane; k < n0; k += ns) {
+                float x = ldf(0u, rs + k * nb0, ty) - mean;
+                s2 += x * x;
+            }
+            float scale = 1.0 / sqrt(subgroupAdd(s2) / float(n0) + op_f(0u));
+            for (uint k = lane; k < n0; k += ns)
+                stf(rd + k * dnb0, dty, (ldf(0u, rs + k * nb0, ty) - mean) * scale);
+        } else if (OP == 2u) {
+            uint rd = t_row(4u, i1, i2, i3);
+            bool has_mask = ex_u(1u) != 0u;
+            uint rm = 0u, mnb0 = 0u, mty = 0u;
+            if (has_mask) {
+                rm = t_row(1u, i1, i2 % t_ne(1u, 2u), i3 % t_ne(1u, 3u));
+                mnb0 = t_nb(1u, 0u);
+                mty = t_type(1u);
+            }
+            float scale = op_f(0u), slope = alibi_slope(op_f(1u), i2, n2);
+            float mx = uintBitsToFloat(0xFF800000u);
+            for (uint k = lane; k < n0; k += ns) {
+                float v = ldf(0u, rs + k * nb0, ty) * scale;
+                if (has_mask) v += slope * ldf(1u, rm + k * mnb0, mty);
+                mx = max(mx, v);
+            }
+            mx = subgroupMax(mx);
+            float sum = 0.0;
+            for (uint k = lane; k < n0; k += ns) {
+                float v = ldf(0u, rs + k * nb0, ty) * scale;
+                if (has_mask) v += slope * ldf(1u, rm + k * mnb0, mty);
+                sum += exp(v - mx);
+            }
+            float inv = 1.0 / subgroupAdd(sum);
+            for (uint k = lane; k < n0; k += ns) {
+                float v = ldf(0u, rs + k * nb0, ty) * scale;
+                if (has_mask) v += slope * ldf(1u, rm + k * mnb0, mty);
+                stf(rd + k * dnb0, dty, exp(v - mx) * inv);
+            }
+        } else {
+            float best = uintBitsToFloat(0xFF800000u);
+            uint bi = 0xFFFFFFFFu;
+            for (uint k = lane; k < n0; k += ns) {
+                float v = ldf(0u, rs + k * nb0, ty);
+                if (bi == 0xFFFFFFFFu || v > best) { best = v; bi = k; }
+            }
+            float m = subgroupMax(bi == 0xFFFFFFFFu ? uintBitsToFloat(0xFF800000u) : best);
+            uint cand = (bi != 0xFFFFFFFFu && best == m) ? bi : 0xFFFFFFFFu;
+            uint idx = subgroupMin(cand);
+            if (idx == 0xFFFFFFFFu) idx = 0u;   // row of -inf/NaN only: first element
+            if (subgroupElect())
+                dw[(t_off(4u) + i1 * t_nb(4u, 0u) + i2 * t_nb(4u, 1u) + i3 * t_nb(4u, 2u)) >> 2] = idx;
+        }
+    }
+}
