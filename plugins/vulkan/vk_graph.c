@@ -324,7 +324,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     {
         void *map;
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
-        extern pyg_error *vkp_raw_host_buffer(pyg_device *, uint64_t, VkBuffer *, VkDeviceMemory *, void **);
         if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
         memcpy(map, params, (size_t)((uint64_t)nd * pstride));
     }

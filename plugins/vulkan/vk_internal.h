@@ -139,6 +139,8 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], V
 /* submit one recorded command buffer on a stream (waits + timeline signal) */
 pyg_error *vkp_submit(pyg_stream *s, VkCommandBuffer cb);
 void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> everything incl. host */
+/* host-visible, mapped buffer (plan parameter blocks); caller destroys buffer and memory */
+pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 
 /* graph (vk_graph.c) */
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
