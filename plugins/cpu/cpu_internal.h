@@ -141,6 +141,10 @@ typedef struct cpu_vec_ops {
     float (*exp_sum)(int64_t n, float *z, const float *x, float m); /* z = exp(x-m), returns sum */
     void (*axpy)(int64_t n, float *y, float a, const float *x);      /* y += a x */
     void (*axpy_f16)(int64_t n, float *y, float a, const uint16_t *x);
+    /* out[j] = dot(x, rows[j]) for j < m (attention scores) */
+    void (*dots)(int64_t n, float *out, const float *x, const float *const *rows, int64_t m);
+    /* y += sum_j p[j] * rows[j] over m rows of n floats (attention's P.V, y kept in registers) */
+    void (*wsum)(int64_t n, float *y, const float *p, const float *const *rows, int64_t m);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
     void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
 } cpu_vec_ops;

@@ -65,6 +65,13 @@ static void s_axpy(int64_t n, float *y, float a, const float *x) {
 static void s_axpy_f16(int64_t n, float *y, float a, const uint16_t *x) {
     for (int64_t i = 0; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
 }
+static void s_dots(int64_t n, float *out, const float *x, const float *const *rows, int64_t m) {
+    for (int64_t j = 0; j < m; j++) out[j] = s_dot_f32(n, x, rows[j]);
+}
+static void s_wsum(int64_t n, float *y, const float *p, const float *const *rows, int64_t m) {
+    for (int64_t j = 0; j < m; j++)
+        if (p[j] != 0.0f) s_axpy(n, y, p[j], rows[j]);
+}
 static void s_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = cpu_f16_to_f32(x[i]);
 }
@@ -87,6 +94,8 @@ const cpu_vec_ops cpu_vec_scalar = {
     /* .exp_sum = */ s_exp_sum,
     /* .axpy = */ s_axpy,
     /* .axpy_f16 = */ s_axpy_f16,
+    /* .dots = */ s_dots,
+    /* .wsum = */ s_wsum,
     /* .f16_to_f32 = */ s_f16_to_f32,
     /* .f32_to_f16 = */ s_f32_to_f16,
 };

@@ -236,6 +236,64 @@ static void v_axpy_f16(int64_t n, float *y, float a, const uint16_t *x) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
 }
+static void v_dots(int64_t n, float *out, const float *x, const float *const *rows, int64_t m) {
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+        const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r0 + i), a0);
+            a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r1 + i), a1);
+            a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r2 + i), a2);
+            a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r3 + i), a3);
+        }
+        /* four horizontal sums at once */
+        __m256 h01 = _mm256_hadd_ps(a0, a1), h23 = _mm256_hadd_ps(a2, a3);
+        __m256 h = _mm256_hadd_ps(h01, h23);
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        float t[4];
+        _mm_storeu_ps(t, s4);
+        for (; i < n; i++) {
+            t[0] += x[i] * r0[i];
+            t[1] += x[i] * r1[i];
+            t[2] += x[i] * r2[i];
+            t[3] += x[i] * r3[i];
+        }
+        out[j] = t[0], out[j + 1] = t[1], out[j + 2] = t[2], out[j + 3] = t[3];
+    }
+    for (; j < m; j++) out[j] = v_dot_f32(n, x, rows[j]);
+}
+static void v_wsum(int64_t n, float *y, const float *p, const float *const *rows, int64_t m) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 a0 = _mm256_loadu_ps(y + i), a1 = _mm256_loadu_ps(y + i + 8);
+        __m256 a2 = _mm256_loadu_ps(y + i + 16), a3 = _mm256_loadu_ps(y + i + 24);
+        for (int64_t j = 0; j < m; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *r = rows[j] + i;
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 24), a3);
+        }
+        _mm256_storeu_ps(y + i, a0);
+        _mm256_storeu_ps(y + i + 8, a1);
+        _mm256_storeu_ps(y + i + 16, a2);
+        _mm256_storeu_ps(y + i + 24, a3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(y + i);
+        for (int64_t j = 0; j < m; j++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(rows[j] + i), a0);
+        _mm256_storeu_ps(y + i, a0);
+    }
+    for (; i < n; i++) {
+        float a = y[i];
+        for (int64_t j = 0; j < m; j++) a += p[j] * rows[j][i];
+        y[i] = a;
+    }
+}
 static void v_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16(x + i));
@@ -263,6 +321,8 @@ const cpu_vec_ops cpu_vec_avx2 = {
     /* .exp_sum = */ v_exp_sum,
     /* .axpy = */ v_axpy,
     /* .axpy_f16 = */ v_axpy_f16,
+    /* .dots = */ v_dots,
+    /* .wsum = */ v_wsum,
     /* .f16_to_f32 = */ v_f16_to_f32,
     /* .f32_to_f16 = */ v_f32_to_f16,
 };
