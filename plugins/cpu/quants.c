@@ -38,6 +38,7 @@ static const cpu_type_funcs scalar_tables[] = {
     FUNCS(q8_0, Q8_0, quant_vec_dot_q8_0_q8_0_ref, quant_vec_dot_q8_0_q8_0_ref),
     FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
     FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_ref, quant_vec_dot_q4_K_q8_K_ref),
+    FUNCS(q5_K, Q8_K, quant_vec_dot_q5_K_q8_K_ref, quant_vec_dot_q5_K_q8_K_ref),
     FUNCS(q6_K, Q8_K, quant_vec_dot_q6_K_q8_K_ref, quant_vec_dot_q6_K_q8_K_ref),
     FUNCS(q8_K, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
 };
@@ -51,6 +52,7 @@ static const cpu_type_funcs avx2_tables[] = {
     FUNCS_Q(q8_0, quant_q8_0_from_f32_avx2, Q8_0, quant_vec_dot_q8_0_q8_0_avx2, quant_vec_dot_q8_0_q8_0_ref),
     FUNCS(q8_1, Q8_1, quant_vec_dot_q8_1_q8_1_ref, quant_vec_dot_q8_1_q8_1_ref),
     FUNCS(q4_K, Q8_K, quant_vec_dot_q4_K_q8_K_avx2, quant_vec_dot_q4_K_q8_K_ref),
+    FUNCS(q5_K, Q8_K, quant_vec_dot_q5_K_q8_K_avx2, quant_vec_dot_q5_K_q8_K_ref),
     FUNCS(q6_K, Q8_K, quant_vec_dot_q6_K_q8_K_avx2, quant_vec_dot_q6_K_q8_K_ref),
     FUNCS_Q(q8_K, quant_q8_K_from_f32_avx2, Q8_K, quant_vec_dot_q8_K_q8_K_ref, quant_vec_dot_q8_K_q8_K_ref),
 };
@@ -65,8 +67,9 @@ static int table_index(int32_t type) {
     case PYG_TYPE_Q8_0: return 4;
     case PYG_TYPE_Q8_1: return 5;
     case PYG_TYPE_Q4_K: return 6;
-    case PYG_TYPE_Q6_K: return 7;
-    case PYG_TYPE_Q8_K: return 8;
+    case PYG_TYPE_Q5_K: return 7;
+    case PYG_TYPE_Q6_K: return 8;
+    case PYG_TYPE_Q8_K: return 9;
     default: return -1;
     }
 }
@@ -89,7 +92,7 @@ const cpu_type_funcs *cpu_quant_funcs_get(int32_t type) {
         for (int k = 0; k < ny; k++) f->vec_dot(n, s + k, x, (const char *)y + (size_t)k * y_stride); \
     }
 MULTI_LOOP(Q4_0) MULTI_LOOP(Q4_1) MULTI_LOOP(Q5_0) MULTI_LOOP(Q5_1) MULTI_LOOP(Q8_0)
-MULTI_LOOP(Q8_1) MULTI_LOOP(Q4_K) MULTI_LOOP(Q6_K) MULTI_LOOP(Q8_K)
+MULTI_LOOP(Q8_1) MULTI_LOOP(Q4_K) MULTI_LOOP(Q5_K) MULTI_LOOP(Q6_K) MULTI_LOOP(Q8_K)
 #undef MULTI_LOOP
 
 quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type) {
@@ -99,6 +102,7 @@ quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type) {
         case PYG_TYPE_Q4_0: return quant_vec_dot_multi_q4_0_q8_0_avx2;
         case PYG_TYPE_Q8_0: return quant_vec_dot_multi_q8_0_q8_0_avx2;
         case PYG_TYPE_Q4_K: return quant_vec_dot_multi_q4_K_q8_K_avx2;
+        case PYG_TYPE_Q5_K: return quant_vec_dot_multi_q5_K_q8_K_avx2;
         case PYG_TYPE_Q6_K: return quant_vec_dot_multi_q6_K_q8_K_avx2;
         default: break;
         }
@@ -112,6 +116,7 @@ quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type) {
     case PYG_TYPE_Q8_0: return multi_loop_Q8_0;
     case PYG_TYPE_Q8_1: return multi_loop_Q8_1;
     case PYG_TYPE_Q4_K: return multi_loop_Q4_K;
+    case PYG_TYPE_Q5_K: return multi_loop_Q5_K;
     case PYG_TYPE_Q6_K: return multi_loop_Q6_K;
     case PYG_TYPE_Q8_K: return multi_loop_Q8_K;
     default: return NULL;

@@ -18,6 +18,8 @@
  *   q8_1  f16 d, f16 s = d*sum(q), 32 x i8 x = d*q
  *   q4_K  f16 d, f16 dmin, 12 B 6-bit scales/mins, 128 B nibbles (super-block of 256, 8 x 32)
  *                                          x = d*sc[j]*q - dmin*m[j]
+ *   q5_K  q4_K's fields + 32 B qh: bit 4 of element 64c+l in qh[l] bit 2c (64c+32+l: bit 2c+1)
+ *                                          x = d*sc[j]*q - dmin*m[j], q in 0..31
  *   q6_K  128 B low nibbles, 64 B high 2-bit pairs, 16 x i8 scales, f16 d (16 x 16)
  *                                          x = d*sc[j]*(q-32)
  *   q8_K  f32 d, 256 x i8, 16 x i16 sums of 16 consecutive q   x = d*q
@@ -40,6 +42,7 @@ typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1;
 typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
 typedef struct { uint16_t d, s; int8_t qs[32]; } blk_q8_1;
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_K;
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } blk_q8_K;
 
@@ -50,6 +53,7 @@ _Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
 _Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(blk_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
 
@@ -98,7 +102,7 @@ static inline uint16_t quant_f32_to_f16(float f) {
     void quant_##T##_to_f32(const void *src, float *dst, int64_t n); \
     void quant_##T##_from_f32(const float *src, void *dst, int64_t n);
 QUANT_DECL(q4_0) QUANT_DECL(q4_1) QUANT_DECL(q5_0) QUANT_DECL(q5_1) QUANT_DECL(q8_0)
-QUANT_DECL(q8_1) QUANT_DECL(q4_K) QUANT_DECL(q6_K) QUANT_DECL(q8_K)
+QUANT_DECL(q8_1) QUANT_DECL(q4_K) QUANT_DECL(q5_K) QUANT_DECL(q6_K) QUANT_DECL(q8_K)
 #undef QUANT_DECL
 
 void quant_vec_dot_q4_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
@@ -108,6 +112,7 @@ void quant_vec_dot_q5_1_q8_1_ref(int64_t n, float *s, const void *x, const void 
 void quant_vec_dot_q8_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q8_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
 
@@ -117,6 +122,7 @@ void quant_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void 
 void quant_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
+void quant_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *x, const void *y);
 void quant_vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
@@ -128,6 +134,8 @@ void quant_vec_dot_multi_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, cons
 void quant_vec_dot_multi_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y,
                                         size_t y_stride, int ny);
 void quant_vec_dot_multi_q4_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y,
+                                        size_t y_stride, int ny);
+void quant_vec_dot_multi_q5_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y,
                                         size_t y_stride, int ny);
 void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y,
                                         size_t y_stride, int ny);

@@ -252,6 +252,68 @@ AVX2 void quant_vec_dot_multi_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx
     for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - accm[k];
 }
 
+/* ------------------------------------------------------------------ q5_K x q8_K */
+
+/* q4_K's loader plus the fifth bits: chunk c's low/high 32 values get qh bits 2c / 2c+1 */
+AVX2 static inline void q5_K_load(const blk_q5_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
+                                  __m256i sch[4], uint8_t mn[8]) {
+    uint8_t sc[8];
+    q4_K_unpack_scales(x->scales, sc, mn);
+    const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m256i m4 = _mm256_set1_epi8(0xf), b4 = _mm256_set1_epi8(0x10);
+    __m256i h = _mm256_loadu_si256((const __m256i *)x->qh);
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        /* bit 2c of each qh byte moved to bit 4 (h is shifted right by 2 per chunk) */
+        lo[c] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), b4));
+        hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
+        h = _mm256_srli_epi16(h, 2);
+        scl[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+        sch[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
+    }
+}
+
+AVX2 void quant_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_K *x = vx;
+    const blk_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i lo[4], hi[4], scl[4], sch[4];
+        uint8_t mn[8];
+        q5_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y[b].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16(x[b].d)), _mm256_cvtepi32_ps(si), acc);
+        accm += y[b].d * f16(x[b].dmin) * (float)q4_K_min_term(mn, y[b].bsums);
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+AVX2 void quant_vec_dot_multi_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy,
+                                             size_t y_stride, int ny) {
+    const blk_q5_K *x = vx;
+    __m256 acc[QUANT_MULTI_MAX];
+    float accm[QUANT_MULTI_MAX];
+    for (int k = 0; k < ny; k++) {
+        acc[k] = _mm256_setzero_ps();
+        accm[k] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        __m256i lo[4], hi[4], scl[4], sch[4];
+        uint8_t mn[8];
+        q5_K_load(&x[b], lo, hi, scl, sch, mn);
+        const float d = f16(x[b].d), dmin = f16(x[b].dmin);
+        for (int k = 0; k < ny; k++) {
+            const blk_q8_K *y = (const blk_q8_K *)((const char *)vy + (size_t)k * y_stride) + b;
+            const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y->qs);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(si), acc[k]);
+            accm[k] += y->d * dmin * (float)q4_K_min_term(mn, y->bsums);
+        }
+    }
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - accm[k];
+}
+
 /* ------------------------------------------------------------------ q6_K x q8_K */
 
 /* The 256 six-bit values of a q6_K block as unsigned bytes 0..63, in element order (q[8]), and

@@ -359,58 +359,101 @@ static inline void q4_K_get_scale_min(int j, const uint8_t *s, int *sc, int *m) 
     }
 }
 
-/* ------------------------------------------------------------------ q4_K */
+/* ------------------------------------------------------------------ q4_K / q5_K */
+
+/* The shared part of q4_K and q5_K quantization of one super-block: per 32-element sub-block an
+ * affine fit on 0..nmax (weights av_x + |x|), the 8 scales and mins packed to 6 bits against
+ * the block's d/dmin, then every value re-quantized with the stored scales into L (0..nmax). */
+static void kquant_affine_block(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out,
+                                uint16_t *dmin_out, uint8_t s[12], uint8_t L[QK_SUPER]) {
+    uint8_t Laux[32];
+    float w[32], mins[8], scales[8];
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0.0f;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        const float av_x = sqrtf(sum_x2 / 32.0f);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
+        scales[j] = fit_affine_grid(32, nmax, xs, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    memset(s, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)round_even(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)round_even(inv_min * mins[j]);
+        if (ls > 63) ls = 63;
+        if (lm > 63) lm = 63;
+        if (j < 4) {
+            s[j] = ls;
+            s[j + 4] = lm;
+        } else {
+            s[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
+            s[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            s[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = quant_f32_to_f16(max_scale / 63.0f);
+    *dmin_out = quant_f32_to_f16(max_min / 63.0f);
+    const float D = quant_f16_to_f32(*d_out), DM = quant_f16_to_f32(*dmin_out);
+    /* re-quantize each sub-block against the scales actually stored */
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        q4_K_get_scale_min(j, s, &sc, &m);
+        const float d = D * (float)sc;
+        if (d == 0.0f) continue;
+        const float dm = DM * (float)m;
+        for (int i = 0; i < 32; i++)
+            L[32 * j + i] = (uint8_t)imax(0, imin(nmax, round_even((x[32 * j + i] + dm) / d)));
+    }
+}
 
 void quant_q4_K_from_f32(const float *x, void *vy, int64_t n) {
     blk_q4_K *y = vy;
-    uint8_t L[QK_SUPER], Laux[32];
-    float w[32], mins[8], scales[8];
+    uint8_t L[QK_SUPER];
     for (int64_t b = 0; b < n / QK_SUPER; b++, x += QK_SUPER) {
-        float max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            const float *xs = x + 32 * j;
-            float sum_x2 = 0.0f;
-            for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
-            const float av_x = sqrtf(sum_x2 / 32.0f);
-            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
-            scales[j] = fit_affine_grid(32, 15, xs, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-        uint8_t *s = y[b].scales;
-        memset(s, 0, 12);
-        for (int j = 0; j < 8; j++) {
-            uint8_t ls = (uint8_t)round_even(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)round_even(inv_min * mins[j]);
-            if (ls > 63) ls = 63;
-            if (lm > 63) lm = 63;
-            if (j < 4) {
-                s[j] = ls;
-                s[j + 4] = lm;
-            } else {
-                s[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
-                s[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                s[j] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        y[b].d = quant_f32_to_f16(max_scale / 63.0f);
-        y[b].dmin = quant_f32_to_f16(max_min / 63.0f);
-        const float D = quant_f16_to_f32(y[b].d), DM = quant_f16_to_f32(y[b].dmin);
-        /* re-quantize each sub-block against the scales actually stored */
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            q4_K_get_scale_min(j, s, &sc, &m);
-            const float d = D * (float)sc;
-            if (d == 0.0f) continue;
-            const float dm = DM * (float)m;
-            for (int i = 0; i < 32; i++)
-                L[32 * j + i] = (uint8_t)imax(0, imin(15, round_even((x[32 * j + i] + dm) / d)));
-        }
+        kquant_affine_block(x, 15, -1.0f, 20, &y[b].d, &y[b].dmin, y[b].scales, L);
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++)
                 y[b].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+    }
+}
+
+void quant_q5_K_from_f32(const float *x, void *vy, int64_t n) {
+    blk_q5_K *y = vy;
+    uint8_t L[QK_SUPER];
+    for (int64_t b = 0; b < n / QK_SUPER; b++, x += QK_SUPER) {
+        kquant_affine_block(x, 31, -0.5f, 15, &y[b].d, &y[b].dmin, y[b].scales, L);
+        /* low 4 bits as q4_K; bit 4 of element 64c + l in qh[l] bit 2c, of 64c + 32 + l in bit 2c+1 */
+        memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const int e0 = L[64 * c + l], e1 = L[64 * c + 32 + l];
+                y[b].qs[32 * c + l] = (uint8_t)((e0 & 0xf) | ((e1 & 0xf) << 4));
+                y[b].qh[l] |= (uint8_t)(((e0 >> 4) << (2 * c)) | ((e1 >> 4) << (2 * c + 1)));
+            }
+    }
+}
+
+void quant_q5_K_to_f32(const void *vx, float *y, int64_t n) {
+    const blk_q5_K *x = vx;
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        const float D = quant_f16_to_f32(x[b].d), DM = quant_f16_to_f32(x[b].dmin);
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q = x[b].qs + 32 * c;
+            int sc, m;
+            q4_K_get_scale_min(2 * c, x[b].scales, &sc, &m);
+            const float d1 = D * (float)sc, m1 = DM * (float)m;
+            q4_K_get_scale_min(2 * c + 1, x[b].scales, &sc, &m);
+            const float d2 = D * (float)sc, m2 = DM * (float)m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)((q[l] & 0xf) + (((x[b].qh[l] >> (2 * c)) & 1) << 4)) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)((q[l] >> 4) + (((x[b].qh[l] >> (2 * c + 1)) & 1) << 4)) - m2;
+        }
     }
 }
 
@@ -631,6 +674,28 @@ void quant_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *vx, const void
             const int8_t *q8 = y[b].qs + 32 * j;
             const int shift = (j & 1) * 4;
             for (int l = 0; l < 32; l++) si += ((q[l] >> shift) & 0xf) * q8[l];
+            sumi += sc * si;
+            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        sum += y[b].d * (quant_f16_to_f32(x[b].d) * (float)sumi - quant_f16_to_f32(x[b].dmin) * (float)summ);
+    }
+    *s = sum;
+}
+
+void quant_vec_dot_q5_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / QK_SUPER; b++) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, m, si = 0;
+            q4_K_get_scale_min(j, x[b].scales, &sc, &m);
+            const uint8_t *q = x[b].qs + 32 * (j >> 1);
+            const int8_t *q8 = y[b].qs + 32 * j;
+            const int shift = (j & 1) * 4;
+            for (int l = 0; l < 32; l++)
+                si += (((q[l] >> shift) & 0xf) | (((x[b].qh[l] >> j) & 1) << 4)) * q8[l];
             sumi += sc * si;
             summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
         }
