@@ -283,6 +283,7 @@ def main(args):
             for t in (f"pp{extra.n_prompt}", f"tg{extra.n_gen}"):
                 if t in ours and t in peer:
                     row[f"ratio_{t}"] = ours[t]["mean"] / peer[t]["mean"]
-        out = write_json([row], args.output, args.device, args.threads, " ".join(sys.argv), kind="model")
+        tag = "_".join(d.replace(":", "") for d in devices)      # a file name without ',' or ':'
+        out = write_json([row], args.output, tag, args.threads, " ".join(sys.argv), kind="model")
         print(f"\nresults: {out}")
     return 0
