@@ -157,29 +157,28 @@ AVX2 void quant_vec_dot_multi_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx
 
 /* ------------------------------------------------------------------ q4_K x q8_K */
 
-/* The 8 six-bit scales (bytes 0..7 of *sc) and mins (of *mn) of a q4_K block. */
-static inline void q4_K_unpack_scales(const uint8_t *s12, uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t a, b, c, w[2];
+/* The 8 six-bit scales (16-bit lanes 0..7) and mins (lanes 8..15) of a q4_K/q5_K block. */
+AVX2 static inline __m256i k4_scales_mins(const uint8_t *s12) {
+    uint32_t a, b, c;
     memcpy(&a, s12, 4);
     memcpy(&b, s12 + 4, 4);
     memcpy(&c, s12 + 8, 4);
-    w[0] = a & 0x3f3f3f3fu;
-    w[1] = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-    memcpy(sc, w, 8);
-    w[0] = b & 0x3f3f3f3fu;
-    w[1] = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-    memcpy(mn, w, 8);
+    const uint32_t sc_lo = a & 0x3f3f3f3fu, sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t mn_lo = b & 0x3f3f3f3fu, mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
 }
 
-/* sum over the 8 sub-blocks of min_j * (sum of the 32 activations of sub-block j) */
-AVX2 static inline int q4_K_min_term(const uint8_t mn[8], const int16_t *bsums) {
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+/* min_j * (sum of the 32 activations of sub-block j), as 4 int32 partial sums */
+AVX2 static inline __m128i k4_min_term(__m256i scales_mins, const int16_t *bsums) {
     const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
                                       _mm_loadu_si128((const __m128i *)(bsums + 8)));
-    __m128i p = _mm_madd_epi16(m16, bs);
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
+    return _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), bs);
+}
+
+AVX2 static inline float hsum_ps128(__m128 r) {
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
 }
 
 /* integer part of one q4_K block against one q8_K block: sum_j sc_j * sum(q * q8) */
@@ -196,70 +195,73 @@ AVX2 static inline __m256i q4_K_block_dot(const __m256i lo[4], const __m256i hi[
     return sum;
 }
 
-AVX2 static inline void q4_K_load(const blk_q4_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
-                                  __m256i sch[4], uint8_t mn[8]) {
-    uint8_t sc[8];
-    q4_K_unpack_scales(x->scales, sc, mn);
-    /* the 8 scales as 16-bit lanes in both 128-bit halves; scale j is bytes 2j, 2j+1 */
-    const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+AVX2 static inline void k4_scale_pairs(__m256i scales_mins, __m256i scl[4], __m256i sch[4]) {
+    /* the 8 scales in both 128-bit halves; scale j is bytes 2j, 2j+1 */
+    const __m256i s16 = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
+    for (int c = 0; c < 4; c++) {
+        scl[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+        sch[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
+    }
+}
+
+AVX2 static inline __m256i q4_K_load(const blk_q4_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
+                                     __m256i sch[4]) {
+    const __m256i sm = k4_scales_mins(x->scales);
+    k4_scale_pairs(sm, scl, sch);
     const __m256i m4 = _mm256_set1_epi8(0xf);
     for (int c = 0; c < 4; c++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
         lo[c] = _mm256_and_si256(q, m4);
         hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        scl[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
-        sch[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
     }
+    return sm;
 }
 
 AVX2 void quant_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_K *x = vx;
     const blk_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
+    __m128 accm = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK_SUPER; b++) {
         __m256i lo[4], hi[4], scl[4], sch[4];
-        uint8_t mn[8];
-        q4_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i sm = q4_K_load(&x[b], lo, hi, scl, sch);
         const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y[b].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16(x[b].d)), _mm256_cvtepi32_ps(si), acc);
-        accm += y[b].d * f16(x[b].dmin) * (float)q4_K_min_term(mn, y[b].bsums);
+        accm = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(k4_min_term(sm, y[b].bsums)), accm);
     }
-    *s = hsum_ps(acc) - accm;
+    *s = hsum_ps(acc) - hsum_ps128(accm);
 }
 
 AVX2 void quant_vec_dot_multi_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy,
                                              size_t y_stride, int ny) {
     const blk_q4_K *x = vx;
     __m256 acc[QUANT_MULTI_MAX];
-    float accm[QUANT_MULTI_MAX];
+    __m128 accm[QUANT_MULTI_MAX];
     for (int k = 0; k < ny; k++) {
         acc[k] = _mm256_setzero_ps();
-        accm[k] = 0.0f;
+        accm[k] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK_SUPER; b++) {
         __m256i lo[4], hi[4], scl[4], sch[4];
-        uint8_t mn[8];
-        q4_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i sm = q4_K_load(&x[b], lo, hi, scl, sch);
         const float d = f16(x[b].d), dmin = f16(x[b].dmin);
         for (int k = 0; k < ny; k++) {
             const blk_q8_K *y = (const blk_q8_K *)((const char *)vy + (size_t)k * y_stride) + b;
             const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y->qs);
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(si), acc[k]);
-            accm[k] += y->d * dmin * (float)q4_K_min_term(mn, y->bsums);
+            accm[k] = _mm_fmadd_ps(_mm_set1_ps(y->d * dmin), _mm_cvtepi32_ps(k4_min_term(sm, y->bsums)), accm[k]);
         }
     }
-    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - accm[k];
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - hsum_ps128(accm[k]);
 }
 
 /* ------------------------------------------------------------------ q5_K x q8_K */
 
 /* q4_K's loader plus the fifth bits: chunk c's low/high 32 values get qh bits 2c / 2c+1 */
-AVX2 static inline void q5_K_load(const blk_q5_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
-                                  __m256i sch[4], uint8_t mn[8]) {
-    uint8_t sc[8];
-    q4_K_unpack_scales(x->scales, sc, mn);
-    const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+AVX2 static inline __m256i q5_K_load(const blk_q5_K *x, __m256i lo[4], __m256i hi[4], __m256i scl[4],
+                                     __m256i sch[4]) {
+    const __m256i sm = k4_scales_mins(x->scales);
+    k4_scale_pairs(sm, scl, sch);
     const __m256i m4 = _mm256_set1_epi8(0xf), b4 = _mm256_set1_epi8(0x10);
     __m256i h = _mm256_loadu_si256((const __m256i *)x->qh);
     for (int c = 0; c < 4; c++) {
@@ -269,49 +271,46 @@ AVX2 static inline void q5_K_load(const blk_q5_K *x, __m256i lo[4], __m256i hi[4
         hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                                 _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
         h = _mm256_srli_epi16(h, 2);
-        scl[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
-        sch[c] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
     }
+    return sm;
 }
 
 AVX2 void quant_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q5_K *x = vx;
     const blk_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
+    __m128 accm = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK_SUPER; b++) {
         __m256i lo[4], hi[4], scl[4], sch[4];
-        uint8_t mn[8];
-        q5_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i sm = q5_K_load(&x[b], lo, hi, scl, sch);
         const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y[b].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16(x[b].d)), _mm256_cvtepi32_ps(si), acc);
-        accm += y[b].d * f16(x[b].dmin) * (float)q4_K_min_term(mn, y[b].bsums);
+        accm = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(k4_min_term(sm, y[b].bsums)), accm);
     }
-    *s = hsum_ps(acc) - accm;
+    *s = hsum_ps(acc) - hsum_ps128(accm);
 }
 
 AVX2 void quant_vec_dot_multi_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy,
                                              size_t y_stride, int ny) {
     const blk_q5_K *x = vx;
     __m256 acc[QUANT_MULTI_MAX];
-    float accm[QUANT_MULTI_MAX];
+    __m128 accm[QUANT_MULTI_MAX];
     for (int k = 0; k < ny; k++) {
         acc[k] = _mm256_setzero_ps();
-        accm[k] = 0.0f;
+        accm[k] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK_SUPER; b++) {
         __m256i lo[4], hi[4], scl[4], sch[4];
-        uint8_t mn[8];
-        q5_K_load(&x[b], lo, hi, scl, sch, mn);
+        const __m256i sm = q5_K_load(&x[b], lo, hi, scl, sch);
         const float d = f16(x[b].d), dmin = f16(x[b].dmin);
         for (int k = 0; k < ny; k++) {
             const blk_q8_K *y = (const blk_q8_K *)((const char *)vy + (size_t)k * y_stride) + b;
             const __m256i si = q4_K_block_dot(lo, hi, scl, sch, y->qs);
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * d), _mm256_cvtepi32_ps(si), acc[k]);
-            accm[k] += y->d * dmin * (float)q4_K_min_term(mn, y->bsums);
+            accm[k] = _mm_fmadd_ps(_mm_set1_ps(y->d * dmin), _mm_cvtepi32_ps(k4_min_term(sm, y->bsums)), accm[k]);
         }
     }
-    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - accm[k];
+    for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]) - hsum_ps128(accm[k]);
 }
 
 /* ------------------------------------------------------------------ q6_K x q8_K */
