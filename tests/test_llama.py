@@ -298,3 +298,25 @@ def test_gqa_with_peaked_attention_and_rope_modes(tmp_path, rope_type, tied, att
         assert min(nmse(g, wrong[15 + j]) for j, g in enumerate(got)) > 10 * NMSE_LIMIT
     finally:
         m.close()
+
+
+def test_prompts_of_any_length_share_a_few_chunk_forwards(tiny, references):
+    steps, refs = references
+    m = models.load(tiny["q8_0"], n_ctx=64, n_batch=8, progress=False)
+    try:
+        assert m.chunks(9) == [8, 1] and m.chunks(7) == [4, 2, 1] and m.chunks(20) == [8, 8, 4]
+        for n in range(1, 10):
+            m.reset()
+            m.prefill(PROMPT[:n])
+        plans = m.sched.stats["plans"]
+        assert sorted(k[0] for k in m._forwards) == [1, 2, 4, 8]
+        m.reset()
+        all_l = m.prefill(PROMPT + steps[:6], all_logits=True)       # 15 tokens: 8 + 4 + 2 + 1
+        ref = refs["q8_0"]
+        assert all_l.shape == (15, 32000)
+        assert max(nmse(all_l[t], ref[t]) for t in range(15)) < NMSE_LIMIT
+        m.reset()
+        m.prefill(PROMPT)
+        assert m.sched.stats["plans"] == plans + 3                   # the all-logits 8, 4 and 2
+    finally:
+        m.close()

@@ -20,13 +20,14 @@ __all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES"]
 
 
 def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
-         sync=None):
+         sync=None, n_batch=512):
     """Open a GGUF model, check it, upload its weights into the first device's buffers (straight
     from the file's mmap, with a progress bar on stderr for loads over a second) and build the
     decode graph. Malformed files raise GGUFError; nothing stays open or allocated on failure.
 
     devices: as for pyggml.Scheduler (priority order). n_ctx: KV cache length (tokens).
-    attn: "flash" (flash_attn_ext) or "softmax" (mul_mat + soft_max). kv_type: "f16" or "f32"."""
+    attn: "flash" (flash_attn_ext) or "softmax" (mul_mat + soft_max). kv_type: "f16" or "f32".
+    n_batch: largest prefill chunk (prompts run in power-of-two chunks up to it)."""
     from .._sched import Scheduler
     from ..graph import Graph
     if attn not in ATTN_MODES:
@@ -56,7 +57,8 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
         upload(sched, sched.devices[0], pairs, reader, progress=progress,
                label=f"loading {hp.name or hp.arch}")
         t_upload = time.perf_counter()
-        model = Model(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path)
+        model = Model(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path,
+                      n_batch=n_batch)
         f = model.forward_for(1)
         sched.plan([f.logits])
         t_end = time.perf_counter()

@@ -74,7 +74,7 @@ class Model:
     """A LLaMA-family model on a Scheduler. Build with pyggml.models.load()."""
 
     def __init__(self, hp, tensors, sched, graph, weights, n_ctx, attn="flash", kv_type="f16", reader=None,
-                 path=None):
+                 path=None, n_batch=512):
         if attn not in ATTN_MODES:
             raise ValueError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
         self.hp = hp
@@ -82,6 +82,7 @@ class Model:
         self.graph = graph
         self.w = weights                  # name -> graph weight Tensor
         self.n_ctx = int(n_ctx)
+        self.n_batch = max(1, int(n_batch))     # largest prefill chunk
         self.attn = attn
         self.kv_type = _dtype(kv_type)
         self.reader = reader
@@ -195,13 +196,33 @@ class Model:
         self.tokens.extend(int(x) for x in tokens)
         return out
 
+    def chunks(self, n):
+        """Sizes a prompt of n tokens is run in: powers of two up to n_batch, largest first, so
+        that any prompt length reuses at most log2(n_batch) + 1 forwards (plans, arenas)."""
+        out = []
+        while n > 0:
+            c = min(self.n_batch, 1 << (n.bit_length() - 1))
+            out.append(c)
+            n -= c
+        return out
+
+    def _prefill(self, t, all_logits, output_of):
+        outs, i = [], 0
+        for c in self.chunks(t.size):
+            f = self.forward_for(c, all_logits)
+            r = self._run(f, t[i:i + c], output_of(f))
+            i += c
+            if all_logits:
+                outs.append(r.reshape(c, -1))
+        return np.concatenate(outs) if all_logits else r
+
     def prefill(self, tokens, all_logits=False):
         """Run `tokens` after the current context; returns the last token's logits (n_vocab,) f32,
-        or every token's (T, n_vocab) with all_logits=True."""
+        or every token's (T, n_vocab) with all_logits=True. Long or odd-length prompts run in
+        chunks (see chunks())."""
         t = self._check_tokens(tokens)
-        f = self.forward_for(t.size, all_logits)
-        out = self._run(f, t, f.logits)
-        return out if f.all_logits else out[0]
+        out = self._prefill(t, all_logits, _LOGITS)
+        return out if all_logits else out[0]
 
     def _step(self, token, output_of):
         """The decode fast path: one token, no numpy checks beyond a range test."""
@@ -238,10 +259,9 @@ class Model:
                 return int(self._step(tokens[0], _ARGMAX)[0])
             return int(np.argmax(self._step(tokens[0], _LOGITS)[0]))
         t = self._check_tokens(tokens)
-        f = self.forward_for(t.size)
         if device_argmax:
-            return int(self._run(f, t, f.argmax)[0])
-        return int(np.argmax(self._run(f, t, f.logits)[0]))
+            return int(self._prefill(t, False, _ARGMAX)[0])
+        return int(np.argmax(self._prefill(t, False, _LOGITS)[0]))
 
     def generate(self, prompt_tokens, n, device_argmax=True, stop=None):
         """Greedy generation of up to `n` tokens after `prompt_tokens` (appended to the current
