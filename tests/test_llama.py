@@ -278,9 +278,10 @@ def write_custom_model(path, rope_type=None, tied=False, seed=0, d=64, H=4, Hkv=
     return path
 
 
+@pytest.mark.parametrize("devices", DEVICE_SETS, ids=lambda d: "+".join(d))
 @pytest.mark.parametrize("rope_type,tied,attn", [(None, False, "flash"), ("neox", True, "flash"),
                                                  (None, True, "softmax"), ("neox", False, "softmax")])
-def test_gqa_with_peaked_attention_and_rope_modes(tmp_path, rope_type, tied, attn):
+def test_gqa_with_peaked_attention_and_rope_modes(tmp_path, rope_type, tied, attn, devices):
     path = write_custom_model(str(tmp_path / "c.gguf"), rope_type, tied)
     meta, W = _weights64(path)
     neox = rope_type == "neox"
@@ -288,7 +289,7 @@ def test_gqa_with_peaked_attention_and_rope_modes(tmp_path, rope_type, tied, att
     toks = [int(t) for t in rng.integers(0, 300, 24)]
     ref = reference_logits(meta, W, toks, neox=neox)
     wrong = reference_logits(meta, W, toks, neox=not neox)
-    m = models.load(path, n_ctx=32, attn=attn, progress=False)
+    m = models.load(path, devices=list(devices), n_ctx=32, attn=attn, progress=False)
     try:
         assert m.hp.n_head_kv == 2 and m.hp.n_head == 4
         got = [m.prefill(toks[:16])] + [m.decode(t) for t in toks[16:]]
