@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import time
 
-from ..errors import GGUFError
 from ..gguf import GGUFReader
 from .llama import ATTN_MODES, ContextFullError, Model
-from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload
+from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload  # noqa: F401 (HParams re-exported)
 
 __all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES"]
 

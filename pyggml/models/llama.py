@@ -26,7 +26,6 @@ import numpy as np
 
 from .. import ops as pg
 from ..errors import PyggmlError, ShapeError
-from ..graph import Graph
 from ..types import f16, i32, dtype as _dtype
 
 ATTN_MODES = ("flash", "softmax")
@@ -81,6 +80,7 @@ class Model:
         self.sched = sched
         self.graph = graph
         self.w = weights                  # name -> graph weight Tensor
+        self.file_tensors = tensors       # name -> GGUFTensor (shapes, types, file offsets)
         self.n_ctx = int(n_ctx)
         self.n_batch = max(1, int(n_batch))     # largest prefill chunk
         self.attn = attn
@@ -288,6 +288,7 @@ class Model:
         self.sched = None
         self.graph = None
         self.w = {}
+        self.file_tensors = {}
         self.k_cache = self.v_cache = []
         if self.reader is not None:
             self.reader.close()
