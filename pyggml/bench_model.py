@@ -158,9 +158,15 @@ def bench_llama_cpp(path, n_threads, reps, n_prompt, n_gen):
     base, _ = rss_bytes()
     ok = reset_peak_rss()
     t0 = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=path, n_ctx=max(n_prompt, n_gen, 1), n_batch=max(n_prompt, 1),
-                          n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count(),
-                          verbose=False, use_mmap=True, flash_attn=True)
+    kw = dict(model_path=path, n_ctx=max(n_prompt, n_gen, 1), n_batch=max(n_prompt, 1),
+              n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count(),
+              verbose=False, use_mmap=True)
+    try:
+        llm = llama_cpp.Llama(flash_attn=True, **kw)         # the same attention path as ours
+        res["flash_attn"] = True
+    except TypeError:                                       # a version without the switch
+        llm = llama_cpp.Llama(**kw)
+        res["flash_attn"] = None
     cur, peak = rss_bytes()
     res["load"] = {"seconds": time.perf_counter() - t0, "peak_rss_over_baseline": (peak - base) if ok else None,
                    "rss_after": cur}
@@ -171,8 +177,7 @@ def bench_llama_cpp(path, n_threads, reps, n_prompt, n_gen):
     if n_prompt:
         ts = []
         for i in range(reps + 1):
-            llm.reset()
-            llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+            llm.reset()                 # n_tokens = 0: eval() then drops every cached cell
             t = time.perf_counter()
             llm.eval(prompt)
             if i:
@@ -182,8 +187,7 @@ def bench_llama_cpp(path, n_threads, reps, n_prompt, n_gen):
     if n_gen:
         ts = []
         for i in range(reps + 1):
-            llm.reset()
-            llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+            llm.reset()                 # n_tokens = 0: eval() then drops every cached cell
             t = time.perf_counter()
             for tok in gen[:n_gen]:
                 llm.eval([tok])
