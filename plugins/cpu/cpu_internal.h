@@ -141,6 +141,10 @@ typedef struct cpu_vec_ops {
     float (*exp_sum)(int64_t n, float *z, const float *x, float m); /* z = exp(x-m), returns sum */
     void (*axpy)(int64_t n, float *y, float a, const float *x);      /* y += a x */
     void (*axpy_f16)(int64_t n, float *y, float a, const uint16_t *x);
+    /* rotations: z0 = x0 c - x1 s, z1 = x0 s + x1 c (neox halves; in place allowed) */
+    void (*rot)(int64_t n, float *z0, float *z1, const float *x0, const float *x1, const float *c, const float *s);
+    /* adjacent pairs: z = x ce + swap_pairs(x) se, with ce = (c, c), se = (-s, s) per pair */
+    void (*rot_pairs)(int64_t n, float *z, const float *x, const float *ce, const float *se);
     /* out[j] = dot(x, rows[j]) for j < m (attention scores) */
     void (*dots)(int64_t n, float *out, const float *x, const float *const *rows, int64_t m);
     /* y += sum_j p[j] * rows[j] over m rows of n floats (attention's P.V, y kept in registers) */

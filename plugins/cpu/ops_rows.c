@@ -99,8 +99,10 @@ static void rope_cache(const pyg_tensor *node, float p, float *cs, float *sn) {
         if (low < 0) low = 0;
         if (high > (float)(n_dims - 1)) high = (float)(n_dims - 1);
     }
-    for (int i0 = 0; i0 < n_dims; i0 += 2) {
-        double theta_extrap = (double)p * pow((double)base, -(double)i0 / (double)n_dims);
+    const double step = pow((double)base, -2.0 / (double)n_dims);
+    double power = 1.0; /* base^(-i0/n_dims) */
+    for (int i0 = 0; i0 < n_dims; i0 += 2, power *= step) {
+        double theta_extrap = (double)p * power;
         if (ff) {
             float f;
             memcpy(&f, (const char *)ff->data + (int64_t)(i0 / 2) * (int64_t)ff->nb[0], 4);
@@ -121,10 +123,13 @@ static void rope_cache(const pyg_tensor *node, float p, float *cs, float *sn) {
 
 void cpu_op_rope(const pyg_tensor *node, cpu_ctx *ctx) {
     const pyg_tensor *a = node->src[0], *pos = node->src[1];
+    const cpu_vec_ops *v = cpu_vec(ctx);
     const int64_t n = node->ne[0], stride = buf_stride(node);
     const int n_dims = node->op_params[0], neox = node->op_params[1] == PYG_ROPE_NEOX;
     const int half = n_dims / 2;
-    float *b0 = (float *)ctx->wdata, *b1 = b0 + stride, *cs = b1 + stride, *sn = cs + stride;
+    /* cos/sin per pair, and for adjacent pairs the per-element (c, c) / (-s, s) expansions */
+    float *b1 = (float *)ctx->wdata, *cs = b1 + stride, *sn = cs + stride / 2, *ce = sn + stride / 2,
+          *se = ce + stride;
     int64_t cached = -1;
     ROW_LOOP_BEGIN(node)
         const int64_t tok = i2 + node->ne[2] * i3;
@@ -132,24 +137,19 @@ void cpu_op_rope(const pyg_tensor *node, cpu_ctx *ctx) {
             int32_t p;
             memcpy(&p, (const char *)pos->data + i2 * (int64_t)pos->nb[0], 4);
             rope_cache(node, (float)p, cs, sn);
+            if (!neox)
+                for (int i = 0; i < half; i++) {
+                    ce[2 * i] = ce[2 * i + 1] = cs[i];
+                    se[2 * i] = -sn[i];
+                    se[2 * i + 1] = sn[i];
+                }
             cached = tok;
         }
-        const float *x = cpu_load_row(a, i1, i2, i3, b0);
         float *direct = cpu_row_f32_direct(node, i1, i2, i3);
         float *z = direct ? direct : b1;
-        if (neox) {
-            for (int i = 0; i < half; i++) {
-                const float x0 = x[i], x1 = x[i + half];
-                z[i] = x0 * cs[i] - x1 * sn[i];
-                z[i + half] = x0 * sn[i] + x1 * cs[i];
-            }
-        } else {
-            for (int i = 0; i < half; i++) {
-                const float x0 = x[2 * i], x1 = x[2 * i + 1];
-                z[2 * i] = x0 * cs[i] - x1 * sn[i];
-                z[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-            }
-        }
+        const float *x = cpu_load_row(a, i1, i2, i3, z); /* converts into z when not f32 */
+        if (neox) v->rot(half, z, z + half, x, x + half, cs, sn);
+        else v->rot_pairs(n_dims, z, x, ce, se);
         if (z != x)
             for (int64_t i = n_dims; i < n; i++) z[i] = x[i];
         if (!direct) cpu_store_row(node, i1, i2, i3, z);

@@ -65,6 +65,20 @@ static void s_axpy(int64_t n, float *y, float a, const float *x) {
 static void s_axpy_f16(int64_t n, float *y, float a, const uint16_t *x) {
     for (int64_t i = 0; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
 }
+static void s_rot(int64_t n, float *z0, float *z1, const float *x0, const float *x1, const float *c, const float *s) {
+    for (int64_t i = 0; i < n; i++) {
+        const float a = x0[i], b = x1[i];
+        z0[i] = a * c[i] - b * s[i];
+        z1[i] = a * s[i] + b * c[i];
+    }
+}
+static void s_rot_pairs(int64_t n, float *z, const float *x, const float *ce, const float *se) {
+    for (int64_t i = 0; i + 1 < n; i += 2) {
+        const float a = x[i], b = x[i + 1];
+        z[i] = a * ce[i] + b * se[i];
+        z[i + 1] = b * ce[i + 1] + a * se[i + 1];
+    }
+}
 static void s_dots(int64_t n, float *out, const float *x, const float *const *rows, int64_t m) {
     for (int64_t j = 0; j < m; j++) out[j] = s_dot_f32(n, x, rows[j]);
 }
@@ -94,6 +108,8 @@ const cpu_vec_ops cpu_vec_scalar = {
     /* .exp_sum = */ s_exp_sum,
     /* .axpy = */ s_axpy,
     /* .axpy_f16 = */ s_axpy_f16,
+    /* .rot = */ s_rot,
+    /* .rot_pairs = */ s_rot_pairs,
     /* .dots = */ s_dots,
     /* .wsum = */ s_wsum,
     /* .f16_to_f32 = */ s_f16_to_f32,

@@ -236,6 +236,33 @@ static void v_axpy_f16(int64_t n, float *y, float a, const uint16_t *x) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
 }
+static void v_rot(int64_t n, float *z0, float *z1, const float *x0, const float *x1, const float *c, const float *s) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x0 + i), b = _mm256_loadu_ps(x1 + i);
+        const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+        _mm256_storeu_ps(z0 + i, _mm256_fmsub_ps(a, cv, _mm256_mul_ps(b, sv)));
+        _mm256_storeu_ps(z1 + i, _mm256_fmadd_ps(a, sv, _mm256_mul_ps(b, cv)));
+    }
+    for (; i < n; i++) {
+        const float a = x0[i], b = x1[i];
+        z0[i] = a * c[i] - b * s[i];
+        z1[i] = a * s[i] + b * c[i];
+    }
+}
+static void v_rot_pairs(int64_t n, float *z, const float *x, const float *ce, const float *se) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 sw = _mm256_permute_ps(v, 0xB1); /* (x1, x0, x3, x2, ...) */
+        _mm256_storeu_ps(z + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(ce + i), _mm256_mul_ps(sw, _mm256_loadu_ps(se + i))));
+    }
+    for (; i + 1 < n; i += 2) {
+        const float a = x[i], b = x[i + 1];
+        z[i] = a * ce[i] + b * se[i];
+        z[i + 1] = b * ce[i + 1] + a * se[i + 1];
+    }
+}
 static void v_dots(int64_t n, float *out, const float *x, const float *const *rows, int64_t m) {
     int64_t j = 0;
     for (; j + 4 <= m; j += 4) {
@@ -321,6 +348,8 @@ const cpu_vec_ops cpu_vec_avx2 = {
     /* .exp_sum = */ v_exp_sum,
     /* .axpy = */ v_axpy,
     /* .axpy_f16 = */ v_axpy_f16,
+    /* .rot = */ v_rot,
+    /* .rot_pairs = */ v_rot_pairs,
     /* .dots = */ v_dots,
     /* .wsum = */ v_wsum,
     /* .f16_to_f32 = */ v_f16_to_f32,
