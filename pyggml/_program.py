@@ -69,7 +69,9 @@ def _overlap(a, b):
 
 
 class Generator:
-    def __init__(self, devs, policy, n_devices_used, drop_sync=None):
+    def __init__(self, devs, policy, n_devices_used, drop_sync=None, trace=False):
+        self.trace = trace                                      # record an event after each queued command
+        self.traced = []                                        # (command index, event id)
         self.devs = devs
         self.policy = policy
         self.multi = n_devices_used > 1
@@ -167,6 +169,9 @@ class Generator:
         self.clock[s][s] = self.seq[s]
         for (key, lo, hi), w in regions:
             self.pending.setdefault(key, []).append((lo, hi, w, s, self.seq[s]))
+        if self.trace and (self.devs[s].caps & CAP_EVENTS):
+            at = len(self.cmds) - 1
+            self.traced.append((at, self._record(s)))
 
     def _strict_after(self, s, why):
         if self.policy == "strict" and not self._synchronous(s):

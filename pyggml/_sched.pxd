@@ -24,14 +24,28 @@ cdef struct Cmd:
 
 cdef class DeviceBuffer:
     cdef readonly Device device
+    cdef const pyg_plugin_api *api
     cdef pyg_buffer *buf
     cdef readonly uint64_t size
     cdef void *base
     cdef void *host_ptr
 
+# Trace mode: an event recorded after a queued command, and when the host saw it complete.
+cdef struct Watch:
+    const pyg_plugin_api *api
+    pyg_event *event
+    int32_t cmd             # the traced command
+    int32_t record          # the RECORD command of its event (the event is fresh until that ran)
+    double done
+
 cdef class Program:
     cdef Cmd *cmds
     cdef int n
+    cdef Watch *watch
+    cdef int n_watch
+    cdef double *t_start
+    cdef double *t_end
+    cdef int stop
     cdef readonly str pattern
     cdef readonly list text
     cdef readonly int n_mb

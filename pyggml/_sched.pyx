@@ -4,15 +4,19 @@ memory once per device, and generates the run's command program (copies, launche
 under the sync contract of pyggml/sync.py. Recomputing reuses all of it: the program runs without
 the GIL and without Python per node; only the input and output arrays are bound per call."""
 import itertools
+import json
 import os
+import threading
 import time
 
 import numpy as np
 
+cimport cython
 from libc.stdint cimport uint64_t, int64_t, uintptr_t, int32_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset, strncpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.unistd cimport usleep
 
 from pyggml._abi cimport *
 from pyggml._plugin cimport Plugin, Device, check
@@ -42,12 +46,14 @@ cdef inline double _now() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+@cython.no_gc_clear
 cdef class DeviceBuffer:
-    """One buffer of a device; freed when the object goes."""
+    """One buffer of a device; freed when the object goes. (The plugin table pointer is kept as a
+    C field: the garbage collector may clear Python fields before __dealloc__ runs.)"""
 
     def __dealloc__(self):
-        if self.buf != NULL and self.device is not None:
-            self.device.plugin.api.buffer_free(self.buf)
+        if self.buf != NULL and self.api != NULL:
+            self.api.buffer_free(self.buf)
             self.buf = NULL
 
 
@@ -59,6 +65,7 @@ cdef DeviceBuffer _alloc(Device dev, uint64_t size, dict stats, str what):
     check(api, api.buffer_alloc(dev.dev, size if size else 1, 0, &buf), dev.plugin.name,
           f"allocating {size} bytes for {what} on {dev}")
     b.device = dev
+    b.api = api
     b.buf = buf
     b.size = size
     memset(&info, 0, sizeof(info))
@@ -71,24 +78,30 @@ cdef DeviceBuffer _alloc(Device dev, uint64_t size, dict stats, str what):
     return b
 
 
+@cython.no_gc_clear
 cdef class _Stream:
     cdef Device dev
+    cdef const pyg_plugin_api *api
     cdef pyg_stream *s
 
     def __dealloc__(self):
-        if self.s != NULL:
-            self.dev.plugin.api.stream_destroy(self.s)
+        if self.s != NULL and self.api != NULL:
+            with nogil:
+                self.api.stream_destroy(self.s)
 
 
+@cython.no_gc_clear
 cdef class _Event:
     cdef Device dev
+    cdef const pyg_plugin_api *api
     cdef pyg_event *e
 
     def __dealloc__(self):
-        if self.e != NULL:
-            self.dev.plugin.api.event_destroy(self.e)
+        if self.e != NULL and self.api != NULL:
+            self.api.event_destroy(self.e)
 
 
+@cython.no_gc_clear
 cdef class _Descs:
     """A C array of tensor descriptors and the node pointer list of one split (one slot)."""
     cdef pyg_tensor *ct
@@ -96,10 +109,11 @@ cdef class _Descs:
     cdef pyg_graph graph
     cdef pyg_graph_plan *gplan
     cdef Device dev
+    cdef const pyg_plugin_api *api
 
     def __dealloc__(self):
-        if self.gplan != NULL:
-            self.dev.plugin.api.graph_plan_destroy(self.gplan)
+        if self.gplan != NULL and self.api != NULL:
+            self.api.graph_plan_destroy(self.gplan)
         free(self.ct)
         free(self.nodes)
 
@@ -109,6 +123,55 @@ cdef class Program:
 
     def __dealloc__(self):
         free(self.cmds)
+        free(self.watch)
+        free(self.t_start)
+        free(self.t_end)
+
+    def _poll(self):
+        """Trace mode: watch the recorded events from a second thread and note when each completes."""
+        cdef int i, left
+        cdef int32_t done
+        cdef pyg_error *e
+        with nogil:
+            left = self.n_watch
+            while left > 0 and not self.stop:
+                left = 0
+                for i in range(self.n_watch):
+                    if self.watch[i].done == 0 and self.t_end[self.watch[i].record] == 0:
+                        left += 1
+                    elif self.watch[i].done == 0:
+                        done = 0
+                        e = self.watch[i].api.event_query(self.watch[i].event, &done)
+                        if e != NULL:
+                            self.watch[i].api.error_destroy(e)
+                            done = 1
+                        if done:
+                            self.watch[i].done = _now()
+                        else:
+                            left += 1
+                usleep(20)
+
+    def _trace_events(self, double t0, list devices):
+        """Chrome trace events of the last run: a host track and one track per device queue."""
+        out = []
+        cdef int i
+        for i in range(self.n):
+            if self.t_end[i] == 0:
+                break
+            out.append({"name": self.text[i], "ph": "X", "pid": 1, "tid": "host",
+                        "ts": (self.t_start[i] - t0) * 1e6, "dur": max(0.05, (self.t_end[i] - self.t_start[i]) * 1e6)})
+        prev = {}
+        for i in range(self.n_watch):
+            c = self.watch[i].cmd
+            dev = devices[self.cmds[c].dev]
+            done = self.watch[i].done
+            if done == 0 or self.t_end[c] == 0:
+                continue
+            start = max(self.t_end[c], prev.get(dev, 0.0))
+            prev[dev] = done
+            out.append({"name": self.text[c], "ph": "X", "pid": 1, "tid": f"{dev} queue",
+                        "ts": (start - t0) * 1e6, "dur": max(0.05, (done - start) * 1e6)})
+        return out
 
     cdef int run(self, void **inputs, void **outputs, double *backend_s, int *failed_at) except -1:
         cdef pyg_error *err = NULL
@@ -119,6 +182,8 @@ cdef class Program:
         with nogil:
             while i < self.n:
                 c = &self.cmds[i]
+                if self.t_start != NULL:
+                    self.t_start[i] = _now()
                 host = c.host
                 if c.host_table == 0:
                     host = inputs[c.host_index]
@@ -155,6 +220,8 @@ cdef class Program:
                     t0 = _now()
                     err = c.api.stream_synchronize(c.stream)
                     spent += _now() - t0
+                if self.t_end != NULL:
+                    self.t_end[i] = _now()
                 if err != NULL:
                     break
                 i += 1
@@ -330,6 +397,8 @@ class Scheduler:
         self.n_copies = int(n_copies)
         self.poison = bool(poison)
         self.debug_drop_sync = debug_drop_sync
+        self.trace_path = os.environ.get("PYGGML_TRACE") or None
+        self._trace = []
         self.stats = {"plans": 0, "buffer_allocs": 0, "bytes_allocated": 0, "computes": 0, "programs": 0}
         self.last_run = None
         self._plans = {}
@@ -444,7 +513,21 @@ class Scheduler:
                 results.append(row)
             if self.poison:
                 self._poison(plan)
-            prog.run(ins, outs_p, &backend_s, &failed_at)
+            poller = None
+            if prog.n_watch:
+                self._trace_reset(prog)
+                poller = threading.Thread(target=prog._poll, daemon=True)
+                poller.start()
+            t_run = _now()
+            try:
+                prog.run(ins, outs_p, &backend_s, &failed_at)
+            finally:
+                if poller is not None:
+                    poller.join(5.0)
+                    prog.stop = 1
+                    poller.join()
+                    prog.stop = 0
+                    self._trace_write(prog, t_run)
         finally:
             free(ins)
             free(outs_p)
@@ -455,6 +538,28 @@ class Scheduler:
         self.last_run = RunStats(prog.pattern, prog.pattern.count("a") + prog.pattern.count("c"), nbytes, total,
                                  backend_s, plan.n_splits, [str(d) for d in plan.devices], self.sync, n_mb)
         return results
+
+    def _trace_reset(self, Program prog):
+        cdef int i
+        for i in range(prog.n_watch):
+            prog.watch[i].done = 0
+        for i in range(prog.n):
+            prog.t_start[i] = 0
+            prog.t_end[i] = 0
+
+    def _trace_write(self, Program prog, double t_run):
+        """Append this run to the trace and rewrite PYGGML_TRACE (Chrome / Perfetto JSON)."""
+        if not self._trace:
+            self._t0 = t_run
+        run = len({e.get("args", {}).get("run") for e in self._trace} - {None})
+        evs = prog._trace_events(self._t0, [str(d) for d in self.devices])
+        for e in evs:
+            e["args"] = {"run": run}
+        self._trace.extend(evs)
+        tmp = self.trace_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"traceEvents": self._trace, "displayTimeUnit": "ms"}, f)
+        os.replace(tmp, self.trace_path)
 
     def _feed(self, feeds, name, t, shape):
         if name not in feeds:
@@ -485,6 +590,7 @@ class Scheduler:
             check(dev.plugin.api, dev.plugin.api.stream_create(dev.dev, 0, &s), dev.plugin.name, "stream_create")
             st = _Stream.__new__(_Stream)
             st.dev = dev
+            st.api = dev.plugin.api
             st.s = s
             self._streams[key] = st
         return self._streams[key]
@@ -772,6 +878,7 @@ class Scheduler:
         idx = {t.id: i for i, t in enumerate(needed)}
         cdef _Descs D = _Descs.__new__(_Descs)
         D.dev = dev
+        D.api = dev.plugin.api
         D.ct = <pyg_tensor *>calloc(len(needed), sizeof(pyg_tensor))
         D.nodes = <pyg_tensor **>calloc(len(ts), sizeof(pyg_tensor *))
         if D.ct == NULL or D.nodes == NULL:
@@ -834,10 +941,11 @@ class Scheduler:
         return out
 
     def _program(self, plan, n_mb):
-        prog = plan.programs.get(n_mb)
+        key = (n_mb, self.trace_path is not None)
+        prog = plan.programs.get(key)
         if prog is None:
             prog = self._make_program(plan, n_mb)
-            plan.programs[n_mb] = prog
+            plan.programs[key] = prog
             self.stats["programs"] += 1
         return prog
 
@@ -845,7 +953,8 @@ class Scheduler:
         return (m.key, m.off + extra, m.off + extra + max(1, t_bytes))
 
     def _make_program(self, plan, n_mb):
-        gen = P.Generator(self._dev_models(), self.sync, len(plan.used), self.debug_drop_sync)
+        gen = P.Generator(self._dev_models(), self.sync, len(plan.used), self.debug_drop_sync,
+                          trace=self.trace_path is not None)
         splits = plan.splits
         for mb in range(n_mb):
             k = mb % self.n_copies
@@ -919,6 +1028,9 @@ class Scheduler:
         prog.pattern = P.pattern(cmds)
         prog.text = [repr(x) for x in cmds]
         prog.dropped = gen.dropped
+        if gen.trace:
+            prog.t_start = <double *>calloc(max(1, len(cmds)), sizeof(double))
+            prog.t_end = <double *>calloc(max(1, len(cmds)), sizeof(double))
         events = []
         cdef Device dev
         cdef _Event ev
@@ -929,9 +1041,19 @@ class Scheduler:
             check(dev.plugin.api, dev.plugin.api.event_create(dev.dev, &e), dev.plugin.name, "event_create")
             ev = _Event.__new__(_Event)
             ev.dev = dev
+            ev.api = dev.plugin.api
             ev.e = e
             events.append(ev)
         plan.keep.append(events)
+        if gen.traced:
+            prog.n_watch = len(gen.traced)
+            prog.watch = <Watch *>calloc(len(gen.traced), sizeof(Watch))
+            for i, (ci, eid) in enumerate(gen.traced):
+                ev = events[eid]
+                prog.watch[i].api = ev.api
+                prog.watch[i].event = ev.e
+                prog.watch[i].cmd = ci
+                prog.watch[i].record = ci + 1
         n_in = len(plan.input_specs)
         n_out = len(plan.output_specs)
         cdef Cmd *c

@@ -41,6 +41,9 @@ def devs():
             dev.set_option("sanitize", "1")
             dev.set_option("copy_latency_us", "300")
             dev.set_option("launch_latency_us", "200")
+            # the CPU plugin's thread count: kernels that split a reduction by thread (flash
+            # attention's kv range) are bitwise identical only at the same count
+            dev.set_option("n_threads", str(os.cpu_count()))
     assert plugins["tdq"].devices[0].quirks == 3
     yield plugins
     for p in plugins.values():
@@ -269,3 +272,20 @@ def test_pins_to_absent_devices_are_ignored(devs):
     s = pg.Scheduler(["cpu"])
     assert s.plan(y).n_splits == 1
     s.compute(y, feeds)
+
+
+def test_trace_file_has_host_and_queue_tracks(devs, tmp_path, monkeypatch):
+    path = tmp_path / "trace.json"
+    monkeypatch.setenv("PYGGML_TRACE", str(path))
+    y, _ = _chain(["tds:0", "tds:1"])
+    rng = np.random.default_rng(4)
+    s = pg.Scheduler(["tds:0", "tds:1"], sync="events", n_copies=2)
+    s.compute_batches(y, [{"x": rng.standard_normal((4, 32)).astype(np.float32)} for _ in range(3)])
+    import json
+    ev = json.loads(path.read_text())["traceEvents"]
+    tracks = {e["tid"] for e in ev}
+    assert {"host", "tds:0 queue", "tds:1 queue"} <= tracks
+    launches = [e for e in ev if e["tid"].endswith("queue") and e["name"].startswith("launch")]
+    assert len(launches) == 6 and all(e["dur"] > 0 for e in launches)
+    host = [e for e in ev if e["tid"] == "host"]
+    assert len(host) == len(s.program(y, 3).text)

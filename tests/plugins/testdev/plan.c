@@ -202,7 +202,7 @@ pyg_error *td_graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
         r[i].what = x->what;
     }
     c->kind = TD_CMD_COMPUTE;
-    c->latency_us = s->dev->cfg.launch_latency_us;
+    c->latency_us = s->dev->cfg.launch_latency_us + s->dev->cfg.node_latency_us * p->graph->n_nodes;
     c->plan = p;
     snprintf(c->what, sizeof c->what, "graph_plan_compute of graph %llu (%d nodes)", (unsigned long long)p->graph->id,
              p->graph->n_nodes);

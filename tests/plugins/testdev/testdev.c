@@ -11,6 +11,7 @@
  *   n_devices (global)  PREFIX DEVICES             2 (1..8)
  *   copy_latency_us     PREFIX COPY_LATENCY_US     0      sleep before every queued copy
  *   launch_latency_us   PREFIX LAUNCH_LATENCY_US   0      sleep before every queued compute
+ *   node_latency_us     PREFIX NODE_LATENCY_US     0      and this much more per node it computes
  *   caps                PREFIX CAPS                hex, see TD_DEFAULT_CAPS
  *   quirks              PREFIX QUIRKS              hex, 0
  *   name, description   PREFIX NAME                props.name / props.description
@@ -204,6 +205,7 @@ static void device_defaults(pyg_device *d, int index) {
     d->cfg.quirks = 0;
     d->cfg.copy_latency_us = 0;
     d->cfg.launch_latency_us = 0;
+    d->cfg.node_latency_us = 0;
     d->cfg.memory_total = 8ull << 30;
     d->cfg.alignment = 256;
     d->cfg.n_threads = 1;
@@ -221,10 +223,12 @@ static pyg_error *apply_option(pyg_device *d, const char *key, const char *value
     uint64_t u;
     int b;
     if (!key || !value) return td_error(PYG_ERR_INVALID_ARGUMENT, "option key and value must not be NULL");
-    if (!strcmp(key, "copy_latency_us") || !strcmp(key, "launch_latency_us")) {
+    if (!strcmp(key, "copy_latency_us") || !strcmp(key, "launch_latency_us") || !strcmp(key, "node_latency_us")) {
         if (parse_u64(value, 10, &u) || u > 60000000ull)
             return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of microseconds (<= 60 s)", key, value);
-        if (key[0] == 'c') d->cfg.copy_latency_us = (int64_t)u; else d->cfg.launch_latency_us = (int64_t)u;
+        if (key[0] == 'c') d->cfg.copy_latency_us = (int64_t)u;
+        else if (key[0] == 'n') d->cfg.node_latency_us = (int64_t)u;
+        else d->cfg.launch_latency_us = (int64_t)u;
     } else if (!strcmp(key, "caps") || !strcmp(key, "quirks")) {
         if (parse_u64(value, 16, &u))
             return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: '%s' is not a hex mask", key, value);
@@ -304,6 +308,7 @@ static pyg_error *api_plugin_init(void) {
         apply_env("DEVICES", "n_devices", 0);
         apply_env("COPY_LATENCY_US", "copy_latency_us", 1);
         apply_env("LAUNCH_LATENCY_US", "launch_latency_us", 1);
+        apply_env("NODE_LATENCY_US", "node_latency_us", 1);
         apply_env("CAPS", "caps", 1);
         apply_env("QUIRKS", "quirks", 1);
         apply_env("NAME", "name", 1);

@@ -85,7 +85,7 @@ typedef struct td_alist {
 
 typedef struct td_config {
     uint64_t caps, quirks;
-    int64_t copy_latency_us, launch_latency_us;
+    int64_t copy_latency_us, launch_latency_us, node_latency_us;
     uint64_t memory_total, alignment;
     int n_threads, reference;
     const char *name;         /* interned, never freed */
