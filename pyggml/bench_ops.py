@@ -76,6 +76,67 @@ def bench_ops(device="cpu", n_threads=None, reps=5, quick=False):
     return rows
 
 
+def stream_triad(n_threads=2, mib=256, reps=5):
+    """STREAM-style triad a = b + s*c over `mib` MiB arrays on n_threads threads (numpy releases
+    the GIL; the product goes through a cache-sized temporary so memory sees only the triad's
+    reads and writes). Returns GB/s counting 3 arrays moved (b, c read; a written)."""
+    import threading
+    n = mib * 2**20 // 4
+    a = np.empty(n, np.float32)
+    b = np.random.default_rng(0).random(n, dtype=np.float32)
+    c = np.random.default_rng(1).random(n, dtype=np.float32)
+    chunk = 1 << 16
+
+    def work(lo, hi):
+        tmp = np.empty(chunk, np.float32)
+        for i in range(lo, hi, chunk):
+            j = min(i + chunk, hi)
+            t = tmp[: j - i]
+            np.multiply(c[i:j], 3.0, out=t)
+            np.add(b[i:j], t, out=a[i:j])
+
+    def run():
+        parts = [(k * n // n_threads, (k + 1) * n // n_threads) for k in range(n_threads)]
+        ts = [threading.Thread(target=work, args=p) for p in parts]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    ts = _time(run, reps)
+    return 3 * a.nbytes / statistics.median(ts) / 1e9, ts
+
+
+def bench_quant(device="cpu", n_threads=None, reps=5, quick=False, types=("f32", "f16", "q8_0", "q4_0", "q4_K", "q6_K")):
+    """Mat-vec (decode) GB/s of weight bytes and mat-mat (prefill, batch 512) GFLOP/s per weight type."""
+    sched = pg.Scheduler([device], n_threads=n_threads)
+    rng = np.random.default_rng(0)
+    rows = []
+    K = 4096 if not quick else 1024
+    mv_shapes = [(4096, K), (14336, K)] if not quick else [(1024, K)]
+    for tname in types:
+        t = pg.dtype(tname)
+        for M, Kk in mv_shapes:
+            wf = (rng.standard_normal((M, Kk)) * 0.02).astype(np.float32)
+            g = pg.Graph()
+            if t.is_quantized:
+                w = g.weight("w", pg.quantize(wf, t), type=t, shape=(M, Kk))
+            else:
+                w = g.weight("w", wf.astype(t.np_dtype))
+            wbytes = t.row_bytes(Kk) * M
+            del wf
+            for N, label in ((1, "mat-vec"),) + (((512 if not quick else 64), "mat-mat"),) * (M == mv_shapes[0][0]):
+                x = g.input(f"x{N}", (N, Kk))
+                y = pg.mul_mat(w, x)
+                xv = rng.standard_normal((N, Kk)).astype(np.float32)
+                ts = _time(lambda: sched.compute(y, {f"x{N}": xv}), reps)
+                if label == "mat-vec":
+                    rows.append(_row(f"mul_mat {tname} {label}", f"{M}x{Kk}", "GB/s", wbytes / 1e9, ts))
+                else:
+                    rows.append(_row(f"mul_mat {tname} {label}", f"{N}x{Kk} @ {Kk}x{M}", "GFLOP/s",
+                                     2.0 * N * M * Kk / 1e9, ts))
+    return rows
+
+
 def machine_info():
     info = {"machine": platform.machine(), "python": platform.python_version(), "cpus": os.cpu_count()}
     try:
@@ -94,13 +155,18 @@ def machine_info():
     return info
 
 
-def print_table(rows, echo=print):
-    echo("| op | shape | pyggml | numpy | ratio |")
-    echo("|---|---|---:|---:|---:|")
+def print_table(rows, echo=print, bandwidth=None):
+    bw = f" | vs triad ({bandwidth:.1f} GB/s)" if bandwidth else ""
+    echo("| op | shape | pyggml (mean ± sd) | median | numpy | ratio" + bw + " |")
+    echo("|---|---|---:|---:|---:|---:|" + ("---:|" if bandwidth else ""))
     for r in rows:
         peer = f"{r['numpy_median']:.2f} {r['unit']}" if "numpy_median" in r else "-"
         ratio = f"{r['ratio_vs_numpy']:.2f}x" if "ratio_vs_numpy" in r else "-"
-        echo(f"| {r['op']} | {r['shape']} | {r['mean']:.2f} ± {r['sd']:.2f} {r['unit']} | {peer} | {ratio} |")
+        frac = ""
+        if bandwidth:
+            frac = f" | {r['median'] / bandwidth * 100:.0f}%" if r["unit"] == "GB/s" and "mat-vec" in r["op"] else " | -"
+        echo(f"| {r['op']} | {r['shape']} | {r['mean']:.2f} ± {r['sd']:.2f} {r['unit']} | {r['median']:.2f} | "
+             f"{peer} | {ratio}{frac} |")
 
 
 def write_json(rows, out_dir, device, n_threads, command, kind="ops"):

@@ -61,10 +61,20 @@ def _cmd_bench(args):
     if args.model:
         from pyggml import bench_model
         return bench_model.main(args)
-    rows = bench_ops.bench_ops(args.device, n_threads=args.threads, reps=args.reps, quick=args.quick)
-    bench_ops.print_table(rows)
+    threads = args.threads or (os.cpu_count() if args.device.startswith("cpu") else None)
+    print(f"# pyggml op benchmark on {args.device} ({threads or 'default'} threads), {args.reps} reps after a warm-up")
+    triad, _ = bench_ops.stream_triad(n_threads=threads or 2)
+    print(f"memory bandwidth (STREAM-style triad, {threads or 2} threads, same run): {triad:.1f} GB/s\n")
+    rows = bench_ops.bench_ops(args.device, n_threads=threads, reps=args.reps, quick=args.quick)
+    if not args.no_quant:
+        rows += bench_ops.bench_quant(args.device, n_threads=threads, reps=args.reps, quick=args.quick)
+    bench_ops.print_table(rows, bandwidth=triad)
     if args.output:
-        path = bench_ops.write_json(rows, args.output, args.device, args.threads, " ".join(sys.argv))
+        for r in rows:
+            if r["unit"] == "GB/s":
+                r["fraction_of_triad"] = r["median"] / triad
+        path = bench_ops.write_json(rows + [{"op": "stream triad", "unit": "GB/s", "median": triad}], args.output,
+                                    args.device, threads, " ".join(sys.argv))
         print(f"\nresults: {path}")
     return 0
 
@@ -82,6 +92,8 @@ def main(argv=None):
     b.add_argument("-r", "--reps", type=int, default=5)
     b.add_argument("-m", "--model", default=None, help="a GGUF model file (model benchmark)")
     b.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
+    b.add_argument("--ops", action="store_true", help="op benchmark (the default without -m)")
+    b.add_argument("--no-quant", action="store_true", help="skip the per-weight-type mul_mat section")
     b.add_argument("-o", "--output", default="bench/results", help="folder for the JSON results ('' = none)")
     args, rest = ap.parse_known_args(argv)
     args.rest = rest
