@@ -50,4 +50,5 @@ cdef class Program:
     cdef readonly list text
     cdef readonly int n_mb
     cdef readonly object dropped
+    cdef readonly list per_split
     cdef int run(self, void **inputs, void **outputs, double *backend_s, int *failed_at) except -1

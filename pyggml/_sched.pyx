@@ -252,7 +252,7 @@ class RunStats:
     the host spent outside the backends."""
 
     __slots__ = ("sync_pattern", "host_syncs", "copies", "bytes_copied", "host_time_us", "backend_time_us",
-                 "total_time_us", "splits", "devices", "policy", "micro_batches")
+                 "total_time_us", "splits", "devices", "policy", "micro_batches", "per_split")
 
     def __init__(self, pattern, copies, nbytes, total_s, backend_s, splits, devices, policy, n_mb):
         self.sync_pattern = pattern
@@ -266,6 +266,7 @@ class RunStats:
         self.devices = devices
         self.policy = policy
         self.micro_batches = n_mb
+        self.per_split = []     # [{split, device, nodes, input_copies, input_bytes}] (all micro-batches)
 
     def __repr__(self):
         return (f"RunStats(pattern={self.sync_pattern!r}, host_syncs={self.host_syncs}, splits={self.splits}, "
@@ -537,6 +538,7 @@ class Scheduler:
         nbytes = sum(a.nbytes for a in keep) + sum(r.nbytes for row in results for r in row)
         self.last_run = RunStats(prog.pattern, prog.pattern.count("a") + prog.pattern.count("c"), nbytes, total,
                                  backend_s, plan.n_splits, [str(d) for d in plan.devices], self.sync, n_mb)
+        self.last_run.per_split = prog.per_split
         return results
 
     def _trace_reset(self, Program prog):
@@ -1028,6 +1030,16 @@ class Scheduler:
         prog.pattern = P.pattern(cmds)
         prog.text = [repr(x) for x in cmds]
         prog.dropped = gen.dropped
+        per = {}
+        for cm in cmds:
+            if cm.kind in (P.WRITE, P.READ, P.COPY) and cm.note.startswith("split "):
+                si = int(cm.note.split(":")[0].split()[1])
+                e = per.setdefault(si, [0, 0])
+                e[0] += 1
+                e[1] += cm.size
+        prog.per_split = [{"split": si, "device": str(self.devices[d]), "nodes": len(ts),
+                           "input_copies": per.get(si, [0, 0])[0], "input_bytes": per.get(si, [0, 0])[1]}
+                          for si, (d, ts) in enumerate(plan.splits)]
         if gen.trace:
             prog.t_start = <double *>calloc(max(1, len(cmds)), sizeof(double))
             prog.t_end = <double *>calloc(max(1, len(cmds)), sizeof(double))

@@ -289,3 +289,13 @@ def test_trace_file_has_host_and_queue_tracks(devs, tmp_path, monkeypatch):
     assert len(launches) == 6 and all(e["dur"] > 0 for e in launches)
     host = [e for e in ev if e["tid"] == "host"]
     assert len(host) == len(s.program(y, 3).text)
+
+
+def test_per_split_copies_and_bytes(devs):
+    y, feeds = _chain(["tds:0", "tds:1"])
+    s = pg.Scheduler(["tds:0", "tds:1"], sync="events")
+    s.compute(y, feeds)
+    per = s.last_run.per_split
+    assert [p["device"] for p in per] == ["tds:0", "tds:1"]
+    assert per[0]["input_copies"] == 0 and per[1]["input_copies"] == 1
+    assert per[1]["input_bytes"] == 4 * 32 * 4          # h: (4, 32) f32 moved tds:0 -> tds:1
