@@ -321,3 +321,20 @@ def test_prompts_of_any_length_share_a_few_chunk_forwards(tiny, references):
         assert m.sched.stats["plans"] == plans + 3                   # the all-logits 8, 4 and 2
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_0"])
+def test_logits_match_llama_cpp(tiny, wtype):
+    """The same file through llama.cpp (only where llama-cpp-python is already installed)."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+    llm = llama_cpp.Llama(model_path=tiny[wtype], n_ctx=64, n_threads=2, verbose=False, logits_all=True)
+    llm.eval(PROMPT)
+    ref = np.array(llm.scores[:len(PROMPT)], np.float64)
+    m = models.load(tiny[wtype], n_ctx=64, progress=False)
+    try:
+        got = m.prefill(PROMPT, all_logits=True)
+    finally:
+        m.close()
+    errs = [nmse(got[t], ref[t]) for t in range(len(PROMPT))]
+    assert max(errs) < NMSE_LIMIT, errs
+    assert (got.argmax(1) == ref.argmax(1)).all()
