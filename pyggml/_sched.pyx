@@ -1034,9 +1034,9 @@ class Scheduler:
         for cm in cmds:
             if cm.kind in (P.WRITE, P.READ, P.COPY) and cm.note.startswith("split "):
                 si = int(cm.note.split(":")[0].split()[1])
-                e = per.setdefault(si, [0, 0])
-                e[0] += 1
-                e[1] += cm.size
+                acc = per.setdefault(si, [0, 0])
+                acc[0] += 1
+                acc[1] += cm.size
         prog.per_split = [{"split": si, "device": str(self.devices[d]), "nodes": len(ts),
                            "input_copies": per.get(si, [0, 0])[0], "input_bytes": per.get(si, [0, 0])[1]}
                           for si, (d, ts) in enumerate(plan.splits)]
