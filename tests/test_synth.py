@@ -352,22 +352,27 @@ def numpy_llama_logits(reader, tokens):
 
 @pytest.mark.parametrize("wtype", WTYPES)
 def test_llama_cpp_opens_and_runs(tiny_files, wtype):
+    """llama.cpp loads the file, tokenizes with its vocabulary, and its logits at every position
+    match the float64 numpy reference computed from the weights as the gguf package decodes
+    them: the layout, orientation, RoPE mode and our quantized blocks mean the same to both.
+    (Quantized matmuls in ggml also quantize the activations to 8 bits: hence the looser bound.)"""
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
-    llm = llama_cpp.Llama(model_path=tiny_files[wtype], n_ctx=64, n_threads=1, verbose=False)
+    llm = llama_cpp.Llama(model_path=tiny_files[wtype], n_ctx=64, n_threads=1, logits_all=True,
+                          verbose=False)
     try:
         assert llm.n_vocab() == 32000 and llm.n_embd() == 288
-        toks = llm.tokenize(b"hello world")
-        assert toks[0] == 1 and len(toks) > 2
+        toks = llm.tokenize(b"hello world, this is a synthetic model")
+        assert toks[0] == 1 and len(toks) > 5
         llm.eval(toks)
-        logits = np.array(llm.scores[llm.n_tokens - 1], np.float64)
-        assert np.isfinite(logits).all() and logits.std() > 0.05
-        if wtype == "f16":
-            # llama.cpp reads the file as we meant it: same logits as the numpy reference
-            with GGUFReader(tiny_files[wtype]) as r:
-                ref = numpy_llama_logits(r, toks)[-1]
-            nmse = ((logits - ref) ** 2).sum() / (ref ** 2).sum()
-            assert nmse < 1e-4, nmse
-            assert np.argmax(logits) == np.argmax(ref)
+        logits = np.array(llm.scores[:llm.n_tokens], np.float64)
     finally:
         if hasattr(llm, "close"):
             llm.close()
+    assert logits.shape == (len(toks), 32000) and np.isfinite(logits).all()
+    assert logits.std() > 0.1
+    with GGUFReader(tiny_files[wtype]) as r:
+        ref = numpy_llama_logits(r, toks)
+    nmse = ((logits - ref) ** 2).sum() / (ref ** 2).sum()
+    assert nmse < (1e-5 if wtype == "f16" else 2e-3), nmse
+    if wtype == "f16":
+        assert (logits.argmax(1) == ref.argmax(1)).all()
