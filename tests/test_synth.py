@@ -376,3 +376,27 @@ def test_llama_cpp_opens_and_runs(tiny_files, wtype):
     assert nmse < (1e-5 if wtype == "f16" else 2e-3), nmse
     if wtype == "f16":
         assert (logits.argmax(1) == ref.argmax(1)).all()
+
+
+@pytest.mark.parametrize("mix", ["llama", "pure"])
+def test_llama_cpp_gqa_k_quants(tmp_path, mix):
+    """Grouped-query attention (8 heads, 2 kv heads) with 256-wide rows, so every matrix is a
+    K-quant (q4_K, q6_K): llama.cpp agrees with the numpy reference."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+    shape = dict(n_embd=256, n_layer=2, n_head=8, n_head_kv=2, n_ff=512, rope_base=500000.0)
+    p = str(tmp_path / "gqa.gguf")
+    plan = write_synth_model(p, shape, "q4_K", seed=4, progress=False, quantize=numpy_quantize,
+                             mix=mix)
+    assert {t.type for t in plan} == ({"q4_K", "q6_K", "f32"} if mix == "llama" else {"q4_K", "f32"})
+    llm = llama_cpp.Llama(model_path=p, n_ctx=32, n_threads=1, logits_all=True, verbose=False)
+    try:
+        toks = llm.tokenize(b"grouped query attention")
+        llm.eval(toks)
+        logits = np.array(llm.scores[:llm.n_tokens], np.float64)
+    finally:
+        if hasattr(llm, "close"):
+            llm.close()
+    with GGUFReader(p) as r:
+        ref = numpy_llama_logits(r, toks)
+    nmse = ((logits - ref) ** 2).sum() / (ref ** 2).sum()
+    assert logits.std() > 0.1 and nmse < 2e-3, nmse
