@@ -186,6 +186,7 @@ struct cpu_plan {
     int simd;
     int n;                /* nodes that run */
     int32_t *index;       /* their indices in graph->nodes */
+    int64_t *counters;    /* one work counter per node, zeroed before each compute */
     cpu_op_fn *fn;
     size_t per_thread;    /* bytes of scratch per thread (64-multiple) */
     size_t shared;        /* bytes of shared scratch (64-multiple) */
@@ -293,7 +294,8 @@ int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **o
     p->simd = !opt->reference && cpu_have_avx2();
     p->index = malloc(sizeof(int32_t) * (size_t)(graph->n_nodes + 1));
     p->fn = malloc(sizeof(cpu_op_fn) * (size_t)(graph->n_nodes + 1));
-    if (!p->index || !p->fn) goto oom;
+    p->counters = calloc((size_t)(graph->n_nodes + 1), sizeof(int64_t));
+    if (!p->index || !p->fn || !p->counters) goto oom;
     for (int i = 0; i < graph->n_nodes; i++) {
         const pyg_tensor *t = graph->nodes[i];
         if (t->op == PYG_OP_NONE || pyg_op_is_view(t->op)) continue;
@@ -318,6 +320,7 @@ void cpu_plan_destroy(cpu_plan *plan) {
     if (!plan) return;
     free(plan->index);
     free(plan->fn);
+    free(plan->counters);
     free(plan->work);
     free(plan);
 }
@@ -344,6 +347,7 @@ static void run_nodes(void *arg, int ith, int nth) {
     };
     for (int i = 0; i < p->n; i++) {
         ctx.node_index = p->index[i];
+        ctx.counter = &p->counters[i];
         p->fn[i](p->graph->nodes[p->index[i]], &ctx);
         cpu_barrier_wait(&p->barrier);
     }
@@ -375,6 +379,7 @@ int cpu_plan_compute(cpu_plan *plan, char *err, size_t errlen) {
     int nth = plan->opt.n_threads;
     plan->error = 0;
     plan->error_node = -1;
+    memset(plan->counters, 0, sizeof(int64_t) * (size_t)plan->n);
     cpu_barrier_init(&plan->barrier, nth);
     if (!g_pool || cpu_pool_run(g_pool, nth, run_nodes, plan) != 0) {
         /* no worker threads to be had: run on the caller alone (scratch is per thread, so fine) */

@@ -29,7 +29,14 @@ typedef struct cpu_ctx {
     volatile int *error;    /* first pyg_status a kernel reported (bad data: index out of range) */
     volatile int *error_node; /* graph index of the node that reported it */
     int node_index;         /* graph index of the node being computed */
+    int64_t *counter;       /* work counter of this node, 0 when the node starts (atomic) */
 } cpu_ctx;
+
+/* Next chunk of a node's dynamically shared work: threads that run ahead (or were not preempted)
+ * take more chunks, so a busy machine or uneven tasks (causal attention) do not stall the barrier. */
+static inline int64_t cpu_next_chunk(cpu_ctx *ctx) {
+    return __atomic_fetch_add(ctx->counter, 1, __ATOMIC_RELAXED);
+}
 
 /* Report bad data found while computing (the first report wins; computing goes on). */
 static inline void cpu_set_error(cpu_ctx *ctx, int code) {

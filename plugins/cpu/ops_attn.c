@@ -49,10 +49,10 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
     const float *qr[group > 0 ? group : 1], *mr[group > 0 ? group : 1];
     float slope[group > 0 ? group : 1];
 
-    int64_t t0, t1;
-    cpu_split(n_q * H_kv * B, ctx->ith, ctx->nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        const int64_t hk = t % H_kv, iq = (t / H_kv) % n_q, b = t / (H_kv * n_q);
+    /* tasks handed out one at a time; consecutive tasks are neighbouring queries of one KV head */
+    const int64_t n_tasks = n_q * H_kv * B;
+    for (int64_t t = cpu_next_chunk(ctx); t < n_tasks; t = cpu_next_chunk(ctx)) {
+        const int64_t iq = t % n_q, hk = (t / n_q) % H_kv, b = t / (H_kv * n_q);
         const int64_t bk = b % k->ne[3], bv = b % v->ne[3];
         for (int64_t g = 0; g < group; g++) {
             const int64_t h = hk * group + g;
@@ -73,8 +73,17 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
         }
         for (int64_t j0 = 0; j0 < n_kv; j0 += FA_KB) {
             const int64_t nb = n_kv - j0 < FA_KB ? n_kv - j0 : FA_KB;
-            /* K and V rows of the block as f32, converted once for all heads of the group */
+            /* keys masked (-inf) for every head of the group are skipped without touching K/V:
+             * a decode step over a mostly empty KV cache reads only the filled part */
+            int64_t live = 0;
             for (int64_t jj = 0; jj < nb; jj++) {
+                int any = !mask;
+                for (int64_t g = 0; g < group && !any; g++) any = mr[g][j0 + jj] != -INFINITY;
+                if (!any) {
+                    krow[jj] = vrow[jj] = NULL;
+                    continue;
+                }
+                live++;
                 const int64_t j = j0 + jj;
                 const char *kp = cpu_row_ptr(k, j, hk, bk), *vp = cpu_row_ptr(v, j, hk, bv);
                 if (k_f32) krow[jj] = (const float *)kp;
@@ -84,22 +93,32 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
                 else if (v_f16) vo->f16_to_f32((const uint16_t *)vp, vblk + jj * pad16(Dv), Dv), vrow[jj] = vblk + jj * pad16(Dv);
                 else vrow[jj] = cpu_load_row(v, j, hk, bv, vblk + jj * pad16(Dv));
             }
+            if (live == 0) continue;
+            /* compact the live keys to the front (scores, K and V rows in the same order) */
+            int64_t idx[FA_KB], nl = 0;
+            for (int64_t jj = 0; jj < nb; jj++)
+                if (krow[jj]) {
+                    idx[nl] = jj;
+                    krow[nl] = krow[jj];
+                    vrow[nl] = vrow[jj];
+                    nl++;
+                }
             /* scores */
             for (int64_t g = 0; g < group; g++) {
                 float *s = sc + g * FA_KB;
-                vo->dots(D, s, qr[g], krow, nb);
-                for (int64_t jj = 0; jj < nb; jj++) {
-                    float x = s[jj] * scale;
+                vo->dots(D, s, qr[g], krow, nl);
+                for (int64_t l = 0; l < nl; l++) {
+                    float x = s[l] * scale;
                     if (softcap != 0.0f) x = softcap * tanhf(x);
-                    s[jj] = mr[g] ? x + slope[g] * mr[g][j0 + jj] : x;
+                    s[l] = mr[g] ? x + slope[g] * mr[g][j0 + idx[l]] : x;
                 }
             }
             /* online softmax update, once per block and head */
             for (int64_t g = 0; g < group; g++) {
                 float *s = sc + g * FA_KB;
-                const float bm = vo->max(nb, s);
+                const float bm = vo->max(nl, s);
                 if (bm == -INFINITY) { /* the whole block is masked for this head: zero weights */
-                    memset(s, 0, (size_t)nb * sizeof(float));
+                    memset(s, 0, (size_t)nl * sizeof(float));
                     continue;
                 }
                 if (bm > mx[g]) {
@@ -108,12 +127,12 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
                     sum[g] *= r;
                     mx[g] = bm;
                 }
-                sum[g] += vo->exp_sum(nb, s, s, mx[g]); /* s now holds the weights */
+                sum[g] += vo->exp_sum(nl, s, s, mx[g]); /* s now holds the weights */
             }
             /* accumulate V */
             for (int64_t g = 0; g < group; g++) {
                 if (mx[g] == -INFINITY) continue;
-                vo->wsum(Dv, acc + g * pad16(Dv), sc + g * FA_KB, vrow, nb);
+                vo->wsum(Dv, acc + g * pad16(Dv), sc + g * FA_KB, vrow, nl);
             }
         }
         for (int64_t g = 0; g < group; g++) {

@@ -100,33 +100,36 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
         ctx->reference ? tf0->vec_dot_ref : tf0->vec_dot;
     const cpu_vec_ops *v = cpu_vec(ctx);
     float *row0 = (float *)ctx->wdata;
-    /* split the rows of src0 (M) when there are enough, else the rows of src1 */
+    /* src0 rows in blocks of MB (they stay in cache across the src1 rows), handed out
+     * dynamically over (batch, block); with few src0 rows the src1 rows are split instead */
+    const int64_t MB = 16;
     const int split_m = M >= 4 * ctx->nth || M * 4 >= N;
-    int64_t m_lo = 0, m_hi = M, n_lo = 0, n_hi = N;
-    if (split_m) cpu_split(M, ctx->ith, ctx->nth, &m_lo, &m_hi);
-    else cpu_split(N, ctx->ith, ctx->nth, &n_lo, &n_hi);
-    const int64_t MB = 16; /* src0 rows per block: they stay in cache across the src1 rows */
-    for (int64_t i3 = 0; i3 < B3; i3++) {
-        for (int64_t i2 = 0; i2 < B2; i2++) {
-            const int64_t j2 = i2 / r2, j3 = i3 / r3;
-            char *dbase = (char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3];
-            for (int64_t m0 = m_lo; m0 < m_hi; m0 += MB) {
-                const int64_t m1 = m0 + MB < m_hi ? m0 + MB : m_hi;
-                if (p.generic) { /* one conversion per src0 row, then every src1 row */
-                    for (int64_t m = m0; m < m1; m++) {
-                        const float *x = cpu_load_row(s0, m, j2, j3, row0);
-                        for (int64_t n = n_lo; n < n_hi; n++) {
-                            const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
-                            ((float *)(dbase + n * (int64_t)node->nb[1]))[m] = v->dot_f32(K, x, (const float *)y);
-                        }
+    int64_t n_lo = 0, n_hi = N;
+    const int64_t nblk = (M + MB - 1) / MB, nchunks = split_m ? nblk * B2 * B3 : B2 * B3;
+    if (!split_m) cpu_split(N, ctx->ith, ctx->nth, &n_lo, &n_hi);
+    for (int64_t c = split_m ? cpu_next_chunk(ctx) : 0; c < nchunks; c = split_m ? cpu_next_chunk(ctx) : c + 1) {
+        const int64_t bi = split_m ? c / nblk : c;
+        const int64_t i2 = bi % B2, i3 = bi / B2;
+        const int64_t j2 = i2 / r2, j3 = i3 / r3;
+        const int64_t m0 = split_m ? (c % nblk) * MB : 0;
+        const int64_t m1 = split_m ? (m0 + MB < M ? m0 + MB : M) : M;
+        char *dbase = (char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3];
+        for (int64_t mb = m0; mb < m1; mb += MB) {
+            const int64_t me = mb + MB < m1 ? mb + MB : m1;
+            if (p.generic) { /* one conversion per src0 row, then every src1 row */
+                for (int64_t m = mb; m < me; m++) {
+                    const float *x = cpu_load_row(s0, m, j2, j3, row0);
+                    for (int64_t n = n_lo; n < n_hi; n++) {
+                        const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                        ((float *)(dbase + n * (int64_t)node->nb[1]))[m] = v->dot_f32(K, x, (const float *)y);
                     }
-                    continue;
                 }
-                for (int64_t n = n_lo; n < n_hi; n++) {
-                    const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
-                    float *d = (float *)(dbase + n * (int64_t)node->nb[1]);
-                    for (int64_t m = m0; m < m1; m++) dot(K, &d[m], cpu_row_ptr(s0, m, j2, j3), y);
-                }
+                continue;
+            }
+            for (int64_t n = n_lo; n < n_hi; n++) {
+                const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                float *d = (float *)(dbase + n * (int64_t)node->nb[1]);
+                for (int64_t m = mb; m < me; m++) dot(K, &d[m], cpu_row_ptr(s0, m, j2, j3), y);
             }
         }
     }
