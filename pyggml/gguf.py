@@ -851,8 +851,10 @@ def _main(argv=None) -> int:
               f"alignment {r.alignment}, data at {r.data_offset}")
         for f in r.fields.values():
             v = f.value
-            if isinstance(v, (list, np.ndarray)) and len(v) > 8:
-                v = f"[{', '.join(map(repr, list(v[:6])))}, ... ({len(v)} items)]"
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            if isinstance(v, list) and len(v) > 8:
+                v = f"[{', '.join(map(repr, v[:6]))}, ... ({len(v)} items)]"
             t = f.type.name + (f"[{f.elem_type.name}]" if f.elem_type is not None else "")
             print(f"  {f.key:48s} {t:16s} {v}")
         for t in r.tensors:
