@@ -95,8 +95,12 @@ def main(argv=None):
     b.add_argument("--ops", action="store_true", help="op benchmark (the default without -m)")
     b.add_argument("--no-quant", action="store_true", help="skip the per-weight-type mul_mat section")
     b.add_argument("-o", "--output", default="bench/results", help="folder for the JSON results ('' = none)")
+    sub.add_parser("synth", help="write a synthetic LLaMA GGUF (see `pyggml synth -h`)", add_help=False)
     args, rest = ap.parse_known_args(argv)
     args.rest = rest
+    if args.cmd == "synth":
+        from pyggml import synth
+        return synth.main(rest)
     return {"devices": _cmd_devices, "check": _cmd_check, "bench": _cmd_bench}[args.cmd](args)
 
 
