@@ -35,7 +35,7 @@ static pyg_error *verror(int32_t code, const char *fmt, va_list ap) {
     if (!e) return &g_oom_error;
     e->code = code;
     e->is_static = 0;
-    snprintf(e->msg, (size_t)n + 16, "cuda: %s", buf);
+    snprintf(e->msg, (size_t)n + 16, "%s: %s", PYG_GPU_PLUGIN_NAME, buf);
     return e;
 }
 
@@ -67,7 +67,7 @@ void pyg_cuda_log(int32_t level, const char *fmt, ...) {
 static int32_t err_code(const pyg_error *e) { return e ? e->code : PYG_OK; }
 static const char *err_message(const pyg_error *e) {
     if (!e) return "";
-    return e->is_static ? "cuda: out of host memory" : e->msg;
+    return e->is_static ? PYG_GPU_PLUGIN_NAME ": out of host memory" : e->msg;
 }
 static void err_destroy(pyg_error *e) {
     if (e && !e->is_static) free(e);
@@ -76,7 +76,7 @@ static void err_destroy(pyg_error *e) {
 #define SET_DEVICE(dev)                                                    \
     do {                                                                   \
         gpuError_t se_ = gpuSetDevice((dev)->index);                       \
-        if (se_ != gpuSuccess) return pyg_cuda_gpu_error(se_, "cudaSetDevice"); \
+        if (se_ != gpuSuccess) return pyg_cuda_gpu_error(se_, PYG_GPU_API "SetDevice"); \
     } while (0)
 
 #define GPU_TRY(call, what)                                                \
@@ -105,27 +105,35 @@ static void init_locked(void) {
     if (e != gpuSuccess) {
         gpuGetLastError();
         g_init_code = PYG_ERR_NO_DEVICE;
-        snprintf(g_init_msg, sizeof g_init_msg, "no usable CUDA driver or device: %s (cudaGetDeviceCount error %d)%s",
-                 gpuGetErrorString(e), (int)e,
-                 e == gpuErrorInsufficientDriver ? "; the NVIDIA driver (libcuda.so.1) is missing or older than this "
-                                                   "CUDA runtime" : "");
+        snprintf(g_init_msg, sizeof g_init_msg, "no usable %s driver or device: %s (%sGetDeviceCount error %d)%s%s",
+                 PYG_GPU_RUNTIME, gpuGetErrorString(e), PYG_GPU_API, (int)e,
+                 e == gpuErrorInsufficientDriver ? "; " PYG_GPU_DRIVER_HINT : "", PYG_GPU_BUILD_NOTE);
         return;
     }
     if (count <= 0) {
         g_init_code = PYG_ERR_NO_DEVICE;
-        snprintf(g_init_msg, sizeof g_init_msg, "no CUDA device found");
+        snprintf(g_init_msg, sizeof g_init_msg, "no %s device found%s", PYG_GPU_RUNTIME, PYG_GPU_BUILD_NOTE);
         return;
     }
     int skipped = 0;
     for (int i = 0; i < count && g_n_devices < PYG_CUDA_MAX_DEVICES; i++) {
         gpuDeviceProp p;
         if (gpuGetDeviceProperties(&p, i) != gpuSuccess) { gpuGetLastError(); skipped++; continue; }
+#ifdef PYG_GPU_DEVICE_USABLE /* the vendor decides (HIP: the device's gfx arch is one the build has code for) */
+        if (!PYG_GPU_DEVICE_USABLE(p)) {
+            pyg_cuda_log(PYG_LOG_WARN, "device %d (%s, %s) skipped: built for %s", i, p.name, PYG_GPU_DEVICE_ARCH(p),
+                         PYG_GPU_BUILT_ARCHS);
+            skipped++;
+            continue;
+        }
+#else
         if (p.major * 10 + p.minor < PYG_CUDA_MIN_CC) {
             pyg_cuda_log(PYG_LOG_WARN, "device %d (%s, compute %d.%d) skipped: built for compute >= %d.%d",
                          i, p.name, p.major, p.minor, PYG_CUDA_MIN_CC / 10, PYG_CUDA_MIN_CC % 10);
             skipped++;
             continue;
         }
+#endif
         pyg_device *d = &g_devices[g_n_devices++];
         memset(d, 0, sizeof *d);
         d->index = i;
@@ -162,8 +170,13 @@ static void init_locked(void) {
     }
     if (g_n_devices == 0) {
         g_init_code = PYG_ERR_NO_DEVICE;
-        snprintf(g_init_msg, sizeof g_init_msg, "%d CUDA device(s) found but none usable (need compute >= %d.%d)",
-                 skipped, PYG_CUDA_MIN_CC / 10, PYG_CUDA_MIN_CC % 10);
+#ifdef PYG_GPU_DEVICE_USABLE
+        snprintf(g_init_msg, sizeof g_init_msg, "%d %s device(s) found but none usable (built for %s)", skipped,
+                 PYG_GPU_RUNTIME, PYG_GPU_BUILT_ARCHS);
+#else
+        snprintf(g_init_msg, sizeof g_init_msg, "%d %s device(s) found but none usable (need compute >= %d.%d)",
+                 skipped, PYG_GPU_RUNTIME, PYG_CUDA_MIN_CC / 10, PYG_CUDA_MIN_CC % 10);
+#endif
         return;
     }
     g_init_code = PYG_OK;
@@ -205,7 +218,7 @@ static pyg_error *device_get_props(pyg_device *dev, pyg_device_props *props) {
     p.description = dev->description;
     p.type = PYG_DEVICE_GPU;
     p.caps = dev->caps;
-    p.quirks = 0;
+    p.quirks = PYG_GPU_QUIRKS; /* vendor.h: none for CUDA; HIP and MUSA declare theirs */
     p.memory_total = dev->memory_total;
     p.alignment = PYG_CUDA_ALIGNMENT;
     p.max_alloc = 0;
@@ -219,7 +232,7 @@ static pyg_error *device_memory(pyg_device *dev, uint64_t *free_bytes, uint64_t 
     if (!dev) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "device_memory: dev is NULL");
     SET_DEVICE(dev);
     size_t f = 0, t = 0;
-    GPU_TRY(gpuMemGetInfo(&f, &t), "cudaMemGetInfo");
+    GPU_TRY(gpuMemGetInfo(&f, &t), PYG_GPU_API "MemGetInfo");
     if (free_bytes) *free_bytes = f;
     if (total_bytes) *total_bytes = t;
     return NULL;
@@ -253,7 +266,7 @@ static pyg_error *stream_create(pyg_device *dev, uint32_t flags, pyg_stream **ou
     pyg_stream *s = (pyg_stream *)calloc(1, sizeof *s);
     if (!s) return &g_oom_error;
     gpuError_t e = gpuStreamCreateWithFlags(&s->s, gpuStreamNonBlocking);
-    if (e != gpuSuccess) { free(s); return pyg_cuda_gpu_error(e, "cudaStreamCreateWithFlags"); }
+    if (e != gpuSuccess) { free(s); return pyg_cuda_gpu_error(e, PYG_GPU_API "StreamCreateWithFlags"); }
     s->dev = dev;
     *out = s;
     return NULL;
@@ -272,14 +285,14 @@ static void stream_destroy(pyg_stream *s) {
 static pyg_error *stream_synchronize(pyg_stream *s) {
     if (!s) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_synchronize: NULL stream");
     SET_DEVICE(s->dev);
-    GPU_TRY(gpuStreamSynchronize(s->s), "cudaStreamSynchronize");
+    GPU_TRY(gpuStreamSynchronize(s->s), PYG_GPU_API "StreamSynchronize");
     return NULL;
 }
 
 static pyg_error *stream_wait_event(pyg_stream *s, pyg_event *ev) {
     if (!s || !ev) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_wait_event: NULL argument");
     SET_DEVICE(s->dev); /* the waiting stream's device; the event may be another device's */
-    GPU_TRY(gpuStreamWaitEvent(s->s, ev->e), "cudaStreamWaitEvent");
+    GPU_TRY(gpuStreamWaitEvent(s->s, ev->e), PYG_GPU_API "StreamWaitEvent");
     return NULL;
 }
 
@@ -289,7 +302,7 @@ static pyg_error *event_create(pyg_device *dev, pyg_event **out) {
     pyg_event *ev = (pyg_event *)calloc(1, sizeof *ev);
     if (!ev) return &g_oom_error;
     gpuError_t e = gpuEventCreateWithFlags(&ev->e, gpuEventDisableTiming);
-    if (e != gpuSuccess) { free(ev); return pyg_cuda_gpu_error(e, "cudaEventCreateWithFlags"); }
+    if (e != gpuSuccess) { free(ev); return pyg_cuda_gpu_error(e, PYG_GPU_API "EventCreateWithFlags"); }
     ev->dev = dev;
     *out = ev;
     return NULL;
@@ -308,7 +321,7 @@ static pyg_error *event_record(pyg_event *ev, pyg_stream *s) {
         return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "event_record: event of device %d, stream of device %d",
                               ev->dev->index, s->dev->index);
     SET_DEVICE(ev->dev);
-    GPU_TRY(gpuEventRecord(ev->e, s->s), "cudaEventRecord");
+    GPU_TRY(gpuEventRecord(ev->e, s->s), PYG_GPU_API "EventRecord");
     return NULL;
 }
 
@@ -319,13 +332,13 @@ static pyg_error *event_query(pyg_event *ev, int32_t *done) {
     if (e == gpuSuccess) { *done = 1; return NULL; }
     if (e == gpuErrorNotReady) { gpuGetLastError(); *done = 0; return NULL; }
     *done = 0;
-    return pyg_cuda_gpu_error(e, "cudaEventQuery");
+    return pyg_cuda_gpu_error(e, PYG_GPU_API "EventQuery");
 }
 
 static pyg_error *event_synchronize(pyg_event *ev) {
     if (!ev) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "event_synchronize: NULL event");
     SET_DEVICE(ev->dev);
-    GPU_TRY(gpuEventSynchronize(ev->e), "cudaEventSynchronize");
+    GPU_TRY(gpuEventSynchronize(ev->e), PYG_GPU_API "EventSynchronize");
     return NULL;
 }
 
@@ -349,7 +362,7 @@ static pyg_error *buffer_alloc(pyg_device *dev, uint64_t size, uint32_t flags, p
         gpuGetLastError();
         const int32_t code = e == gpuErrorMemoryAllocation ? PYG_ERR_OUT_OF_MEMORY : PYG_ERR_DEVICE;
         return pyg_cuda_error(code, "buffer_alloc: %s of %llu bytes on device %d failed: %s",
-                              (flags & PYG_BUFFER_HOST) ? "cudaHostAlloc" : "cudaMalloc", (unsigned long long)size,
+                              (flags & PYG_BUFFER_HOST) ? PYG_GPU_API "HostAlloc" : PYG_GPU_API "Malloc", (unsigned long long)size,
                               dev->index, gpuGetErrorString(e));
     }
     b->dev = dev;
@@ -399,7 +412,7 @@ static pyg_error *buffer_write(pyg_buffer *dst, uint64_t offset, const void *src
     if (!src) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "buffer_write: NULL source");
     if (dst->flags & PYG_BUFFER_HOST) { memcpy((char *)dst->ptr + offset, src, size); return NULL; }
     SET_DEVICE(dst->dev);
-    GPU_TRY(gpuMemcpy((char *)dst->ptr + offset, src, size, gpuMemcpyHostToDevice), "cudaMemcpy (write)");
+    GPU_TRY(gpuMemcpy((char *)dst->ptr + offset, src, size, gpuMemcpyHostToDevice), PYG_GPU_API "Memcpy (write)");
     return NULL;
 }
 
@@ -410,7 +423,7 @@ static pyg_error *buffer_read(pyg_buffer *src, uint64_t offset, void *dst, uint6
     if (!dst) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "buffer_read: NULL destination");
     if (src->flags & PYG_BUFFER_HOST) { memcpy(dst, (char *)src->ptr + offset, size); return NULL; }
     SET_DEVICE(src->dev);
-    GPU_TRY(gpuMemcpy(dst, (char *)src->ptr + offset, size, gpuMemcpyDeviceToHost), "cudaMemcpy (read)");
+    GPU_TRY(gpuMemcpy(dst, (char *)src->ptr + offset, size, gpuMemcpyDeviceToHost), PYG_GPU_API "Memcpy (read)");
     return NULL;
 }
 
@@ -420,8 +433,8 @@ static pyg_error *buffer_fill(pyg_buffer *dst, uint64_t offset, uint8_t value, u
     if (!size) return NULL;
     if (dst->flags & PYG_BUFFER_HOST) { memset((char *)dst->ptr + offset, value, size); return NULL; }
     SET_DEVICE(dst->dev);
-    GPU_TRY(gpuMemset((char *)dst->ptr + offset, value, size), "cudaMemset");
-    GPU_TRY(gpuStreamSynchronize(0), "cudaStreamSynchronize (fill)"); /* blocking by contract */
+    GPU_TRY(gpuMemset((char *)dst->ptr + offset, value, size), PYG_GPU_API "Memset");
+    GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (fill)"); /* blocking by contract */
     return NULL;
 }
 
@@ -432,7 +445,7 @@ static pyg_error *stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t of
     if (!size) return NULL;
     if (!src) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_write_async: NULL source");
     SET_DEVICE(s->dev);
-    GPU_TRY(gpuMemcpyAsync((char *)dst->ptr + offset, src, size, gpuMemcpyDefault, s->s), "cudaMemcpyAsync (write)");
+    GPU_TRY(gpuMemcpyAsync((char *)dst->ptr + offset, src, size, gpuMemcpyDefault, s->s), PYG_GPU_API "MemcpyAsync (write)");
     return NULL;
 }
 
@@ -443,7 +456,7 @@ static pyg_error *stream_read_async(pyg_stream *s, pyg_buffer *src, uint64_t off
     if (!size) return NULL;
     if (!dst) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_read_async: NULL destination");
     SET_DEVICE(s->dev);
-    GPU_TRY(gpuMemcpyAsync(dst, (char *)src->ptr + offset, size, gpuMemcpyDefault, s->s), "cudaMemcpyAsync (read)");
+    GPU_TRY(gpuMemcpyAsync(dst, (char *)src->ptr + offset, size, gpuMemcpyDefault, s->s), PYG_GPU_API "MemcpyAsync (read)");
     return NULL;
 }
 
@@ -460,9 +473,9 @@ static pyg_error *stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t dst
     const char *p = (const char *)src->ptr + src_offset;
     const int host_side = (dst->flags | src->flags) & PYG_BUFFER_HOST;
     if (dst->dev == src->dev || host_side) {
-        GPU_TRY(gpuMemcpyAsync(d, p, size, gpuMemcpyDefault, s->s), "cudaMemcpyAsync (copy)");
+        GPU_TRY(gpuMemcpyAsync(d, p, size, gpuMemcpyDefault, s->s), PYG_GPU_API "MemcpyAsync (copy)");
     } else {
-        GPU_TRY(gpuMemcpyPeerAsync(d, dst->dev->index, p, src->dev->index, size, s->s), "cudaMemcpyPeerAsync");
+        GPU_TRY(gpuMemcpyPeerAsync(d, dst->dev->index, p, src->dev->index, size, s->s), PYG_GPU_API "MemcpyPeerAsync");
     }
     return NULL;
 }

@@ -8,12 +8,30 @@
 #ifndef PYG_CUDA_VENDOR_H
 #define PYG_CUDA_VENDOR_H
 
+/* The HIP and MUSA builds compile these same sources with their own mapping (hip.mk / musa.mk
+ * define PYG_GPU_HIP / PYG_GPU_MUSA). Each vendor header defines the same gpu* names, plus:
+ *   PYG_GPU_PLUGIN_NAME, PYG_GPU_VENDOR, PYG_GPU_RUNTIME ("CUDA"/"HIP"/"MUSA", used in messages),
+ *   PYG_GPU_API (runtime call prefix in messages), PYG_GPU_DRIVER_HINT, PYG_GPU_BUILD_NOTE,
+ *   PYG_GPU_QUIRKS (the PYG_QUIRK_* bits its devices declare),
+ *   PYG_WARP_SIZE (the kernels' logical warp: 32 lanes everywhere; see plugins/hip/vendor_hip.h for
+ *   64-wide wavefronts), and optionally PYG_GPU_HAS_WMMA. */
+#if defined(PYG_GPU_HIP)
+#include "../hip/vendor_hip.h"
+#elif defined(PYG_GPU_MUSA)
+#include "../musa/vendor_musa.h"
+#else
+
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
 #define PYG_GPU_PLUGIN_NAME "cuda"
 #define PYG_GPU_VENDOR "NVIDIA CUDA"
+#define PYG_GPU_RUNTIME "CUDA"
+#define PYG_GPU_API "cuda" /* prefix of runtime call names in error messages */
+#define PYG_GPU_DRIVER_HINT "the NVIDIA driver (libcuda.so.1) is missing or older than this CUDA runtime"
+#define PYG_GPU_BUILD_NOTE ""
+#define PYG_GPU_QUIRKS 0ull /* none: CUDA takes every fast path */
 
 /* ---- types and constants ---- */
 typedef cudaError_t gpuError_t;
@@ -82,4 +100,5 @@ typedef __nv_bfloat16 gpu_bf16;
 #define gpu_float2bf16 __float2bfloat16_rn
 #define PYG_GPU_HAS_WMMA 1 /* nvcuda::wmma (<mma.h>) with bf16 inputs: mul_mat_mma.cu */
 
+#endif /* vendor selection */
 #endif /* PYG_CUDA_VENDOR_H */

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs what the HIP plugin needs to BUILD on a machine without an AMD GPU (Debian 12: HIP 5.2):
+# hipcc (clang with the HIP front end), the HIP runtime + headers (libamdhip64), and the AMDGPU
+# device libraries (ocml/ockl bitcode for gfx90a/gfx1030). With them, plugins/hip/hip.mk builds
+# libpyggml-hip.so. No ROCm kernel driver is needed (or installed): the plugin answers NO_DEVICE.
+# Idempotent and quiet; safe to run twice.
+set -e
+PKGS="hipcc libamdhip64-dev rocm-device-libs"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
