@@ -272,6 +272,7 @@ static int overlaps(const range *set, int n, const range *r) {
 void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (!plan) return;
     pyg_device *d = plan->dev;
+    if (plan->n_dispatch > 0) vkp_queue_idle(d);
     if (plan->pool) d->fn.vkDestroyCommandPool(d->dev, plan->pool, NULL);
     if (plan->dpool) d->fn.vkDestroyDescriptorPool(d->dev, plan->dpool, NULL);
     if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);

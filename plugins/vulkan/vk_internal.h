@@ -28,7 +28,7 @@
     X(vkDestroyShaderModule) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
     X(vkCreatePipelineLayout) X(vkCreateDescriptorSetLayout) X(vkCreateDescriptorPool) \
     X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) \
-    X(vkDeviceWaitIdle)
+    X(vkDeviceWaitIdle) X(vkQueueWaitIdle)
 
 #define VKP_DECL(name) PFN_##name name;
 typedef struct vkp_instance_fns { VKP_INSTANCE_FUNCS(VKP_DECL) } vkp_instance_fns;
@@ -139,6 +139,9 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], V
 /* submit one recorded command buffer on a stream (waits + timeline signal) */
 pyg_error *vkp_submit(pyg_stream *s, VkCommandBuffer cb);
 void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> everything incl. host */
+/* Before destroying objects a submission used: lavapipe (Mesa 22) still touches a submission's
+ * objects after signalling its semaphores, so a semaphore wait alone is not enough there. */
+void vkp_queue_idle(pyg_device *d);
 /* host-visible, mapped buffer (plan parameter blocks); caller destroys buffer and memory */
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 

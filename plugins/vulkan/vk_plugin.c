@@ -382,6 +382,13 @@ void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb) {
                                VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+void vkp_queue_idle(pyg_device *d) {
+    pthread_mutex_lock(&d->queue_lock);
+    VkResult r = d->fn.vkQueueWaitIdle(d->queue);
+    pthread_mutex_unlock(&d->queue_lock);
+    if (r != VK_SUCCESS) vkp_log(PYG_LOG_ERROR, "vkQueueWaitIdle failed (VkResult %d)", (int)r);
+}
+
 /* Timeline semaphores come from / go back to a per-device free list (see free_sems). A recycled
  * semaphore keeps its counter; users start from its current value. */
 static pyg_error *sem_get(pyg_device *d, VkSemaphore *out, uint64_t *value) {
@@ -451,6 +458,7 @@ static void stream_destroy_impl(pyg_stream *s) {
     pyg_device *d = s->dev;
     pyg_error *e = wait_value(d, s->timeline, s->value);
     if (e) { vkp_log(PYG_LOG_ERROR, "stream_destroy: %s", e->msg); api_error_destroy(e); d->fn.vkDeviceWaitIdle(d->dev); }
+    vkp_queue_idle(d);
     for (int i = 0; i < s->n_stage; i++) {
         d->fn.vkDestroyBuffer(d->dev, s->stage[i].buf, NULL);
         d->fn.vkFreeMemory(d->dev, s->stage[i].mem, NULL);
