@@ -182,10 +182,11 @@ def test_musa_props_and_scheduler_quirks_on_device():
     assert d.quirks == QUIRKS
     rng = np.random.default_rng(0)
     xv = rng.standard_normal((4, 64)).astype(np.float32)
+    wv = rng.standard_normal((32, 64)).astype(np.float32)
 
     def build(gpu):
         g = pg.Graph()
-        w = g.weight("w", rng.standard_normal((32, 64)).astype(np.float32))
+        w = g.weight("w", wv)
         x = g.input("x", (4, 64), pg.f32)
         a = pg.rms_norm(x, eps=1e-5)
         b = pg.mul_mat(w, a)
