@@ -26,7 +26,9 @@ typedef enum pyg_op {
     PYG_OP_TRANSPOSE = 4, /* swaps dims 0 and 1 */
 
     /* copies */
-    PYG_OP_CPY = 5,       /* writes src[0] converted to src[1]'s type into src[1]; node aliases src[1] */
+    PYG_OP_CPY = 5,       /* writes src[0] converted to src[1]'s type into src[1]; node aliases src[1];
+                             shapes may differ when element counts match: elements pair up in flat
+                             order (dim 0 fastest) */
     PYG_OP_CONT = 6,      /* contiguous copy of src[0], same type (or the node's type: converting copy) */
 
     /* elementwise */
@@ -50,7 +52,8 @@ typedef enum pyg_op {
                              2 neox: pairs (i, i + n_dims/2)), i[2] n_ctx_orig,
                              f[3] freq_base, f[4] freq_scale, f[5] ext_factor,
                              f[6] attn_factor, f[7] beta_fast, f[8] beta_slow */
-    PYG_OP_ARGMAX = 17,   /* index of the largest element of each row (i32, first one on ties) */
+    PYG_OP_ARGMAX = 17,   /* index of the largest element of each row (i32, first one on ties);
+                             dst [ne1, ne2, ne3, 1] */
 
     /* matrix */
     PYG_OP_MUL_MAT = 18,  /* dst[m, n] = sum_k src0[k, m] * src1[k, n]; src0 = weights
@@ -58,9 +61,11 @@ typedef enum pyg_op {
                              dst f32 [M, N, B2, B3]; src0 broadcasts over dims 2, 3:
                              src1 batch i uses src0 batch i / (B_i / b_i) */
     PYG_OP_GET_ROWS = 19, /* dst[:, i] = src0[:, src1[i]] converted to f32; src1 i32 [n, b2];
-                             src0 [ne0, rows, b2] any type */
+                             src0 [ne0, rows, b2] any type; dst [ne0, n, b2]: batch j of src1
+                             indexes batch j of src0 */
     PYG_OP_SET_ROWS = 20, /* src0[:, src2[i]] = src1[:, i] converted to src0's type; src2 i32 or i64;
-                             node aliases src0 (in place) */
+                             node aliases src0 (in place); src1 [ne0, n, b2, b3] writes batch (j, k)
+                             of src0; src2 [n] or [n, b2] (batch j uses row j % ne1 of src2) */
     PYG_OP_FLASH_ATTN_EXT = 21, /* src0 = q [D, n_q, H, B] f32, src1 = k [D, n_kv, H_kv, B],
                              src2 = v [Dv, n_kv, H_kv, B] (f32 or f16), src3 = mask [n_kv, >= n_q, 1|H, 1|B]
                              (f16 or f32, optional); dst f32 [Dv, H, n_q, B] (heads before tokens);
