@@ -76,7 +76,7 @@ int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *n) {
     }
     case PYG_OP_ARGMAX:
         return is_plain(s0->type) && n->type == PYG_TYPE_I32 && n->ne[0] == s0->ne[1] &&
-               s0->ne[2] == 1 && s0->ne[3] == 1;
+               n->ne[1] == s0->ne[2] && n->ne[2] == s0->ne[3];   /* dst [ne1, ne2, ne3, 1] */
     case PYG_OP_MUL_MAT:
         if (!s1 || !weight_ok(d, s0) || !is_plain(s1->type) || n->type != PYG_TYPE_F32) return 0;
         if (s0->ne[0] != s1->ne[0] || n->ne[0] != s0->ne[1] || n->ne[1] != s1->ne[1] ||
