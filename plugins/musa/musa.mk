@@ -16,7 +16,7 @@ MUSA_DEPS := $(wildcard plugins/cuda/*.h plugins/cuda/*.cuh plugins/musa/*.h plu
 ifneq ($(MUSA_MCC),)
 MUSA_ARCHS ?= 21 22
 MUSA_ROOT := $(patsubst %/bin/mcc,%,$(MUSA_MCC))
-MUSA_FLAGS := -x musa -O3 -std=c++17 -mtgpu $(foreach a,$(MUSA_ARCHS),--cuda-gpu-arch=mp_$(a)) -DPYG_GPU_MUSA \
+MUSA_FLAGS := -x musa -O3 -std=c++17 $(foreach a,$(MUSA_ARCHS),--cuda-gpu-arch=mp_$(a)) -DPYG_GPU_MUSA \
 	-DPYG_CUDA_MIN_CC=$(firstword $(MUSA_ARCHS)) -Iinclude -Iplugins/cuda -I$(MUSA_ROOT)/include \
 	-fPIC -fvisibility=hidden -Wall -Wno-unused-function
 
