@@ -88,6 +88,16 @@ def test_runtime_linkage(name):
         assert not any("musa" in n for n in needed), needed
 
 
+def test_hip_code_for_both_archs():
+    """hip.mk's default HIP_ARCHS: the fat binary carries device code for gfx90a (wave64) and
+    gfx1030 (wave32), one code object per source file with kernels."""
+    lib = _need("hip")
+    data = open(lib, "rb").read()
+    for arch in (b"gfx90a", b"gfx1030"):
+        n = data.count(b"amdgcn-amd-amdhsa--" + arch)
+        assert n >= 6, (arch, n)
+
+
 @pytest.mark.parametrize("name", ["hip", "musa"])
 def test_loads_and_reports_unavailable_with_reason(name):
     """In a child process (a crash would not take pytest down): pyggml's loader loads the plugin;
