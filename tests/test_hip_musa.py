@@ -21,9 +21,10 @@ PLUGIN_DIR = os.path.join(ROOT, "pyggml", "plugins")
 HIPCC = shutil.which("hipcc")
 MCC = shutil.which("mcc")
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-LIBS = {"hip": os.path.join(PLUGIN_DIR, "libpyggml-hip.so"), "musa": os.path.join(PLUGIN_DIR, "libpyggml-musa.so")}
+LIBS = {"hip": os.path.join(PLUGIN_DIR, "libpyggml-hip.so"), "musa": os.path.join(PLUGIN_DIR, "libpyggml-musa.so"),
+        "hip-kernels": os.path.join(PLUGIN_DIR, "libpyghip-kernels.so")}
 # the toolchain that builds each plugin here (hip.mk / musa.mk): without it the library is not expected
-TOOL = {"hip": HIPCC, "musa": MCC or NVCC}
+TOOL = {"hip": HIPCC, "musa": MCC or NVCC, "hip-kernels": HIPCC}
 QUIRKS = 3  # PYG_QUIRK_NO_ASYNC_HOST_COPY | PYG_QUIRK_MULTI_DEVICE_SYNC
 SCRIPT = os.path.join(ROOT, "scripts", "check_vendor_mapping.py")
 
@@ -67,22 +68,25 @@ def test_vendor_mapping_reports_gaps(tmp_path):
 
 # ---------------------------------------------------------------- the libraries
 
-@pytest.mark.parametrize("name", ["hip", "musa"])
+@pytest.mark.parametrize("name", ["hip", "hip-kernels", "musa"])
 def test_exports_one_symbol(name):
     lib = _need(name)
     out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
     assert [ln.split()[-1] for ln in out.splitlines() if ln.strip()] == ["pyg_plugin_get_api"], out
 
 
-@pytest.mark.parametrize("name", ["hip", "musa"])
+@pytest.mark.parametrize("name", ["hip", "hip-kernels", "musa"])
 def test_runtime_linkage(name):
-    """HIP: libamdhip64 linked dynamically (documented: loading needs the HIP runtime package), never
-    the CUDA libraries. MUSA shim: cudart static, no driver library needed to load (as cuda)."""
+    """HIP: the plugin (loader.c) needs only libc; the kernels library it dlopens in plugin_init links
+    libamdhip64 (hipcc's fat-binary registration needs it at load). Never the CUDA libraries. MUSA
+    shim: cudart static, no driver library needed to load (as cuda)."""
     lib = _need(name)
     out = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
     needed = [ln.split("[")[-1].rstrip("]") for ln in out.splitlines() if "(NEEDED)" in ln]
     assert not any(n.startswith(("libcuda", "libcudart")) for n in needed), needed
     if name == "hip":
+        assert needed == ["libc.so.6"], needed
+    elif name == "hip-kernels":
         assert any(n.startswith("libamdhip64") for n in needed), needed
     elif MCC is None:
         assert not any("musa" in n for n in needed), needed
@@ -91,7 +95,7 @@ def test_runtime_linkage(name):
 def test_hip_code_for_both_archs():
     """hip.mk's default HIP_ARCHS: the fat binary carries device code for gfx90a (wave64) and
     gfx1030 (wave32), one code object per source file with kernels."""
-    lib = _need("hip")
+    lib = _need("hip-kernels")
     data = open(lib, "rb").read()
     for arch in (b"gfx90a", b"gfx1030"):
         n = data.count(b"amdgcn-amd-amdhsa--" + arch)
@@ -125,6 +129,22 @@ def test_loads_and_reports_unavailable_with_reason(name):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert any(ln.startswith(f"{name}:") for ln in r.stdout.splitlines()), r.stdout
+
+
+def test_hip_loads_without_its_kernels_library(tmp_path):
+    """The plugin alone (as on a machine without the HIP runtime, where the kernels library cannot
+    load): it still loads, and plugin_init answers NO_DEVICE with the dynamic linker's reason."""
+    lib = _need("hip")
+    alone = tmp_path / "libpyggml-hip.so"
+    shutil.copy(lib, alone)
+    code = ("import pyggml as pg\n"
+            f"p = pg.load_plugin({str(alone)!r})\n"
+            "print(p.name, p.available); print(p.unavailable_reason)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first, reason = r.stdout.splitlines()[:2]
+    assert first == "hip False", r.stdout
+    assert reason.startswith("hip: cannot load the HIP kernels library") and "libpyghip-kernels.so" in reason, reason
 
 
 def _compile_probe(name, tmp_path):

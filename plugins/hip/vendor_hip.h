@@ -18,10 +18,10 @@
  * syncs broke on ROCm). Every entry point sets the current device first (plugin.cu's SET_DEVICE):
  * ROCm's hipStreamWaitEvent, unlike CUDA's, needs the waiting stream's device to be current.
  *
- * Runtime library: libamdhip64.so.5 is linked dynamically (the kernels' fat binary is registered
- * with it by a static constructor at load time, so it cannot be dlopen'ed later); loading
- * libpyggml-hip.so therefore needs the HIP runtime package (Debian: libamdhip64-5). Without an
- * AMD GPU or the ROCm kernel driver (/dev/kfd), plugin_init answers PYG_ERR_NO_DEVICE.
+ * Runtime library: the kernels library built from these sources (libpyghip-kernels.so) links
+ * libamdhip64.so.5 (hipcc registers the fat binary from a static constructor at load time); the
+ * plugin proper, libpyggml-hip.so (loader.c), dlopens it in plugin_init, so the plugin always loads.
+ * Without an AMD GPU or the ROCm kernel driver (/dev/kfd), plugin_init answers PYG_ERR_NO_DEVICE.
  */
 #ifndef PYG_HIP_VENDOR_H
 #define PYG_HIP_VENDOR_H
