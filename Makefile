@@ -6,7 +6,7 @@ PLUGIN_CFLAGS := -g -fPIC -fvisibility=hidden -Iinclude -Wall -Wextra -Wno-unuse
 PLUGIN_LDFLAGS := -Wl,--version-script=plugins/plugin.map -Wl,--no-undefined
 PLUGINS :=
 
-.PHONY: all ext plugins deps test bench check-plugin clean gpu-check
+.PHONY: all ext plugins deps test bench bench-ops bench-llamacpp check-plugin clean gpu-check
 
 all: ext plugins
 
@@ -26,8 +26,23 @@ ext: deps
 test: all
 	$(PYTHON) -m pytest -q tests
 
+MODEL ?=
+DEVICES ?= cpu
+THREADS ?=
+BENCH_MODEL_ARGS = -d $(DEVICES) $(if $(THREADS),-t $(THREADS))
+
+# The main job: a synthetic tiny LLaMA (generated once, cached) on the CPU, then the op benchmark.
 bench: all
-	$(PYTHON) -m pyggml bench $(BENCH_ARGS)
+	$(PYTHON) -m pyggml bench -m $(or $(MODEL),synth:tiny:q4_0) $(BENCH_MODEL_ARGS) $(BENCH_ARGS)
+	$(PYTHON) -m pyggml bench $(if $(THREADS),-t $(THREADS))
+
+bench-ops: all
+	$(PYTHON) -m pyggml bench $(if $(THREADS),-t $(THREADS)) $(BENCH_ARGS)
+
+# llama.cpp side by side: builds llama-cpp-python once (5-20 min), then the same model run
+bench-llamacpp: all
+	$(PYTHON) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" $(PYTHON) -m pip install llama-cpp-python
+	$(PYTHON) -m pyggml bench -m $(or $(MODEL),synth:tiny:q4_0) -d cpu $(if $(THREADS),-t $(THREADS)) $(BENCH_ARGS)
 
 check-plugin: all
 	$(PYTHON) -m pyggml check $(PLUGIN)

@@ -21,3 +21,10 @@ from ._sched import Plan, RunStats, Scheduler
 from .quant import dequantize, quantize
 
 __version__ = "0.1.0"
+
+
+def load(path, **kw):
+    """Open a GGUF model (LLaMA family): memory-mapped, uploaded tensor by tensor with a progress
+    bar, no RAM peak. See pyggml.models.load for the options (devices, n_ctx, n_threads, ...)."""
+    from .models import load as _load
+    return _load(path, **kw)

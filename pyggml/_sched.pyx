@@ -28,6 +28,19 @@ from pyggml.graph import Tensor, FLAG_INPUT, FLAG_OUTPUT, FLAG_WEIGHT, FLAG_STAT
 from pyggml import ops as _ops
 
 _graph_ids = itertools.count(1)
+
+# At interpreter exit, vendor runtimes (cudart's static destructors) may be torn down before the
+# garbage collector frees our handles; after atexit runs, handles are left to the process exit.
+cdef bint _exiting = 0
+
+
+def _at_exit():
+    global _exiting
+    _exiting = 1
+
+
+import atexit as _atexit
+_atexit.register(_at_exit)
 POLICIES = ("strict", "relaxed", "events")
 
 DEF K_WRITE = 0
@@ -52,7 +65,7 @@ cdef class DeviceBuffer:
     C field: the garbage collector may clear Python fields before __dealloc__ runs.)"""
 
     def __dealloc__(self):
-        if self.buf != NULL and self.api != NULL:
+        if self.buf != NULL and self.api != NULL and not _exiting:
             self.api.buffer_free(self.buf)
             self.buf = NULL
 
@@ -85,7 +98,7 @@ cdef class _Stream:
     cdef pyg_stream *s
 
     def __dealloc__(self):
-        if self.s != NULL and self.api != NULL:
+        if self.s != NULL and self.api != NULL and not _exiting:
             with nogil:
                 self.api.stream_destroy(self.s)
 
@@ -97,7 +110,7 @@ cdef class _Event:
     cdef pyg_event *e
 
     def __dealloc__(self):
-        if self.e != NULL and self.api != NULL:
+        if self.e != NULL and self.api != NULL and not _exiting:
             self.api.event_destroy(self.e)
 
 
@@ -112,7 +125,7 @@ cdef class _Descs:
     cdef const pyg_plugin_api *api
 
     def __dealloc__(self):
-        if self.gplan != NULL and self.api != NULL:
+        if self.gplan != NULL and self.api != NULL and not _exiting:
             self.api.graph_plan_destroy(self.gplan)
         free(self.ct)
         free(self.nodes)
@@ -423,10 +436,22 @@ class Scheduler:
         self._leaf_mem = {}
 
     def __del__(self):
+        if _exiting:
+            return
         try:
             self.close()
         except Exception:
             pass
+
+    def upload(self, t, device=None):
+        """Place a weight or state tensor on `device` (default: the first device) now, instead of
+        at the first compute that needs it: a model loader uploads tensors one by one this way."""
+        if not (t.flags & (FLAG_WEIGHT | FLAG_STATE)):
+            raise GraphError(f"upload: {t!r} is not a weight or state tensor")
+        d = self.devices[0] if device is None else _plugin.get_device(device)
+        if str(d) not in [str(x) for x in self.devices]:
+            raise GraphError(f"upload: {d} is not one of this scheduler's devices")
+        self._leaf(d, t)
 
     # ---------------------------------------------------------------- public
 

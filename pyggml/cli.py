@@ -87,10 +87,13 @@ def main(argv=None):
     c.add_argument("plugin", help="path to libpyggml-NAME.so")
     c.add_argument("-v", "--verbose", action="store_true", help="print passing cases too")
     b = sub.add_parser("bench", help="benchmarks (ops now; models with -m)")
-    b.add_argument("-d", "--device", default="cpu")
+    b.add_argument("-d", "--device", default="cpu",
+                   help="device, or comma-separated devices for a model run (cuda:0,cpu)")
     b.add_argument("-t", "--threads", type=int, default=None)
     b.add_argument("-r", "--reps", type=int, default=5)
-    b.add_argument("-m", "--model", default=None, help="a GGUF model file (model benchmark)")
+    b.add_argument("-m", "--model", default=None,
+                   help="a GGUF model file, or synth:SHAPE:WTYPE (generated once, cached in ~/.cache/pyggml/models); "
+                        "model options: -p N -n N --attn flash|softmax --no-peer")
     b.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
     b.add_argument("--ops", action="store_true", help="op benchmark (the default without -m)")
     b.add_argument("--no-quant", action="store_true", help="skip the per-weight-type mul_mat section")
