@@ -88,6 +88,26 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     BENCH_JSON=$(grep -o "cuda-matvec-[0-9T]*\.json" "$OUT_DIR/bench.log" | head -1)
 fi
 
+# Model benchmark (llama-bench conventions) on the GPU: GPU_CHECK_MODELS lists synth:SHAPE:WTYPE
+# or files; each runs with CUDA graphs on, and the first again with PYGGML_CUDA_GRAPHS=0.
+MODEL_RC=skipped
+if [ -n "${GPU_CHECK_MODELS:-}" ]; then
+    MODEL_RC=0
+    first=1
+    for m in $GPU_CHECK_MODELS; do
+        say "model bench $m on cuda:0,cpu (CUDA graphs on)"
+        timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$RESULTS" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
+            | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
+        if [ $first = 1 ]; then
+            say "model bench $m on cuda:0,cpu (CUDA graphs off)"
+            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$RESULTS" -p 512 -n 128 --no-peer \
+                2>>"$OUT_DIR/model-$first.err" | sed 's/^/[graphs off] /' | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
+        fi
+        first=0
+    done
+    tail -3 "$OUT_DIR"/model-*.err 2>/dev/null
+fi
+
 SUMMARY="$RESULTS/gpu-check-$STAMP.json"
 $PY - "$SUMMARY" <<EOF
 import json, sys, time
@@ -97,7 +117,8 @@ doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-check", "gpu":
        "pytest_s": $TEST_S, "pytest_summary": """$TEST_SUMMARY""",
        "cuda_results": [l.strip() for l in open("$OUT_DIR/cuda_ops.txt") if l.strip()],
        "musa_shim_results": [l.strip() for l in open("$OUT_DIR/musa_ops.txt") if l.strip()],
-       "sanitizer_rc": "$SAN_RC", "bench_rc": "$BENCH_RC", "bench_json": "$BENCH_JSON"}
+       "sanitizer_rc": "$SAN_RC", "bench_rc": "$BENCH_RC", "bench_json": "$BENCH_JSON",
+       "model_bench_rc": "$MODEL_RC", "models": "${GPU_CHECK_MODELS:-}"}
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(doc, indent=1))
 EOF
