@@ -96,11 +96,11 @@ if [ -n "${GPU_CHECK_MODELS:-}" ]; then
     first=1
     for m in $GPU_CHECK_MODELS; do
         say "model bench $m on cuda:0,cpu (CUDA graphs on)"
-        timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$RESULTS" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
+        timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
             | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
         if [ $first = 1 ]; then
             say "model bench $m on cuda:0,cpu (CUDA graphs off)"
-            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$RESULTS" -p 512 -n 128 --no-peer \
+            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
                 2>>"$OUT_DIR/model-$first.err" | sed 's/^/[graphs off] /' | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
         fi
         first=0
