@@ -27,7 +27,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then ex
 if ! command -v nvcc >/dev/null 2>&1; then say "nvcc not found: the CUDA plugin cannot be built here"; exit 2; fi
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 say "GPU: ${GPU:-none visible}; $(nvcc --version | tail -1); $($PY --version 2>&1)"
-COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # .git may not travel: pass GPU_CHECK_COMMIT=$(git rev-parse --short HEAD)
 export GPU_CHECK_COMMIT=$COMMIT
 DIRTY=$(git status --porcelain 2>/dev/null | grep -v '^??' | wc -l)
 
