@@ -55,7 +55,7 @@ def _same(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
-DEVSETS = [["tds:0", "cpu"], ["tds:0", "tds:1", "cpu"], ["cpu", "tds:0"], ["tds:0", "tdr:0", "cpu"]]
+DEVSETS = [["tds:0", "cpu"], ["tds:0", "tds:1", "cpu"], ["cpu", "tds:0"], ["tds:0", "tdr:0", "cpu"], ["tds:0"]]
 POLICIES = ["strict", "relaxed", "events"]
 
 
