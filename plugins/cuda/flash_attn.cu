@@ -14,7 +14,7 @@
 
 #define FA_WARPS 4
 #define FA_MAX_D 256
-#define FA_MIN_KV_PER_SPLIT 256
+#define FA_MIN_KV_PER_SPLIT 32   /* decode over a 512-token cache: 9 splits (288 blocks), not 2 (64 blocks on 132 SMs) */
 #define FA_MAX_SPLITS 32
 
 struct fa_args {

@@ -35,7 +35,8 @@ __global__ void k_elementwise(tview d, tview a, tview b, float p0, float p1, int
         brow = b.data + (i1 % b.ne[1]) * b.nb[1] + (i2 % b.ne[2]) * b.nb[2] + (i3 % b.ne[3]) * b.nb[3];
     if (OP == EW_SWIGLU) brow = b.data + i1 * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3];
     const int64_t n = d.ne[0];
-    for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x) {
+    /* a row may be spread over gridDim.y blocks (few long rows: the decode case) */
+    for (int64_t i0 = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; i0 < n; i0 += (int64_t)blockDim.x * gridDim.y) {
         float r;
         if (OP == EW_ADD || OP == EW_MUL) {
             const float x = load_f(arow + i0 * a.nb[0], a.type);
@@ -205,24 +206,37 @@ static unsigned row_threads(int64_t ne0) {
     return (unsigned)(t < ROW_THREADS ? t : ROW_THREADS);
 }
 
+/* Blocks per row for the elementwise kernels: one block per row fills the GPU when there are many
+ * rows; with few long rows (decode: one token) a single block per row left the GPU nearly idle,
+ * so each row is then split over several blocks (grid.y, at most 65535). */
+static unsigned row_splits(int64_t rows, int64_t ne0, unsigned th) {
+    if (rows >= 1024) return 1;
+    int64_t want = (ne0 + th - 1) / th;
+    int64_t cap = (2048 + rows - 1) / rows;
+    if (want > cap) want = cap;
+    if (want > 65535) want = 65535;
+    return (unsigned)(want < 1 ? 1 : want);
+}
+
 int basic_launch(const pyg_tensor *n, op_ctx *c) {
     const tview d = make_view(n);
     const tview a = make_view(n->src[0]);
     const tview b = n->src[1] ? make_view(n->src[1]) : a;
     const int32_t *p = n->op_params;
-    const unsigned rows = (unsigned)pyg_tensor_nrows(n);
     const unsigned th = row_threads(n->ne[0]);
+    const unsigned rows = (unsigned)pyg_tensor_nrows(n);
+    const dim3 ew(rows, row_splits(rows, n->ne[0], th));   /* elementwise kernels only */
     switch (n->op) {
-    case PYG_OP_ADD: k_elementwise<EW_ADD><<<rows, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
-    case PYG_OP_MUL: k_elementwise<EW_MUL><<<rows, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
+    case PYG_OP_ADD: k_elementwise<EW_ADD><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
+    case PYG_OP_MUL: k_elementwise<EW_MUL><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
     case PYG_OP_SCALE:
-        k_elementwise<EW_SCALE><<<rows, th, 0, c->stream>>>(d, a, b, pyg_op_param_f32(p, 0), pyg_op_param_f32(p, 1), 0);
+        k_elementwise<EW_SCALE><<<ew, th, 0, c->stream>>>(d, a, b, pyg_op_param_f32(p, 0), pyg_op_param_f32(p, 1), 0);
         break;
-    case PYG_OP_SILU: k_elementwise<EW_SILU><<<rows, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
-    case PYG_OP_GELU: k_elementwise<EW_GELU><<<rows, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
+    case PYG_OP_SILU: k_elementwise<EW_SILU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
+    case PYG_OP_GELU: k_elementwise<EW_GELU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
     case PYG_OP_SWIGLU:
-        if (n->src[1]) k_elementwise<EW_SWIGLU><<<rows, th, 0, c->stream>>>(d, a, b, 0, 0, 0);
-        else k_elementwise<EW_SWIGLU_HALVES><<<rows, th, 0, c->stream>>>(d, a, a, 0, 0, p[0] == 1);
+        if (n->src[1]) k_elementwise<EW_SWIGLU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0);
+        else k_elementwise<EW_SWIGLU_HALVES><<<ew, th, 0, c->stream>>>(d, a, a, 0, 0, p[0] == 1);
         break;
     case PYG_OP_CPY: {
         /* the node aliases src[1]: write through src[1]'s layout */
