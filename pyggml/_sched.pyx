@@ -202,6 +202,7 @@ cdef class Program:
                     host = inputs[c.host_index]
                 elif c.host_table == 1:
                     host = outputs[c.host_index]
+                t0 = _now()
                 if c.kind == K_WRITE:
                     if c.is_async:
                         err = c.api.stream_write_async(c.stream, c.buf, c.off, host, c.size)
@@ -215,24 +216,16 @@ cdef class Program:
                 elif c.kind == K_COPY:
                     err = c.api.stream_copy_async(c.stream, c.buf, c.off, c.buf2, c.off2, c.size)
                 elif c.kind == K_LAUNCH:
-                    if c.synchronous:
-                        t0 = _now()
-                        err = c.api.graph_plan_compute(c.plan, c.stream)
-                        spent += _now() - t0
-                    else:
-                        err = c.api.graph_plan_compute(c.plan, c.stream)
+                    err = c.api.graph_plan_compute(c.plan, c.stream)
                 elif c.kind == K_RECORD:
                     err = c.api.event_record(c.event, c.stream)
                 elif c.kind == K_WAIT:
                     err = c.api.stream_wait_event(c.stream, c.event)
                 elif c.kind == K_SYNC_EVENT:
-                    t0 = _now()
                     err = c.api.event_synchronize(c.event)
-                    spent += _now() - t0
                 elif c.kind == K_SYNC_STREAM:
-                    t0 = _now()
                     err = c.api.stream_synchronize(c.stream)
-                    spent += _now() - t0
+                spent += _now() - t0
                 if self.t_end != NULL:
                     self.t_end[i] = _now()
                 if err != NULL:
@@ -262,7 +255,8 @@ cdef class Program:
 class RunStats:
     """What one compute did: its sync pattern (c = blocking copy, a = queued copy, g = graph launch,
     w = device wait, s = host wait), host waits, copies, bytes, splits and devices, and the time
-    the host spent outside the backends."""
+    the host spent outside the backends (host_time_us: the whole call minus the time inside plugin
+    calls; a copy that blocks until the device finishes counts as backend time)."""
 
     __slots__ = ("sync_pattern", "host_syncs", "copies", "bytes_copied", "host_time_us", "backend_time_us",
                  "total_time_us", "splits", "devices", "policy", "micro_batches", "per_split")
