@@ -5,14 +5,4 @@
 # libpyggml-hip.so. No ROCm kernel driver is needed (or installed): the plugin answers NO_DEVICE.
 # Idempotent and quiet; safe to run twice.
 set -e
-PKGS="hipcc libamdhip64-dev rocm-device-libs"
-missing=""
-for p in $PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-[ -z "$missing" ] && exit 0
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+exec sh "$(dirname "$0")/apt_install.sh" hipcc libamdhip64-dev rocm-device-libs
