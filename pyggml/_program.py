@@ -6,7 +6,6 @@ rule 3 of the contract (pyggml/sync.py) requires, made the way the sync policy s
 input slot is driven through the state machine, so an illegal order raises SyncStateError here,
 before anything runs. The program is then executed by _sched.pyx without the GIL.
 """
-from .errors import SyncStateError
 from .sync import Slot
 
 HOST = -1

@@ -19,12 +19,12 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from posix.unistd cimport usleep
 
 from pyggml._abi cimport *
-from pyggml._plugin cimport Plugin, Device, check
+from pyggml._plugin cimport Device, check
 from pyggml import _plugin
 from pyggml._alloc import plan_arena, align_up
 from pyggml import _program as P
 from pyggml.errors import GraphError, ShapeError, TypeMismatchError, UnsupportedError, PyggmlError
-from pyggml.graph import Tensor, FLAG_INPUT, FLAG_OUTPUT, FLAG_WEIGHT, FLAG_STATE, OP, VIEW_OPS
+from pyggml.graph import Tensor, FLAG_INPUT, FLAG_WEIGHT, FLAG_STATE, VIEW_OPS
 from pyggml import ops as _ops
 
 _graph_ids = itertools.count(1)
@@ -977,11 +977,12 @@ class Scheduler:
         gen = P.Generator(self._dev_models(), self.sync, len(plan.used), self.debug_drop_sync,
                           trace=self.trace_path is not None)
         splits = plan.splits
+        by_id = {t.id: t for t in plan.order}
         for mb in range(n_mb):
             k = mb % self.n_copies
             # user inputs, written where they are used
             for tid, d in plan.inputs_on:
-                t = next(x for x in plan.order if x.id == tid)
+                t = by_id[tid]
                 m = plan.mem[(tid, d)]
                 gen.host_write(d, self._region(m, t.nbytes), ("in", mb, plan.input_index[tid]), t.nbytes,
                                note=f"input {t.name}", mb=mb)
@@ -1087,6 +1088,8 @@ class Scheduler:
                 prog.watch[i].record = ci + 1
         n_in = len(plan.input_specs)
         n_out = len(plan.output_specs)
+        # a region's key names one buffer: ("arena", d), ("slots", d) or ("leaf", device, tensor id)
+        bufs = {m.key: m.buf for m in list(plan.mem.values()) + list(plan.slot_mem.values())}
         cdef Cmd *c
         cdef DeviceBuffer b
         cdef _Stream st
@@ -1106,8 +1109,7 @@ class Scheduler:
             c.size = cm.size
             if cm.kind in (P.WRITE, P.READ):
                 region = cm.dst if cm.kind == P.WRITE else cm.src
-                m = self._mem_of_region(plan, region)
-                b = m.buf
+                b = bufs[region[0]]
                 c.buf = b.buf
                 c.off = region[1]
                 kind = cm.host[0]
@@ -1127,12 +1129,10 @@ class Scheduler:
                     hp = cm.host[1].ctypes.data
                     c.host = <void *>hp
             elif cm.kind == P.COPY:
-                m = self._mem_of_region(plan, cm.dst)
-                b = m.buf
+                b = bufs[cm.dst[0]]
                 c.buf = b.buf
                 c.off = cm.dst[1]
-                m = self._mem_of_region(plan, cm.src)
-                b = m.buf
+                b = bufs[cm.src[0]]
                 c.buf2 = b.buf
                 c.off2 = cm.src[1]
             elif cm.kind == P.LAUNCH:
@@ -1143,10 +1143,3 @@ class Scheduler:
                 ev = events[cm.event]
                 c.event = ev.e
         return prog
-
-    def _mem_of_region(self, plan, region):
-        key = region[0]
-        for m in list(plan.mem.values()) + list(plan.slot_mem.values()):
-            if m.key == key and m.off <= region[1] < m.off + m.buf.size + 1:
-                return m
-        raise PyggmlError(f"internal: no buffer for region {region}")

@@ -57,7 +57,6 @@ def _cmd_check(args):
 
 def _cmd_bench(args):
     from pyggml import bench_ops
-    import pyggml as pg
     if args.model:
         from pyggml import bench_model
         return bench_model.main(args)

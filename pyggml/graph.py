@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from .errors import GraphError, ShapeError, TypeMismatchError
-from .types import DType, dtype as _dtype, f32, i32
+from .types import DType, dtype as _dtype, f32
 
 MAX_DIMS = 4
 FLAG_INPUT, FLAG_OUTPUT, FLAG_WEIGHT, FLAG_STATE = 1, 2, 4, 8

@@ -4,7 +4,7 @@ import struct
 
 from .errors import GraphError, ShapeError, TypeMismatchError
 from .graph import OP, FLAG_STATE, MAX_DIMS, Tensor, contiguous_strides, ne_from_shape
-from .types import dtype as _dtype, f32, f16, bf16, i32, i64
+from .types import dtype as _dtype, f32, f16, i32, i64
 
 FLOAT_TYPES = (f32, f16)
 

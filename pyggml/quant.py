@@ -1,7 +1,7 @@
 """quantize / dequantize through the CPU plugin (a cont op converting types), bit-exact with ggml."""
 import numpy as np
 
-from .errors import ShapeError, UnsupportedError
+from .errors import ShapeError
 from .types import dtype as _dtype, f32
 
 _scheds = {}
