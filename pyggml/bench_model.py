@@ -40,14 +40,14 @@ def resolve_model(spec, quiet=False):
         if not os.path.exists(spec):
             raise FileNotFoundError(f"model file {spec!r} does not exist")
         return spec
-    from .synth import WTYPES, SHAPES, write_synth_model
+    from .synth import SHAPES, SYNTH_STREAM, WTYPES, write_synth_model
     parts = spec[len(SYNTH_PREFIX):].split(":")
     shape = parts[0] if parts and parts[0] else "tiny"
     wtype = parts[1] if len(parts) > 1 else "q4_0"
     seed = int(parts[2]) if len(parts) > 2 else 0
     if shape not in SHAPES or wtype not in WTYPES:
         raise ValueError(f"{spec!r}: synth:SHAPE:WTYPE with SHAPE in {sorted(SHAPES)}, WTYPE in {WTYPES}")
-    path = os.path.join(cache_dir(), f"synth-{shape}-{wtype}-s{seed}.gguf")
+    path = os.path.join(cache_dir(), f"synth-{shape}-{wtype}-s{seed}-u{SYNTH_STREAM}.gguf")
     if not os.path.exists(path):
         if not quiet:
             print(f"writing {path} (cached for later runs)", file=sys.stderr)

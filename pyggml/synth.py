@@ -5,9 +5,11 @@
 
 The file is what llama.cpp expects of a LLaMA model: general.architecture "llama", the llama.*
 hyperparameters, a 32000-token SentencePiece-style vocabulary (tokenizer.ggml.model "llama"),
-tensors under llama.cpp's names and shapes, norms in f32. Weights are drawn per tensor from
-a generator seeded with (seed, crc32(name)) -- N(0, 0.02^2) for matrices, 1 + N(0, 0.1^2) for
-norm weights -- so a tensor's values depend only on the seed and its name.
+tensors under llama.cpp's names and shapes, norms in f32. Weights are N(0, 0.02^2) for matrices,
+1 + N(0, 0.1^2) for norm weights. A norm is drawn from a generator seeded with (seed,
+crc32(name)); a matrix in units of about 2^20 elements (whole rows), unit u from a generator
+seeded with (seed, crc32(name), u), so units are drawn on all cores at once (numpy's generators
+release the GIL) and a tensor's values still depend only on the seed and its name.
 
 Weight types (`mix="llama"`, the default) follow what llama.cpp produces for the file type:
   f16   convert_hf_to_gguf --outtype f16: every matrix f16 (llama-quantize does not re-type
@@ -36,6 +38,8 @@ import os
 import sys
 import time
 import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -297,32 +301,67 @@ _DEFAULT_Q = None
 
 # --------------------------------------------------------------------------- writing
 
-_CHUNK_ELEMENTS = 1 << 22  # rows are generated and quantized ~16 MB (f32) at a time
+_CHUNK_ELEMENTS = 1 << 22  # rows are quantized and written ~16 MB (f32) at a time
+_GEN_ELEMENTS = 1 << 20    # the random stream's unit (fixed: the file must not depend on chunking)
+SYNTH_STREAM = 2            # bumped when the random stream changes (cached files are named by it)
+_GEN_WORKERS = max(1, min(16, os.cpu_count() or 1))
+
+
+def _draw_unit(seed: int, key: int, u: int, nrows: int, cols: int) -> np.ndarray:
+    x = np.random.default_rng([seed, key, u]).standard_normal((nrows, cols), np.float32)
+    x *= np.float32(0.02)
+    return x
+
+
+def _matrix_rows(plan: TensorPlan, seed: int):
+    """The matrix's rows as a stream of unit arrays, in order, drawn ahead on worker threads
+    (at most 2 per worker in flight, so memory stays bounded)."""
+    rows, cols = plan.shape
+    key = zlib.crc32(plan.name.encode())
+    ur = max(1, _GEN_ELEMENTS // cols)
+    with ThreadPoolExecutor(_GEN_WORKERS, thread_name_prefix="synth") as ex:
+        ahead: deque = deque()
+        for u, r0 in enumerate(range(0, rows, ur)):
+            ahead.append(ex.submit(_draw_unit, seed, key, u, min(ur, rows - r0), cols))
+            if len(ahead) >= 2 * _GEN_WORKERS:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
 
 
 def _producer(plan: TensorPlan, seed: int, quantize):
     def produce():
-        rng = np.random.default_rng([seed, zlib.crc32(plan.name.encode())])
         if plan.kind == "norm":
+            rng = np.random.default_rng([seed, zlib.crc32(plan.name.encode())])
             yield (1 + 0.1 * rng.standard_normal(plan.shape, np.float32)).astype(np.float32)
             return
         rows, cols = plan.shape
         step = max(1, _CHUNK_ELEMENTS // cols)
         t = ggml_type(plan.type)
+        pending, have = [], 0
+        units = _matrix_rows(plan, seed)
         for r0 in range(0, rows, step):
-            x = rng.standard_normal((min(step, rows - r0), cols), np.float32)
-            x *= np.float32(0.02)
+            n = min(step, rows - r0)
+            while have < n:
+                a = next(units)
+                pending.append(a)
+                have += a.shape[0]
+            x = pending[0] if len(pending) == 1 else np.concatenate(pending)
+            pending = [x[n:]] if x.shape[0] > n else []
+            have -= n
+            x = x[:n]
             if t.name == "f32":
                 yield x
             elif t.name == "f16":
                 yield x.astype(np.float16)
             else:
-                blocks = np.asarray(quantize(x, t.name))
+                blocks = np.asarray(quantize(np.ascontiguousarray(x), t.name))
                 want = (x.shape[0], cols // t.block_size * t.type_size)
                 if blocks.dtype != np.uint8 or blocks.size != want[0] * want[1]:
                     raise GGUFError(f"quantizer returned {blocks.dtype} {blocks.shape} for "
                                     f"{plan.name} ({t.name}), expected uint8 {want}")
                 yield blocks
+        units.close()
     return produce
 
 
@@ -334,24 +373,29 @@ class _Progress:
         self.t0 = time.monotonic()
         self.last = 0.0
         self.shown = False
+        self.tty = sys.stderr.isatty()
+        self.decile = 0
 
     def __call__(self, done: int, total: int, name: str) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
+        frac = done / total if total else 1.0
         if now - self.t0 < 1.0 or (now - self.last < 0.2 and done < total):
             return
-        self.last = now
-        frac = done / total if total else 1.0
+        if not self.tty and done < total and int(frac * 10) == self.decile:
+            return                  # not a terminal (a log): a line every 10%, not every 0.2 s
+        self.last, self.decile = now, int(frac * 10)
         bar = "#" * int(frac * 30)
         rate = done / (now - self.t0) / 1e6
-        sys.stderr.write(f"\r{self.label} [{bar:30s}] {frac:4.0%} {done / 1e9:6.2f}/"
-                         f"{total / 1e9:.2f} GB {rate:6.0f} MB/s {name[:28]:28s}")
+        start, end = ("\r", "") if self.tty else ("", "\n")
+        sys.stderr.write(f"{start}{self.label} [{bar:30s}] {frac:4.0%} {done / 1e9:6.2f}/"
+                         f"{total / 1e9:.2f} GB {rate:6.0f} MB/s {name[:28]:28s}{end}")
         sys.stderr.flush()
         self.shown = True
 
     def finish(self) -> None:
-        if self.shown:
+        if self.shown and self.tty:
             sys.stderr.write("\n")
             sys.stderr.flush()
 
