@@ -1,79 +1,159 @@
 /* plugins/cuda/flash_attn.cu — FLASH_ATTN_EXT: out = softmax(scale*q.k (softcap) + slope*mask) . v
  * with online softmax, never materialising the scores.
  *
- * One block (FA_WARPS warps) per (head, query, batch, kv split); each warp walks its share of the
- * kv positions keeping its own running max / sum / accumulator (q and the accumulator live in
- * registers, DPL values per lane), and the warps are merged through shared memory at the end.
- * For decode (n_q == 1) the rows are few, so the kv range is split over several blocks that write
- * partial results to plan scratch, merged by a second kernel. General n_q runs the same kernel
- * with one block per query row. Grouped-query: kv head = h / (H / H_kv).
+ * The kv positions are walked in tiles of one warp's width, one position per lane: each lane dots
+ * the query (in shared memory) with its own K row, the tile's scores are reduced once per tile
+ * (one max and one sum across the warp, not one per position), and V is accumulated with the
+ * tile's probabilities broadcast lane by lane (each lane owns DPL output dims). A tile whose mask
+ * is -inf everywhere (the unfilled part of a KV cache; the future under a causal mask) costs one
+ * coalesced read of its mask values and nothing else, so decode over a cache of n_ctx cells costs
+ * what the filled cells cost.
+ *
+ * Two layouts of the work:
+ *  - per-query warps (prefill, n_q > 1 with enough rows to fill the device): a block holds
+ *    FA_WARPS consecutive queries of one head, each warp walks the whole kv range for its query
+ *    (the warps read the same K/V rows, which L1 then serves once);
+ *  - split kv (decode): a block holds one query row and one of nsplit kv ranges, its warps take
+ *    alternate tiles of that range, are merged through shared memory, and with nsplit > 1 write
+ *    partials (m, l, o) to plan scratch that a second kernel merges.
+ * Grouped-query: kv head = h / (H / H_kv).
  */
 #include <math.h>
 #include <stdio.h>
 #include "common.cuh"
 
 #define FA_WARPS 4
+#define FA_TILE PYG_WARP_SIZE    /* kv positions per warp step: one per lane */
 #define FA_MAX_D 256
-#define FA_MIN_KV_PER_SPLIT 32   /* decode over a 512-token cache: 9 splits (288 blocks), not 2 (64 blocks on 132 SMs) */
+#define FA_MIN_KV_PER_SPLIT (FA_WARPS * FA_TILE) /* one tile per warp at least */
 #define FA_MAX_SPLITS 32
 
 struct fa_args {
     tview q, k, v, mask, dst;
     int has_mask;
     int H, n_q, n_kv, B, D, Dv, nsplit;
+    int per_query_warps;  /* 1: warps = queries (nsplit == 1); 0: warps share one query's kv range */
+    int kvec;             /* K rows: 1 = f16 and 2 = f32 read 16 bytes at a time; 0 = element-wise */
     int64_t gqa;          /* H / H_kv */
     float scale, max_bias, softcap;
     float *part;          /* nsplit > 1: [rows][nsplit][Dv + 2] partials (m, l, o...) */
 };
 
+/* q (shared memory, D floats) . one K row */
+__device__ __forceinline__ float fa_dot(const float *qs, const char *kr, const fa_args &a) {
+    float s = 0.0f;
+    if (a.kvec == 1) {
+        const uint4 *p = (const uint4 *)kr;
+        for (int c = 0; c < a.D / 8; c++) {
+            const uint4 u = p[c];
+            const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s += qs[8 * c + 2 * e] * f16_bits_to_f32((uint16_t)(w4[e] & 0xffffu));
+                s += qs[8 * c + 2 * e + 1] * f16_bits_to_f32((uint16_t)(w4[e] >> 16));
+            }
+        }
+    } else if (a.kvec == 2) {
+        const float4 *p = (const float4 *)kr;
+        for (int c = 0; c < a.D / 4; c++) {
+            const float4 f = p[c];
+            s += qs[4 * c] * f.x + qs[4 * c + 1] * f.y + qs[4 * c + 2] * f.z + qs[4 * c + 3] * f.w;
+        }
+    } else {
+        for (int d = 0; d < a.D; d++) s += qs[d] * load_f(kr + (int64_t)d * a.k.nb[0], a.k.type);
+    }
+    return s;
+}
+
+/* acc[lane's dims] += p * V row */
+template <int DPL>
+__device__ __forceinline__ void fa_acc_v(float *acc, float p, const char *vr, int lane, const fa_args &a) {
+#pragma unroll
+    for (int i = 0; i < DPL; i++) {
+        const int d = lane + PYG_WARP_SIZE * i;
+        if (d < a.Dv) acc[i] += p * load_f(vr + (int64_t)d * a.v.nb[0], a.v.type);
+    }
+}
+
 template <int DPL>
 __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
-    const int h = blockIdx.x, iq = blockIdx.y;
-    const int b = blockIdx.z / a.nsplit, split = blockIdx.z % a.nsplit;
+    __shared__ float sq[FA_WARPS][FA_MAX_D];
     const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
+    const int h = blockIdx.x;
+    const int b = blockIdx.z / a.nsplit, split = blockIdx.z % a.nsplit;
     const int hk = (int)(h / a.gqa);
-    const int chunk = (a.n_kv + a.nsplit - 1) / a.nsplit;
-    const int j0 = split * chunk, j1 = min(a.n_kv, j0 + chunk);
+    int iq, t0, t_end, t_step;
+    if (a.per_query_warps) {
+        iq = blockIdx.y * FA_WARPS + w;
+        t0 = 0;
+        t_end = a.n_kv;
+        t_step = FA_TILE;
+    } else {
+        iq = blockIdx.y;
+        int chunk = (a.n_kv + a.nsplit - 1) / a.nsplit;
+        chunk = (chunk + FA_TILE - 1) / FA_TILE * FA_TILE;
+        t0 = split * chunk + w * FA_TILE;
+        t_end = min(a.n_kv, (split + 1) * chunk);
+        t_step = FA_WARPS * FA_TILE;
+    }
+    const bool active = iq < a.n_q; /* per-query warps: the last block may have spare warps */
 
     const char *qp = a.q.data + (int64_t)iq * a.q.nb[1] + (int64_t)h * a.q.nb[2] + (int64_t)b * a.q.nb[3];
     const char *kb = a.k.data + (int64_t)hk * a.k.nb[2] + (int64_t)(b % a.k.ne[3]) * a.k.nb[3];
     const char *vb = a.v.data + (int64_t)hk * a.v.nb[2] + (int64_t)(b % a.v.ne[3]) * a.v.nb[3];
-    const char *mrow = a.has_mask ? a.mask.data + (int64_t)iq * a.mask.nb[1] + (int64_t)(h % a.mask.ne[2]) * a.mask.nb[2] +
-                                        (int64_t)(b % a.mask.ne[3]) * a.mask.nb[3]
-                                  : NULL;
+    const char *mrow = a.has_mask && active
+                           ? a.mask.data + (int64_t)iq * a.mask.nb[1] + (int64_t)(h % a.mask.ne[2]) * a.mask.nb[2] +
+                                 (int64_t)(b % a.mask.ne[3]) * a.mask.nb[3]
+                           : NULL;
     const float slope = a.has_mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
+    if (active)
+        for (int d = lane; d < a.D; d += PYG_WARP_SIZE) sq[w][d] = load_f(qp + (int64_t)d * a.q.nb[0], a.q.type);
+    __syncthreads(); /* every warp reaches this: the loop below is where inactive warps drop out */
 
-    float qr[DPL], acc[DPL];
+    float acc[DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; i++) {
-        const int d = lane + PYG_WARP_SIZE * i;
-        qr[i] = d < a.D ? load_f(qp + (int64_t)d * a.q.nb[0], a.q.type) : 0.0f;
-        acc[i] = 0.0f;
-    }
+    for (int i = 0; i < DPL; i++) acc[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int j = j0 + w; j < j1; j += FA_WARPS) {
-        const char *kr = kb + (int64_t)j * a.k.nb[1];
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DPL; i++) {
-            const int d = lane + PYG_WARP_SIZE * i;
-            if (d < a.D) s += qr[i] * load_f(kr + (int64_t)d * a.k.nb[0], a.k.type);
+    for (int t = t0; active && t < t_end; t += t_step) {
+        const int j = t + lane;
+        const bool in = j < t_end;
+        float mv = 0.0f;
+        if (mrow && in) mv = load_f(mrow + (int64_t)j * a.mask.nb[0], a.mask.type);
+        const bool live = in && mv != -INFINITY;
+        if (warp_max(live ? 1.0f : 0.0f) == 0.0f) continue; /* the whole tile is masked */
+        float s = -INFINITY;
+        if (live) {
+            s = fa_dot(sq[w], kb + (int64_t)j * a.k.nb[1], a) * a.scale;
+            if (a.softcap != 0.0f) s = a.softcap * tanhf(s / a.softcap);
+            if (mrow) s += slope * mv;
         }
-        s = warp_sum(s) * a.scale;
-        if (a.softcap != 0.0f) s = a.softcap * tanhf(s / a.softcap);
-        if (mrow) s += slope * load_f(mrow + (int64_t)j * a.mask.nb[0], a.mask.type);
-        if (s == -INFINITY) continue; /* warp-uniform */
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
+        const float mn = fmaxf(m, warp_max(s));
+        if (mn == -INFINITY) continue;
+        const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+        const float corr = expf(m - mn); /* 0 while m is -inf */
+        l = l * corr + warp_sum(p);
         m = mn;
-        const char *vr = vb + (int64_t)j * a.v.nb[1];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc[i] *= corr;
+        const int nv = min(FA_TILE, t_end - t);
+        if (nv == FA_TILE) {
+#pragma unroll 8
+            for (int jj = 0; jj < FA_TILE; jj++) fa_acc_v<DPL>(acc, gpu_shfl(p, jj), vb + (int64_t)(t + jj) * a.v.nb[1], lane, a);
+        } else {
+            for (int jj = 0; jj < nv; jj++) fa_acc_v<DPL>(acc, gpu_shfl(p, jj), vb + (int64_t)(t + jj) * a.v.nb[1], lane, a);
+        }
+    }
+
+    if (a.per_query_warps) { /* each warp owns its query row: write it */
+        if (!active) return;
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
             const int d = lane + PYG_WARP_SIZE * i;
-            const float vv = d < a.Dv ? load_f(vr + (int64_t)d * a.v.nb[0], a.v.type) : 0.0f;
-            acc[i] = acc[i] * corr + p * vv;
+            if (d < a.Dv)
+                *(float *)(a.dst.data + (int64_t)d * a.dst.nb[0] + (int64_t)h * a.dst.nb[1] +
+                           (int64_t)iq * a.dst.nb[2] + (int64_t)b * a.dst.nb[3]) = l > 0.0f ? acc[i] / l : 0.0f;
         }
+        return;
     }
     /* merge the warps */
     __shared__ float sm[FA_WARPS], sl[FA_WARPS];
@@ -192,12 +272,21 @@ int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
     a.softcap = pyg_op_param_f32(n->op_params, 2);
     a.nsplit = fa_splits(n, c->n_sm);
     a.part = (float *)c->scratch;
+    a.per_query_warps = a.nsplit == 1 && a.n_q > 1;
+    {
+        const pyg_tensor *k = n->src[1];
+        const int64_t es = k->type == PYG_TYPE_F16 ? 2 : 4;
+        const int al = ((uintptr_t)a.k.data % 16) == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
+                       k->nb[3] % 16 == 0 && k->nb[0] == (size_t)es;
+        a.kvec = !al ? 0 : (k->type == PYG_TYPE_F16 && a.D % 8 == 0) ? 1 : (k->type == PYG_TYPE_F32 && a.D % 4 == 0) ? 2 : 0;
+    }
     if (a.nsplit > 1 && (!c->scratch || c->scratch_size < flash_attn_scratch_bytes(n, c->n_sm))) {
         snprintf(c->err, c->errlen, "flash_attn_ext: plan scratch too small");
         return PYG_ERR_INTERNAL;
     }
     const int dmax = a.D > a.Dv ? a.D : a.Dv;
-    const dim3 grid((unsigned)a.H, (unsigned)a.n_q, (unsigned)(a.B * a.nsplit));
+    const unsigned gy = a.per_query_warps ? (unsigned)((a.n_q + FA_WARPS - 1) / FA_WARPS) : (unsigned)a.n_q;
+    const dim3 grid((unsigned)a.H, gy, (unsigned)(a.B * a.nsplit));
     const unsigned th = FA_WARPS * PYG_WARP_SIZE;
     if (dmax <= 64) k_fattn<2><<<grid, th, 0, c->stream>>>(a);
     else if (dmax <= 128) k_fattn<4><<<grid, th, 0, c->stream>>>(a);
