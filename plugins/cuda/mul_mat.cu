@@ -8,15 +8,17 @@
  *    decoded to float from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
  *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
  *    weights and 16-byte aligned activation columns.
- *  - GEMM (everything else): N >= MMA_MIN_N on tensor cores (mul_mat_mma.cu); otherwise (or with
- *    PYGGML_CUDA_MMA=0) an FFMA kernel with 64x64 tiles, weights dequantized element-wise into shared
- *    memory; both take any strides on both operands.
+ *  - GEMM (everything else): N >= PYGGML_CUDA_BLAS_MIN_N (32) through cuBLAS opened at run time
+ *    (gemm_blas.cu); where cuBLAS is missing or off, N >= MMA_MIN_N on our own tensor-core kernel
+ *    (mul_mat_mma.cu); otherwise (or with PYGGML_CUDA_MMA=0) an FFMA kernel with 64x64 tiles, weights
+ *    dequantized element-wise into shared memory; all take any strides on both operands.
  * Weights broadcast over dims 2, 3 as in ggml: src0 batch i02 = i12 / (B2 / b2).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.cuh"
+#include "gemm_blas.h"
 #include "mmvq.cuh"
 
 #define MV_THREADS 128
@@ -157,30 +159,42 @@ __global__ void k_quantize_y(const float *y, int64_t ys1, int64_t ys2, int64_t y
     }
 }
 
-#define MVQ_ROWS 4 /* warps (rows) per block */
+#define MVQ_ROWS 4 /* warps per block */
 
-template <int T, int NC>
+/* Each warp dots R consecutive rows with the same activation units: the y loads (from L1) are
+ * shared by the R rows (the unit functions inline, and the compiler keeps the loaded words), and
+ * each lane has R independent weight loads in flight. */
+template <int T, int NC, int R>
 __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
     const int lane = threadIdx.x % PYG_WARP_SIZE;
-    const int64_t m = (int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE;
-    if (m >= a.M) return; /* whole warps only */
+    const int64_t m0 = ((int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE) * R;
+    if (m0 >= a.M) return; /* whole warps only */
     const int64_t i12 = blockIdx.y % a.B2, i13 = blockIdx.y / a.B2;
-    const char *row = a.w + m * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
+    const char *row[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past M repeat the last one; their sums are not stored */
+        row[r] = a.w + min(m0 + r, a.M - 1) * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
     const int64_t col0 = (int64_t)blockIdx.y * a.ncols;
     const int8_t *yq = a.yq + col0 * a.K;
     const float *yds = a.yds + col0 * (a.K / 16);
-    float acc[NC];
+    float acc[R][NC];
 #pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     const int64_t nu = mmvq<T>::units(a.K);
 #pragma unroll 2
-    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
-        mmvq<T>::template unit<NC>(row, u, yq, yds, a.K, a.K / 16, a.ncols, acc);
+    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE) {
 #pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const float v = warp_sum(acc[c]);
-        if (lane == 0 && c < a.ncols) a.dst[m + c * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
+        for (int r = 0; r < R; r++) mmvq<T>::template unit<NC>(row[r], u, yq, yds, a.K, a.K / 16, a.ncols, acc[r]);
     }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const float v = warp_sum(acc[r][c]);
+            if (lane == 0 && c < a.ncols && m0 + r < a.M) a.dst[m0 + r + c * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
+        }
 }
 
 /* ---------------------------------------------------------------- tiled GEMM (any type, any strides) */
@@ -299,19 +313,34 @@ static int use_mmvq(const pyg_tensor *n) {
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 size_t mul_mat_scratch_bytes(const pyg_tensor *n) {
-    if (!use_mmvq(n)) return 0;
+    if (!use_mmvq(n)) return matvec_ok(n) ? 0 : gemm_blas_scratch_bytes(n); /* 0 unless cuBLAS takes it */
     const pyg_tensor *b = n->src[1];
     const size_t cols = (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
     return align256(cols * (size_t)b->ne[0]) + cols * (size_t)(b->ne[0] / 32) * 2 * sizeof(float);
 }
 
+/* Rows per warp: PYGGML_CUDA_MMVQ_ROWS (1, 2 or 4; default 2) for one column, 1 for more. */
+static int mmvq_rows_per_warp(void) {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("PYGGML_CUDA_MMVQ_ROWS");
+        v = (e && (!strcmp(e, "1") || !strcmp(e, "4"))) ? atoi(e) : 2;
+    }
+    return v;
+}
+
 template <int T>
-static void launch_mmvq(const mvq_args &args, dim3 grid, int nc, gpuStream_t s) {
-    switch (nc) {
-    case 1: k_mmvq<T, 1><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
-    case 2: k_mmvq<T, 2><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
-    case 4: k_mmvq<T, 4><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
-    default: k_mmvq<T, 8><<<grid, MVQ_ROWS * PYG_WARP_SIZE, 0, s>>>(args); break;
+static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gpuStream_t s) {
+    const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
+    const int R = nc == 1 ? mmvq_rows_per_warp() : 1;
+    const dim3 grid(ceil_div_u(M, MVQ_ROWS * R), gy, 1);
+    switch (nc * 8 + R) {
+    case 8 + 1: k_mmvq<T, 1, 1><<<grid, th, 0, s>>>(args); break;
+    case 8 + 2: k_mmvq<T, 1, 2><<<grid, th, 0, s>>>(args); break;
+    case 8 + 4: k_mmvq<T, 1, 4><<<grid, th, 0, s>>>(args); break;
+    case 16 + 1: k_mmvq<T, 2, 1><<<grid, th, 0, s>>>(args); break;
+    case 32 + 1: k_mmvq<T, 4, 1><<<grid, th, 0, s>>>(args); break;
+    default: k_mmvq<T, 8, 1><<<grid, th, 0, s>>>(args); break;
     }
 }
 
@@ -349,12 +378,12 @@ static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
     args.ds2 = (int64_t)n->nb[2] / 4;
     args.ds3 = (int64_t)n->nb[3] / 4;
     const int nc = args.ncols <= 1 ? 1 : args.ncols <= 2 ? 2 : args.ncols <= 4 ? 4 : 8;
-    const dim3 grid(ceil_div_u(a->ne[1], MVQ_ROWS), (unsigned)(b->ne[2] * b->ne[3]), 1);
+    const unsigned gy = (unsigned)(b->ne[2] * b->ne[3]);
     switch (a->type) {
-    case PYG_TYPE_Q4_0: launch_mmvq<PYG_TYPE_Q4_0>(args, grid, nc, c->stream); break;
-    case PYG_TYPE_Q8_0: launch_mmvq<PYG_TYPE_Q8_0>(args, grid, nc, c->stream); break;
-    case PYG_TYPE_Q4_K: launch_mmvq<PYG_TYPE_Q4_K>(args, grid, nc, c->stream); break;
-    case PYG_TYPE_Q6_K: launch_mmvq<PYG_TYPE_Q6_K>(args, grid, nc, c->stream); break;
+    case PYG_TYPE_Q4_0: launch_mmvq<PYG_TYPE_Q4_0>(args, a->ne[1], gy, nc, c->stream); break;
+    case PYG_TYPE_Q8_0: launch_mmvq<PYG_TYPE_Q8_0>(args, a->ne[1], gy, nc, c->stream); break;
+    case PYG_TYPE_Q4_K: launch_mmvq<PYG_TYPE_Q4_K>(args, a->ne[1], gy, nc, c->stream); break;
+    case PYG_TYPE_Q6_K: launch_mmvq<PYG_TYPE_Q6_K>(args, a->ne[1], gy, nc, c->stream); break;
     default:
         snprintf(c->err, c->errlen, "mmvq: type %d", a->type);
         return PYG_ERR_INTERNAL;
@@ -411,6 +440,8 @@ int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
         }
         return check_launch(c, "mul_mat (mat-vec)");
     }
+    const int bst = gemm_blas_launch(n, c); /* N >= PYGGML_CUDA_BLAS_MIN_N where cuBLAS is available */
+    if (bst != GEMM_BLAS_DECLINED) return bst;
     if (mul_mat_mma_usable(n)) return mul_mat_mma_launch(n, c);
     const dim3 grid(ceil_div_u(a->ne[1], GM_BM), ceil_div_u(b->ne[1], GM_BN), (unsigned)(b->ne[2] * b->ne[3]));
     if (grid.y > 65535) {

@@ -1,0 +1,742 @@
+/* plugins/cuda/gemm_blas.cu — mul_mat's prefill GEMM (N >= PYGGML_CUDA_BLAS_MIN_N, default 32) through
+ * cuBLAS, opened with dlopen at first use: the plugin has no link-time dependency on cuBLAS (it
+ * still exports one symbol and loads where cuBLAS is absent) and needs no cuBLAS header to build —
+ * the few prototypes and enum values used are declared below.
+ *
+ * Per node: the activations (f32, any strides) are converted into plan scratch, the weights are
+ * used where they lie when cuBLAS can read them (f16/bf16/f32 with contiguous rows) or converted /
+ * dequantized into plan scratch in chunks of rows, then one strided-batched GEMM per chunk (and per
+ * dim-3 batch) computes dst = W^T X with f32 accumulation, written straight into dst (or staged and
+ * copied when dst's strides don't suit cuBLAS). Precision per weight type:
+ *   f16, q4_0, q8_0, q4_K, q6_K: f16 x f16. f16 keeps 3 more mantissa bits than bf16 (NMSE about
+ *       1e-7 instead of 3e-6) and is what the weights hold or dequantize to exactly enough; the
+ *       activations' range is kept by a power-of-two scale computed on the device from max|x|
+ *       (x / s fits f16, cuBLAS multiplies the result by s through a device-side alpha), so large
+ *       activations never overflow. A dequantized weight beyond f16's range (|w| > 65504: a block
+ *       scale near the f16 maximum) would overflow; real models are orders of magnitude below.
+ *   bf16: bf16 x bf16 (the weights as they are; activations rounded to bf16).
+ *   f32: TF32 tensor cores on the f32 data in place (no conversion); f32 weights whose rows are not
+ *       contiguous are converted to bf16, with bf16 activations.
+ * Broadcast over dims 2, 3 (ops.h: src1 batch i uses src0 batch i / (B_i / b_i)): the r2 src1 batches
+ * that share one weight batch are folded into the GEMM's N when their columns follow each other in
+ * memory, else issued as r2 calls; dims 3 are a host loop.
+ *
+ * Scratch (sized by gemm_blas_scratch_bytes, allocated once per plan): the cuBLAS workspace (set
+ * with cublasSetWorkspace, so no call allocates and a capture into a CUDA graph is safe), alpha/beta,
+ * the max|x| partials, the converted activations, one chunk of converted weights, staged dst.
+ * One cuBLAS handle per device, created at the first GEMM on it (a plan's first compute is never
+ * captured), bound to the plan's stream and workspace before each node under a per-device mutex
+ * (plans on different streams may run from different host threads).
+ *
+ * Not used (mul_mat.cu falls back to mul_mat_mma.cu / the FFMA GEMM) when cuBLAS cannot be opened or
+ * its handle cannot be created, with PYGGML_CUDA_BLAS=0, and in the HIP/MUSA builds. The path in
+ * use and the reason are logged once. PYGGML_CUDA_BLAS_LIB=/path/libcublas.so.N picks the library.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <atomic>
+#include <mutex>
+#include "gemm_blas.h"
+#include "plugin_internal.h"
+
+#if defined(PYG_GPU_HIP) || defined(PYG_GPU_MUSA)
+
+/* No vendor BLAS is opened in these builds (hipBLAS/muBLAS would need their own glue). */
+static std::once_flag g_logged;
+
+size_t gemm_blas_scratch_bytes(const pyg_tensor *n) {
+    (void)n;
+    std::call_once(g_logged, [] {
+        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: no vendor BLAS in the %s build; GEMMs use the built-in kernels",
+                     PYG_GPU_RUNTIME);
+    });
+    return 0;
+}
+
+int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
+    (void)n;
+    (void)c;
+    return GEMM_BLAS_DECLINED;
+}
+
+#else /* CUDA */
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- the slice of cuBLAS used here
+ * Values from cublas_api.h / library_types.h (unchanged since CUDA 11). */
+typedef int blas_status; /* cublasStatus_t: 0 = success */
+typedef struct blas_context_opaque *blas_handle; /* cublasHandle_t */
+enum {
+    BLAS_OP_N = 0, BLAS_OP_T = 1,                           /* cublasOperation_t */
+    BLAS_R_32F = 0, BLAS_R_16F = 2, BLAS_R_16BF = 14,       /* cudaDataType */
+    BLAS_COMPUTE_32F = 68, BLAS_COMPUTE_32F_FAST_TF32 = 77, /* cublasComputeType_t */
+    BLAS_GEMM_DEFAULT = -1,                                 /* cublasGemmAlgo_t */
+    BLAS_POINTER_MODE_HOST = 0, BLAS_POINTER_MODE_DEVICE = 1,
+    BLAS_DEFAULT_MATH = 0,                                  /* cublasMath_t */
+    BLAS_PROP_MAJOR = 0, BLAS_PROP_MINOR = 1, BLAS_PROP_PATCH = 2, /* libraryPropertyType */
+};
+
+struct blas_api {
+    blas_status (*create)(blas_handle *);                        /* cublasCreate_v2 */
+    blas_status (*destroy)(blas_handle);                         /* cublasDestroy_v2 */
+    blas_status (*set_stream)(blas_handle, gpuStream_t);         /* cublasSetStream_v2 */
+    blas_status (*set_workspace)(blas_handle, void *, size_t);   /* cublasSetWorkspace_v2 */
+    blas_status (*set_math_mode)(blas_handle, int);              /* cublasSetMathMode */
+    blas_status (*set_pointer_mode)(blas_handle, int);           /* cublasSetPointerMode_v2 */
+    blas_status (*gemm)(blas_handle, int transa, int transb, int m, int n, int k, const void *alpha,
+                        const void *A, int Atype, int lda, long long strideA, const void *B, int Btype, int ldb,
+                        long long strideB, const void *beta, void *C, int Ctype, int ldc, long long strideC,
+                        int batch, int compute, int algo); /* cublasGemmStridedBatchedEx */
+    blas_status (*get_property)(int, int *);                     /* cublasGetProperty (optional) */
+    const char *(*status_string)(blas_status);                   /* cublasGetStatusString (optional) */
+};
+
+#define GB_WORKSPACE ((size_t)32 << 20)   /* cuBLAS's recommendation for Hopper */
+#define GB_CHUNK_BYTES ((size_t)128 << 20) /* converted weights per chunk (rows x K x 2 bytes) */
+#define GB_MIN_CHUNK_ROWS 1024            /* never fewer rows per chunk (GEMM efficiency) */
+#define GB_MAX_PARTS 1024                 /* blocks of the max|x| pass */
+#define GB_THREADS 256
+#define GB_MAX_DEV 64
+
+enum { GB_F16 = 1, GB_BF16 = 2, GB_TF32 = 3 };
+
+/* ---------------------------------------------------------------- settings and the library */
+
+static std::once_flag g_settings_once;
+static int g_disabled;             /* PYGGML_CUDA_BLAS=0 */
+static int64_t g_min_n = GEMM_BLAS_MIN_N;
+
+static void read_settings(void) {
+    const char *e = getenv("PYGGML_CUDA_BLAS");
+    g_disabled = e && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "false") == 0);
+    const char *m = getenv("PYGGML_CUDA_BLAS_MIN_N");
+    if (m && *m) {
+        char *end = NULL;
+        long v = strtol(m, &end, 10);
+        if (end && *end == 0 && v >= 1) g_min_n = v;
+        else pyg_cuda_log(PYG_LOG_WARN, "PYGGML_CUDA_BLAS_MIN_N=%s ignored (want an integer >= 1)", m);
+    }
+}
+
+static std::mutex g_lib_mu;
+static std::atomic<int> g_lib_state(0); /* 0 not tried, 1 open, -1 unavailable */
+static blas_api g_blas;
+
+static int is_file(const char *p) { return access(p, R_OK) == 0; }
+
+/* dlopen `dir`/`name` (or `name` through the loader's search path when dir is NULL). In a directory,
+ * libcublasLt from the same directory is opened first, so libcublas's dependency on it resolves even
+ * where that directory is not on the loader path. */
+static void *open_one(const char *dir, const char *name, char *err, size_t errlen) {
+    char path[1024];
+    if (dir) {
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!is_file(path)) return NULL;
+        if (strncmp(name, "libcublas", 9) == 0) {
+            char lt[1024];
+            snprintf(lt, sizeof lt, "%s/libcublasLt%s", dir, name + 9);
+            if (is_file(lt)) dlopen(lt, RTLD_NOW | RTLD_LOCAL); /* kept open: libcublas needs it */
+        }
+    } else {
+        snprintf(path, sizeof path, "%s", name);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        const char *msg = e ? e : path;
+        size_t l = strlen(msg);
+        if (l >= errlen) l = errlen - 1;
+        memcpy(err, msg, l);
+        err[l] = 0;
+        pyg_cuda_log(PYG_LOG_DEBUG, "cuBLAS: %s", err);
+    }
+    return h;
+}
+
+/* Directories where CUDA toolkits keep libcublas, newest toolkit first. */
+static int cuda_lib_dirs(char dirs[][512], int max) {
+    static const char *targets[] = { "targets/x86_64-linux/lib", "targets/sbsa-linux/lib" }; /* x86-64, arm64 */
+    const char *roots[8];
+    int nr = 0;
+    const char *h = getenv("CUDA_HOME"), *p = getenv("CUDA_PATH");
+    if (h && *h) roots[nr++] = h;
+    if (p && *p) roots[nr++] = p;
+    roots[nr++] = "/usr/local/cuda";
+    int n = 0;
+    for (int i = 0; i < nr && n + 3 <= max; i++) {
+        snprintf(dirs[n++], 512, "%s/lib64", roots[i]);
+        for (int t = 0; t < 2; t++) snprintf(dirs[n++], 512, "%s/%s", roots[i], targets[t]);
+    }
+    glob_t g;
+    if (glob("/usr/local/cuda-*", 0, NULL, &g) == 0) {
+        for (size_t i = g.gl_pathc; i-- > 0 && n + 3 <= max;) { /* glob sorts ascending: newest last */
+            for (int t = 0; t < 2; t++) snprintf(dirs[n++], 512, "%s/%s", g.gl_pathv[i], targets[t]);
+            snprintf(dirs[n++], 512, "%s/lib64", g.gl_pathv[i]);
+        }
+        globfree(&g);
+    }
+    return n;
+}
+
+#define GB_SYM(field, name, required)                                                             \
+    do {                                                                                          \
+        *(void **)&g_blas.field = dlsym(lib, name);                                               \
+        if (required && !g_blas.field) {                                                          \
+            snprintf(missing, sizeof missing, "%s", name);                                        \
+        }                                                                                         \
+    } while (0)
+
+static int lib_open(void) {
+    if (g_disabled) {
+        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (PYGGML_CUDA_BLAS=0); GEMMs use the built-in kernels");
+        return 0;
+    }
+    char err[512] = "";
+    void *lib = NULL;
+    const char *explicit_path = getenv("PYGGML_CUDA_BLAS_LIB");
+    if (explicit_path && *explicit_path) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s", explicit_path);
+        char *slash = strrchr(dir, '/');
+        if (slash) {
+            *slash = 0;
+            lib = open_one(dir, slash + 1, err, sizeof err);
+            if (!lib && !err[0]) snprintf(err, sizeof err, "%s: no such file", explicit_path);
+        } else {
+            lib = open_one(NULL, dir, err, sizeof err);
+        }
+    } else {
+        static const char *names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so" };
+        char dirs[32][512];
+        const int nd = cuda_lib_dirs(dirs, 32);
+        for (int i = 0; i < 3 && !lib; i++) {
+            lib = open_one(NULL, names[i], err, sizeof err);
+            for (int d = 0; d < nd && !lib; d++) lib = open_one(dirs[d], names[i], err, sizeof err);
+        }
+    }
+    if (!lib) {
+        pyg_cuda_log(PYG_LOG_INFO,
+                     "mul_mat: cuBLAS not found (libcublas.so.13/.12 on the loader path, in $CUDA_HOME and "
+                     "/usr/local/cuda*; last error: %s); GEMMs use the built-in tensor-core kernel",
+                     err[0] ? err : "none found");
+        return 0;
+    }
+    char missing[128] = "";
+    GB_SYM(create, "cublasCreate_v2", 1);
+    GB_SYM(destroy, "cublasDestroy_v2", 1);
+    GB_SYM(set_stream, "cublasSetStream_v2", 1);
+    GB_SYM(set_workspace, "cublasSetWorkspace_v2", 1);
+    GB_SYM(set_math_mode, "cublasSetMathMode", 1);
+    GB_SYM(set_pointer_mode, "cublasSetPointerMode_v2", 1);
+    GB_SYM(gemm, "cublasGemmStridedBatchedEx", 1);
+    GB_SYM(get_property, "cublasGetProperty", 0);
+    GB_SYM(status_string, "cublasGetStatusString", 0);
+    Dl_info info;
+    const char *where = (g_blas.create && dladdr((void *)g_blas.create, &info) && info.dli_fname) ? info.dli_fname
+                                                                                                 : "libcublas";
+    if (missing[0]) {
+        pyg_cuda_log(PYG_LOG_WARN, "mul_mat: %s lacks %s (cuBLAS older than 11?); GEMMs use the built-in kernels",
+                     where, missing);
+        return 0;
+    }
+    int v[3] = { 0, 0, 0 };
+    if (g_blas.get_property)
+        for (int i = 0; i < 3; i++) g_blas.get_property(BLAS_PROP_MAJOR + i, &v[i]);
+    pyg_cuda_log(PYG_LOG_INFO, "mul_mat: GEMMs with N >= %lld through cuBLAS %d.%d.%d (%s)", (long long)g_min_n,
+                 v[0], v[1], v[2], where);
+    return 1;
+}
+
+static int lib_ready(void) {
+    const int s = g_lib_state.load(std::memory_order_acquire);
+    if (s) return s > 0;
+    std::lock_guard<std::mutex> lk(g_lib_mu);
+    if (!g_lib_state.load(std::memory_order_relaxed))
+        g_lib_state.store(lib_open() ? 1 : -1, std::memory_order_release);
+    return g_lib_state.load(std::memory_order_relaxed) > 0;
+}
+
+static const char *status_str(blas_status s) {
+    const char *m = g_blas.status_string ? g_blas.status_string(s) : NULL;
+    return m ? m : "cuBLAS error";
+}
+
+/* One handle per device: created on first use with the device current, never destroyed (the
+ * plugin lives until process exit, and the runtime may be torn down before static destructors). */
+struct blas_dev {
+    std::mutex mu;        /* held from binding the stream to the last GEMM of a node */
+    blas_handle h;
+    int state;            /* 0 not created, 1 ok, -1 creation failed (built-in kernels from then on) */
+};
+static blas_dev g_dev[GB_MAX_DEV];
+
+static blas_handle dev_handle_locked(int device) {
+    blas_dev &d = g_dev[device];
+    if (d.state == 0) {
+        blas_handle h = NULL;
+        blas_status st = g_blas.create(&h);
+        if (st == 0) st = g_blas.set_math_mode(h, BLAS_DEFAULT_MATH);
+        if (st != 0) {
+            if (h) g_blas.destroy(h);
+            gpuGetLastError();
+            d.state = -1;
+            pyg_cuda_log(PYG_LOG_WARN, "mul_mat: cuBLAS handle for device %d failed: %s (status %d); GEMMs use the "
+                         "built-in kernels on it", device, status_str(st), st);
+        } else {
+            d.h = h;
+            d.state = 1;
+        }
+    }
+    return d.state == 1 ? d.h : NULL;
+}
+
+/* ---------------------------------------------------------------- per-node plan */
+
+struct gb_plan {
+    int mode;                  /* GB_F16, GB_BF16, GB_TF32 */
+    int a_conv, b_conv, c_stage, merge;
+    int blas_type;             /* BLAS_R_* of the GEMM's A and B */
+    size_t es;                 /* bytes per element of A and B as the GEMM reads them */
+    int64_t M, N, K, b2, b3, B2, B3, r2, r3;
+    int64_t mc;                /* weight rows per converted chunk (M when in place) */
+    int64_t lda, sa2;          /* A in place: elements between rows, between dim-2 batches */
+    int64_t ldb, sb2, sb3;     /* B (in place or converted), elements */
+    int64_t ldc, sc2, sc3;     /* C (dst or staged), floats */
+    size_t off_alpha, off_part, off_b, off_a, off_c, total;
+};
+
+static size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
+static int fits_int(int64_t v) { return v >= 1 && v <= INT_MAX; }
+
+/* cuBLAS can read t where it lies: elements of `es` bytes, dense rows, strides in whole elements,
+ * a leading dimension >= min_ld that fits an int. */
+static int in_place_ok(const pyg_tensor *t, size_t es, int64_t min_ld) {
+    if (t->nb[0] != es) return 0;
+    if (((uint64_t)(uintptr_t)t->data | t->nb[1] | t->nb[2] | t->nb[3]) % es) return 0;
+    const int64_t ld = (int64_t)(t->nb[1] / es);
+    return ld >= min_ld && fits_int(ld);
+}
+
+static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
+    std::call_once(g_settings_once, read_settings);
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    memset(p, 0, sizeof *p);
+    if (g_disabled) return 0;
+    p->M = a->ne[1]; p->K = a->ne[0]; p->N = b->ne[1];
+    p->b2 = a->ne[2]; p->b3 = a->ne[3]; p->B2 = b->ne[2]; p->B3 = b->ne[3];
+    if (p->N < g_min_n || p->b2 < 1 || p->b3 < 1) return 0;
+    p->r2 = p->B2 / p->b2;
+    p->r3 = p->B3 / p->b3;
+    if (!fits_int(p->M) || !fits_int(p->K) || !fits_int(p->N * p->r2) || !fits_int(p->b2)) return 0;
+    const int t = a->type;
+    if (t == PYG_TYPE_F32) p->mode = in_place_ok(a, 4, p->K) ? GB_TF32 : GB_BF16;
+    else if (t == PYG_TYPE_BF16) p->mode = GB_BF16;
+    else if (t == PYG_TYPE_F16 || is_supported_quant(t)) p->mode = GB_F16;
+    else return 0;
+    p->es = p->mode == GB_TF32 ? 4 : 2;
+    p->blas_type = p->mode == GB_TF32 ? BLAS_R_32F : p->mode == GB_F16 ? BLAS_R_16F : BLAS_R_16BF;
+
+    /* weights */
+    const int a_native = p->mode == GB_TF32 || (p->mode == GB_F16 && t == PYG_TYPE_F16) ||
+                         (p->mode == GB_BF16 && t == PYG_TYPE_BF16);
+    p->a_conv = !(a_native && in_place_ok(a, p->es, p->K));
+    if (!p->a_conv) {
+        p->lda = (int64_t)(a->nb[1] / p->es);
+        p->sa2 = (int64_t)(a->nb[2] / p->es);
+        p->mc = p->M;
+    } else {
+        if (is_supported_quant(t) && p->K % 32) return 0;
+        const size_t row = (size_t)p->b2 * (size_t)p->K * 2;
+        int64_t mc = (int64_t)(GB_CHUNK_BYTES / row);
+        if (mc < GB_MIN_CHUNK_ROWS) mc = GB_MIN_CHUNK_ROWS;
+        mc -= mc % 128;
+        p->mc = mc < p->M ? mc : p->M;
+    }
+    /* activations: converted (f16/bf16) or, for TF32, read in place where cuBLAS can */
+    p->b_conv = !(p->mode == GB_TF32 && in_place_ok(b, 4, p->K));
+    if (p->b_conv) {
+        p->ldb = p->K;
+        p->sb2 = p->N * p->K;
+        p->sb3 = p->B2 * p->sb2;
+    } else {
+        p->ldb = (int64_t)(b->nb[1] / 4);
+        p->sb2 = (int64_t)(b->nb[2] / 4);
+        p->sb3 = (int64_t)(b->nb[3] / 4);
+    }
+    /* dst: written in place or staged */
+    p->c_stage = !in_place_ok(n, 4, p->M);
+    if (p->c_stage) {
+        p->ldc = p->M;
+        p->sc2 = p->N * p->M;
+        p->sc3 = p->B2 * p->sc2;
+    } else {
+        p->ldc = (int64_t)(n->nb[1] / 4);
+        p->sc2 = (int64_t)(n->nb[2] / 4);
+        p->sc3 = (int64_t)(n->nb[3] / 4);
+    }
+    p->merge = p->r2 > 1 && p->sb2 == p->N * p->ldb && p->sc2 == p->N * p->ldc;
+
+    const size_t nb_b = p->b_conv ? (size_t)(p->B3 * p->B2 * p->N * p->K) * p->es : 0;
+    const size_t nb_a = p->a_conv ? (size_t)(p->b2 * p->mc * p->K) * 2 : 0;
+    const size_t nb_c = p->c_stage ? (size_t)(p->B3 * p->B2 * p->N * p->M) * 4 : 0;
+    p->off_alpha = GB_WORKSPACE;
+    p->off_part = p->off_alpha + 256;
+    p->off_b = p->off_part + al256(GB_MAX_PARTS * sizeof(float));
+    p->off_a = p->off_b + al256(nb_b);
+    p->off_c = p->off_a + al256(nb_a);
+    p->total = p->off_c + al256(nb_c);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- conversion kernels */
+
+/* src1 (f32, any strides) read in groups of 8 consecutive k; group g = kg + KG * column. */
+struct gb_bsrc {
+    const char *p;
+    int64_t nb0, nb1, nb2, nb3;
+    int64_t K, N, B2, KG;      /* KG = ceil(K / 8) */
+    int vec;                   /* 16-byte loads possible (nb0 == 4, aligned rows) */
+};
+
+__device__ __forceinline__ int64_t gb_load8(const gb_bsrc &s, int64_t g, float v[8]) {
+    const int64_t kg = g % s.KG, col = g / s.KG;
+    const int64_t nn = col % s.N, bt = col / s.N;
+    const char *base = s.p + nn * s.nb1 + (bt % s.B2) * s.nb2 + (bt / s.B2) * s.nb3;
+    const int64_t k0 = kg * 8;
+    if (s.vec && k0 + 8 <= s.K) {
+        const float4 x = ((const float4 *)(base + k0 * 4))[0], y = ((const float4 *)(base + k0 * 4))[1];
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+        v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+    } else {
+#pragma unroll
+        for (int t = 0; t < 8; t++) v[t] = k0 + t < s.K ? *(const float *)(base + (k0 + t) * s.nb0) : 0.0f;
+    }
+    return col * s.K + k0; /* index of v[0] in the contiguous copy */
+}
+
+/* Power of two s with max|x| / s <= 2^15, so x / s fits f16 (max 65504) with room for rounding;
+ * 1 when x already fits or max|x| is not finite (inf/NaN then propagate as in f32). */
+PYG_HD float gb_scale_for_max(float amax) {
+    if (!(amax > 32768.0f) || amax > 3.0e38f) return 1.0f;
+    int e = 0;
+    frexpf(amax / 32768.0f, &e); /* amax / 2^15 = f * 2^e, f in [0.5, 1) */
+    return ldexpf(1.0f, e);
+}
+
+__global__ void __launch_bounds__(GB_THREADS) k_gb_absmax(gb_bsrc s, int64_t groups, float *part) {
+    __shared__ float sh[32];
+    float m = 0.0f;
+    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < groups; g += (int64_t)gridDim.x * GB_THREADS) {
+        float v[8];
+        gb_load8(s, g, v);
+#pragma unroll
+        for (int t = 0; t < 8; t++) m = fmaxf(m, fabsf(v[t]));
+    }
+    m = block_max(m, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = m;
+}
+
+template <int MODE>
+__device__ __forceinline__ uint16_t gb_to16(float v) {
+    if (MODE == GB_F16) {
+        const gpu_half h = gpu_float2half(v);
+        uint16_t u;
+        memcpy(&u, &h, 2);
+        return u;
+    }
+    return f32_to_bf16_bits(v);
+}
+
+/* src1 -> contiguous [B3][B2][N][K] in the GEMM's type. GB_F16: scaled by 1/s, s from the partial
+ * maxima of k_gb_absmax; block 0 stores alpha = s, beta = 0 for the GEMM (device pointer mode). */
+template <int MODE>
+__global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t groups, const float *part,
+                                                             int nparts, float *alpha_beta, void *out) {
+    float inv = 1.0f;
+    if (MODE == GB_F16) {
+        __shared__ float sh[32];
+        float m = 0.0f;
+        for (int i = threadIdx.x; i < nparts; i += GB_THREADS) m = fmaxf(m, part[i]);
+        m = block_max(m, sh);
+        const float sc = gb_scale_for_max(m);
+        inv = 1.0f / sc; /* exact: a power of two */
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            alpha_beta[0] = sc;
+            alpha_beta[1] = 0.0f;
+        }
+    }
+    const bool aligned = (s.K & 7) == 0;
+    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < groups; g += (int64_t)gridDim.x * GB_THREADS) {
+        float v[8];
+        const int64_t o = gb_load8(s, g, v);
+        const int64_t k0 = (g % s.KG) * 8;
+        if (MODE == GB_TF32) {
+            float *d = (float *)out + o;
+            if (aligned) {
+                ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+                ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
+            } else {
+                for (int t = 0; t < 8 && k0 + t < s.K; t++) d[t] = v[t];
+            }
+        } else {
+            uint16_t h[8];
+#pragma unroll
+            for (int t = 0; t < 8; t++) h[t] = gb_to16<MODE>(v[t] * inv);
+            uint16_t *d = (uint16_t *)out + o;
+            if (aligned) {
+                uint4 w;
+                w.x = h[0] | ((uint32_t)h[1] << 16);
+                w.y = h[2] | ((uint32_t)h[3] << 16);
+                w.z = h[4] | ((uint32_t)h[5] << 16);
+                w.w = h[6] | ((uint32_t)h[7] << 16);
+                *(uint4 *)d = w;
+            } else {
+                for (int t = 0; t < 8 && k0 + t < s.K; t++) d[t] = h[t];
+            }
+        }
+    }
+}
+
+/* 32 consecutive weights (unit u of a row) of a quantized row, as float. */
+template <int T> __device__ __forceinline__ void gb_unit32(const uint8_t *row, int64_t u, float w[32]);
+
+template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, float w[32]) {
+    const uint8_t *blk = row + u * 18;
+    const float d = f16_bits_to_f32(rd16(blk));
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const uint8_t q = blk[2 + j];
+        w[j] = d * (float)((q & 15) - 8);
+        w[j + 16] = d * (float)((q >> 4) - 8);
+    }
+}
+
+template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[32]) {
+    const uint8_t *blk = row + u * 34;
+    const float d = f16_bits_to_f32(rd16(blk));
+#pragma unroll
+    for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)blk[2 + j];
+}
+
+template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, float w[32]) {
+    const uint8_t *blk = row + (u >> 3) * Q4_K_BYTES;
+    const int sub = (int)(u & 7), g = sub >> 1, hi = sub & 1;
+    const float d = f16_bits_to_f32(rd16(blk)), dmin = f16_bits_to_f32(rd16(blk + 2));
+    int sc, mn;
+    q4k_scale_min(blk + 4, sub, &sc, &mn);
+    const float ds = d * (float)sc, dm = dmin * (float)mn;
+    const uint8_t *qs = blk + 16 + 32 * g;
+    if (((uintptr_t)qs & 3) == 0) {
+#pragma unroll
+        for (int j = 0; j < 32; j += 4) {
+            const uint32_t q4 = *(const uint32_t *)(qs + j) >> (4 * hi);
+#pragma unroll
+            for (int t = 0; t < 4; t++) w[j + t] = ds * (float)((q4 >> (8 * t)) & 15) - dm;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 32; j++) w[j] = ds * (float)((qs[j] >> (4 * hi)) & 15) - dm;
+    }
+}
+
+template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, float w[32]) {
+    const uint8_t *blk = row + (u >> 3) * Q6_K_BYTES;
+    const int sub = (int)(u & 7), n = sub >> 2, quarter = sub & 3;
+    const uint8_t *ql = blk + 64 * n + ((quarter & 1) ? 32 : 0), *qh = blk + 128 + 32 * n;
+    const int8_t *sc = (const int8_t *)(blk + 192) + 8 * n + 2 * quarter;
+    const float d = f16_bits_to_f32(rd16(blk + 208));
+    const int lshift = (quarter & 2) ? 4 : 0, hshift = 2 * quarter;
+    const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int q = (((ql[l] >> lshift) & 15) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+        w[l] = (l < 16 ? d0 : d1) * (float)q;
+    }
+}
+
+/* One chunk of weight rows [m0, m0 + mc) of every dim-2 batch -> contiguous f16 [b2][mc][K]. */
+template <int T>
+__global__ void __launch_bounds__(GB_THREADS) k_gb_dequant_a(const char *a, int64_t nb1, int64_t nb2, int64_t mc,
+                                                             int64_t K, int64_t units, uint16_t *out) {
+    const int64_t uk = K / 32;
+    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < units; g += (int64_t)gridDim.x * GB_THREADS) {
+        const int64_t u = g % uk, r = g / uk;
+        const uint8_t *row = (const uint8_t *)(a + (r / mc) * nb2 + (r % mc) * nb1);
+        float w[32];
+        gb_unit32<T>(row, u, w);
+        uint4 *d = (uint4 *)(out + r * K + u * 32);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint4 v;
+            v.x = gb_to16<GB_F16>(w[8 * q + 0]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 1]) << 16);
+            v.y = gb_to16<GB_F16>(w[8 * q + 2]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 3]) << 16);
+            v.z = gb_to16<GB_F16>(w[8 * q + 4]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 5]) << 16);
+            v.w = gb_to16<GB_F16>(w[8 * q + 6]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 7]) << 16);
+            d[q] = v;
+        }
+    }
+}
+
+/* Plain weights cuBLAS cannot read in place (strided rows, or f32 going to bf16): element-wise. */
+template <int MODE>
+__global__ void __launch_bounds__(GB_THREADS) k_gb_convert_a(tview a, const char *base, int64_t mc, int64_t count,
+                                                             uint16_t *out) {
+    const int64_t K = a.ne[0];
+    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS) {
+        const int64_t k = e % K, r = e / K;
+        const char *row = base + (r / mc) * a.nb[2] + (r % mc) * a.nb[1];
+        out[e] = gb_to16<MODE>(load_f(row + k * a.nb[0], a.type));
+    }
+}
+
+/* Staged C [B3][B2][N][M] -> dst with its own strides. */
+__global__ void __launch_bounds__(GB_THREADS) k_gb_copy_c(const float *cs, tview d, int64_t count) {
+    const int64_t M = d.ne[0], N = d.ne[1], B2 = d.ne[2];
+    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS) {
+        const int64_t m = e % M, col = e / M, nn = col % N, bt = col / N;
+        *(float *)(d.data + m * d.nb[0] + nn * d.nb[1] + (bt % B2) * d.nb[2] + (bt / B2) * d.nb[3]) = cs[e];
+    }
+}
+
+static unsigned gb_blocks(int64_t items, int64_t cap) {
+    int64_t b = (items + GB_THREADS - 1) / GB_THREADS;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* ---------------------------------------------------------------- host entry points */
+
+size_t gemm_blas_scratch_bytes(const pyg_tensor *n) {
+    gb_plan p;
+    if (!gb_plan_make(n, &p) || !lib_ready()) return 0;
+    return p.total;
+}
+
+#define GB_CALL(expr, what)                                                                         \
+    do {                                                                                            \
+        const blas_status st_ = (expr);                                                             \
+        if (st_ != 0) {                                                                             \
+            snprintf(c->err, c->errlen, "mul_mat: %s failed: %s (status %d)", what, status_str(st_), st_); \
+            return PYG_ERR_DEVICE;                                                                  \
+        }                                                                                           \
+    } while (0)
+
+static int convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c) {
+    gb_bsrc s;
+    s.p = (const char *)b->data;
+    s.nb0 = (int64_t)b->nb[0]; s.nb1 = (int64_t)b->nb[1]; s.nb2 = (int64_t)b->nb[2]; s.nb3 = (int64_t)b->nb[3];
+    s.K = p.K; s.N = p.N; s.B2 = p.B2; s.KG = (p.K + 7) / 8;
+    s.vec = b->nb[0] == 4 && (((uintptr_t)b->data | b->nb[1] | b->nb[2] | b->nb[3]) & 15) == 0;
+    const int64_t groups = s.KG * p.N * p.B2 * p.B3;
+    float *ab = (float *)(scr + p.off_alpha), *part = (float *)(scr + p.off_part);
+    void *out = scr + p.off_b;
+    const unsigned grid = gb_blocks(groups, 8192);
+    if (p.mode == GB_F16) {
+        const unsigned np = gb_blocks(groups, GB_MAX_PARTS);
+        k_gb_absmax<<<np, GB_THREADS, 0, c->stream>>>(s, groups, part);
+        k_gb_convert_b<GB_F16><<<grid, GB_THREADS, 0, c->stream>>>(s, groups, part, (int)np, ab, out);
+    } else if (p.mode == GB_BF16) {
+        k_gb_convert_b<GB_BF16><<<grid, GB_THREADS, 0, c->stream>>>(s, groups, part, 0, ab, out);
+    } else {
+        k_gb_convert_b<GB_TF32><<<grid, GB_THREADS, 0, c->stream>>>(s, groups, part, 0, ab, out);
+    }
+    return check_launch(c, "mul_mat (cuBLAS path: convert activations)");
+}
+
+/* Rows [m0, m0 + mc) of every dim-2 batch of weight batch i03 -> scratch, as the GEMM's type. */
+static int convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t m0, int64_t mc, uint16_t *out,
+                     op_ctx *c) {
+    const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
+    const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
+    if (is_supported_quant(a->type)) {
+        const int64_t units = p.b2 * mc * (p.K / 32);
+        const unsigned grid = gb_blocks(units, 65535);
+        switch (a->type) {
+        case PYG_TYPE_Q4_0: k_gb_dequant_a<PYG_TYPE_Q4_0><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
+        case PYG_TYPE_Q8_0: k_gb_dequant_a<PYG_TYPE_Q8_0><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
+        case PYG_TYPE_Q4_K: k_gb_dequant_a<PYG_TYPE_Q4_K><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
+        default: k_gb_dequant_a<PYG_TYPE_Q6_K><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
+        }
+    } else {
+        const int64_t count = p.b2 * mc * p.K;
+        const unsigned grid = gb_blocks(count, 65535);
+        if (p.mode == GB_F16) k_gb_convert_a<GB_F16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, count, out);
+        else k_gb_convert_a<GB_BF16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, count, out);
+    }
+    return check_launch(c, "mul_mat (cuBLAS path: convert weights)");
+}
+
+int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    gb_plan p;
+    if (!gb_plan_make(n, &p) || !lib_ready()) return GEMM_BLAS_DECLINED;
+    if (!c->scratch || c->scratch_size < p.total || c->device < 0 || c->device >= GB_MAX_DEV) return GEMM_BLAS_DECLINED;
+    blas_dev &d = g_dev[c->device];
+    std::lock_guard<std::mutex> lk(d.mu);
+    blas_handle h = dev_handle_locked(c->device);
+    if (!h) return GEMM_BLAS_DECLINED;
+    char *scr = (char *)c->scratch;
+    int st = PYG_OK;
+    if (p.b_conv && (st = convert_b(b, p, scr, c)) != PYG_OK) return st;
+
+    /* cublasSetStream resets the workspace to cuBLAS's own pool: set the workspace after it */
+    GB_CALL(g_blas.set_stream(h, c->stream), "cublasSetStream");
+    GB_CALL(g_blas.set_workspace(h, scr, GB_WORKSPACE), "cublasSetWorkspace");
+    GB_CALL(g_blas.set_pointer_mode(h, p.mode == GB_F16 ? BLAS_POINTER_MODE_DEVICE : BLAS_POINTER_MODE_HOST),
+            "cublasSetPointerMode");
+    static const float one = 1.0f, zero = 0.0f;
+    const float *ab = (const float *)(scr + p.off_alpha);
+    const void *alpha = p.mode == GB_F16 ? (const void *)ab : (const void *)&one;
+    const void *beta = p.mode == GB_F16 ? (const void *)(ab + 1) : (const void *)&zero;
+    const int compute = p.mode == GB_TF32 ? BLAS_COMPUTE_32F_FAST_TF32 : BLAS_COMPUTE_32F;
+    const char *bbase = p.b_conv ? scr + p.off_b : (const char *)b->data;
+    char *cbase = p.c_stage ? scr + p.off_c : (char *)n->data;
+    const int64_t bs2 = p.sb2 * (int64_t)p.es, bs3 = p.sb3 * (int64_t)p.es; /* bytes */
+    const int64_t cs2 = p.sc2 * 4, cs3 = p.sc3 * 4;
+    const int ncols = (int)(p.merge ? p.N * p.r2 : p.N);
+    const int nsub = (p.r2 == 1 || p.merge) ? 1 : (int)p.r2;
+    uint16_t *aconv = (uint16_t *)(scr + p.off_a);
+
+    for (int64_t i03 = 0; i03 < p.b3; i03++) {
+        for (int64_t m0 = 0; m0 < p.M; m0 += p.mc) {
+            const int64_t mc = p.mc < p.M - m0 ? p.mc : p.M - m0;
+            const void *aptr;
+            int64_t lda, sa;
+            if (p.a_conv) {
+                if ((st = convert_a(a, p, i03, m0, mc, aconv, c)) != PYG_OK) return st;
+                aptr = aconv;
+                lda = p.K;
+                sa = mc * p.K;
+            } else {
+                aptr = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
+                lda = p.lda;
+                sa = p.sa2;
+            }
+            for (int64_t i13 = i03 * p.r3; i13 < (i03 + 1) * p.r3; i13++) {
+                for (int j = 0; j < nsub; j++) {
+                    const char *bp = bbase + i13 * bs3 + j * bs2;
+                    char *cp = cbase + i13 * cs3 + j * cs2 + m0 * 4;
+                    GB_CALL(g_blas.gemm(h, BLAS_OP_T, BLAS_OP_N, (int)mc, ncols, (int)p.K, alpha, aptr, p.blas_type,
+                                        (int)lda, (long long)sa, bp, p.blas_type, (int)p.ldb,
+                                        (long long)(p.r2 * p.sb2), beta, cp, BLAS_R_32F, (int)p.ldc,
+                                        (long long)(p.r2 * p.sc2), (int)p.b2, compute, BLAS_GEMM_DEFAULT),
+                            "cublasGemmStridedBatchedEx");
+                }
+            }
+        }
+    }
+    if (p.c_stage) {
+        const int64_t count = p.M * p.N * p.B2 * p.B3;
+        k_gb_copy_c<<<gb_blocks(count, 65535), GB_THREADS, 0, c->stream>>>((const float *)(scr + p.off_c),
+                                                                          make_view(n), count);
+        if ((st = check_launch(c, "mul_mat (cuBLAS path: copy result)")) != PYG_OK) return st;
+    }
+    return PYG_OK;
+}
+
+#endif /* CUDA */
