@@ -123,6 +123,8 @@ struct pyg_graph_plan {
     VkBuffer pbuf;
     VkDeviceMemory pmem;
     int n_dispatch, n_barriers;
+    range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
+    unsigned char *acc_write;
 };
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
@@ -277,6 +279,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->dpool) d->fn.vkDestroyDescriptorPool(d->dev, plan->dpool, NULL);
     if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);
     if (plan->pmem) d->fn.vkFreeMemory(d->dev, plan->pmem, NULL);
+    free(plan->acc);
+    free(plan->acc_write);
     free(plan);
 }
 
@@ -394,6 +398,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
         int nrd = 0, nwr = 0;
+        if (vkp_validation_active()) {
+            plan->acc = calloc((size_t)nd * VKP_NBIND + 1, sizeof *plan->acc);
+            plan->acc_write = calloc((size_t)nd * VKP_NBIND + 1, 1);
+            if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
+        }
         for (int i = 0; i < nd; i++) {
             range myr[4]; int nmyr = 0; range myw = { 0 };
             for (int s = 0; s < VKP_NBIND; s++) {
@@ -403,10 +412,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 resolve(t, &buf, &off);
                 range rg = { buf, off, off + pyg_tensor_nbytes(t) };
                 if (s == VKP_SLOT_DST) myw = rg; else myr[nmyr++] = rg;
+                if (plan->acc) { plan->acc_write[plan->n_acc] = s == VKP_SLOT_DST; plan->acc[plan->n_acc++] = rg; }
             }
             int hazard = overlaps(wr, nwr, &myw) || overlaps(rd, nrd, &myw);
             for (int k = 0; k < nmyr && !hazard; k++) hazard = overlaps(wr, nwr, &myr[k]);
-            if (hazard) {
+            if (hazard && !d->drop_barriers) {
                 VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                     .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
                 d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -439,5 +449,8 @@ fail:
 pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (s->dev != plan->dev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: stream of another device");
     if (plan->n_dispatch == 0) return NULL;
-    return vkp_submit(s, plan->cb);
+    pyg_error *e = vkp_submit(s, plan->cb);
+    for (int i = 0; !e && i < plan->n_acc; i++)
+        vkp_val_queued((pyg_buffer *)plan->acc[i].buf, plan->acc[i].lo, plan->acc[i].hi, plan->acc_write[i], s->vid, s->value);
+    return e;
 }

@@ -22,7 +22,7 @@
     X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) \
     X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) \
     X(vkFreeCommandBuffers) X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkResetCommandBuffer) \
-    X(vkCmdCopyBuffer) X(vkCmdPipelineBarrier) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
+    X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkCmdPipelineBarrier) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
     X(vkCmdDispatch) X(vkQueueSubmit) X(vkCreateSemaphore) X(vkDestroySemaphore) \
     X(vkWaitSemaphores) X(vkGetSemaphoreCounterValue) X(vkCreateShaderModule) \
     X(vkDestroyShaderModule) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
@@ -74,6 +74,7 @@ struct pyg_device {
     uint64_t heap_size, allocated;
     uint32_t mt_device, mt_host;    /* memory type indices */
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
+    int drop_barriers;              /* test switch (option debug_drop_barriers): plans omit barriers */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     vkp_pipeline pipes[VKP_MAX_PIPELINES];
@@ -87,7 +88,15 @@ struct pyg_device {
     int n_free_sems, cap_free_sems;
 };
 
+typedef struct vkp_access {          /* sanitizer mode: a queued access the host has not waited for */
+    uint64_t lo, hi;
+    int write;
+    int stream;                     /* checked stream id (vkp_val_stream_new) */
+    uint64_t value;                 /* that stream's timeline value of the submission */
+} vkp_access;
+
 struct pyg_buffer {
+    vkp_access *acc; int n_acc, cap_acc;   /* sanitizer mode only (guarded by vk_validation.c) */
     pyg_device *dev;
     VkBuffer buf;
     VkDeviceMemory mem;
@@ -121,12 +130,14 @@ struct pyg_stream {
     int n_waits;
     vkp_cmd *cmds; int n_cmds;
     vkp_staging *stage; int n_stage;
+    int vid;                        /* sanitizer mode: checked stream id, -1 when off */
 };
 
 struct pyg_event {
     pyg_device *dev;
     VkSemaphore sem;
     uint64_t value;                 /* the value that marks the last record; 0 = fresh */
+    int vid; uint64_t vvalue;       /* sanitizer mode: recording stream and its timeline value */
 };
 
 /* errors (vk_plugin.c) */
@@ -144,6 +155,20 @@ void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> ever
 void vkp_queue_idle(pyg_device *d);
 /* host-visible, mapped buffer (plan parameter blocks); caller destroys buffer and memory */
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
+
+/* sanitizer mode (vk_validation.c): PYGGML_VULKAN_VALIDATION=1 at plugin_init */
+int vkp_validation_requested(void);
+void vkp_validation_setup(PFN_vkGetInstanceProcAddr gipa, VkInstanceCreateInfo *ii);
+void vkp_validation_attach(PFN_vkGetInstanceProcAddr gipa, VkInstance inst);
+pyg_error *vkp_validation_check(void);   /* NULL, or PYG_ERR_SANITIZER with the messages */
+int vkp_validation_active(void);
+/* host-access checker (sanitizer mode; every call is a no-op when it is off) */
+int vkp_val_stream_new(void);
+void vkp_val_known(int stream, uint64_t value);          /* the host observed stream >= value */
+void vkp_val_dep(int waiter, uint64_t wval, int on, uint64_t onval);
+void vkp_val_queued(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, int stream, uint64_t value);
+void vkp_val_host_access(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, const char *what);
+void vkp_val_buffer_free(pyg_buffer *b);
 
 /* graph (vk_graph.c) */
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);

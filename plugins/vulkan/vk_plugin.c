@@ -18,7 +18,7 @@
 struct pyg_error {
     int32_t code;
     int32_t is_static;
-    char msg[400];
+    char msg[4096];
 };
 
 static pyg_error g_oom = { PYG_ERR_OUT_OF_MEMORY, 1, "vulkan: out of host memory creating an error" };
@@ -242,9 +242,11 @@ static pyg_error *init_impl(void) {
     VkApplicationInfo app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "pyggml",
         .pEngineName = "pyggml", .apiVersion = VK_API_VERSION_1_2 };
     VkInstanceCreateInfo ii = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app };
+    vkp_validation_setup(g_gipa, &ii);   /* sanitizer mode: layer, debug utils, sync validation */
     VkResult r = ci(&ii, NULL, &g_instance);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER) return vkp_err(PYG_ERR_NO_DEVICE, "no Vulkan driver (ICD) installed");
     if (r != VK_SUCCESS) return vkp_err(PYG_ERR_NO_DEVICE, "vkCreateInstance failed (VkResult %d)", (int)r);
+    vkp_validation_attach(g_gipa, g_instance);
 #define VKP_LOAD_INST(name) \
     g_ifn.name = (PFN_##name)g_gipa(g_instance, #name); \
     if (!g_ifn.name) return vkp_err(PYG_ERR_NO_DEVICE, "instance function %s missing", #name);
@@ -330,8 +332,23 @@ static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_b, uint64_t *t
     return NULL;
 }
 
+static pyg_error *validation_selftest(pyg_device *d);
+
+/* Options: "validation_check" (sanitizer mode: the validation layer's messages since the last
+ * check, as a PYG_ERR_SANITIZER error), "validation_selftest" (queue a deliberate hazard),
+ * "debug_drop_barriers" ("1": plans created afterwards record no compute barriers -- a test
+ * switch that sync validation must catch). */
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {
-    return vkp_err(PYG_ERR_UNSUPPORTED, "unknown option '%s'", key ? key : "(null)");
+    if (!d || !key || !value) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "device_set_option: NULL argument");
+    if (strcmp(key, "validation_check") == 0) return vkp_validation_check();
+    if (strcmp(key, "validation_selftest") == 0) return validation_selftest(d);
+    if (strcmp(key, "debug_drop_barriers") == 0) {
+        if (strcmp(value, "0") && strcmp(value, "1"))
+            return vkp_err(PYG_ERR_INVALID_ARGUMENT, "debug_drop_barriers: '0' or '1', not '%s'", value);
+        d->drop_barriers = value[0] == '1';
+        return NULL;
+    }
+    return vkp_err(PYG_ERR_UNSUPPORTED, "unknown option '%s'", key);
 }
 
 static int32_t api_device_supports_op(pyg_device *d, const pyg_tensor *node) {
@@ -435,6 +452,8 @@ static pyg_error *stream_create_impl(pyg_device *d, pyg_stream **out) {
         free(s);
         return e;
     }
+    s->vid = vkp_val_stream_new();
+    vkp_val_known(s->vid, s->value);
     *out = s;
     return NULL;
 }
@@ -459,6 +478,7 @@ static void stream_destroy_impl(pyg_stream *s) {
     pyg_error *e = wait_value(d, s->timeline, s->value);
     if (e) { vkp_log(PYG_LOG_ERROR, "stream_destroy: %s", e->msg); api_error_destroy(e); d->fn.vkDeviceWaitIdle(d->dev); }
     vkp_queue_idle(d);
+    vkp_val_known(s->vid, s->value);
     for (int i = 0; i < s->n_stage; i++) {
         d->fn.vkDestroyBuffer(d->dev, s->stage[i].buf, NULL);
         d->fn.vkFreeMemory(d->dev, s->stage[i].mem, NULL);
@@ -593,6 +613,7 @@ static pyg_error *write_async_impl(pyg_stream *s, pyg_buffer *dst, uint64_t off,
         s->dev->fn.vkCmdCopyBuffer(c->cb, st->buf, dst->buf, 1, &reg);
         if ((e = end_submit(s, c))) return e;
         st->busy_until = s->value;
+        vkp_val_queued(dst, off, off + n, 1, s->vid, s->value);
         src = (const char *)src + n; off += n; size -= n;
     }
     return NULL;
@@ -601,6 +622,7 @@ static pyg_error *write_async_impl(pyg_stream *s, pyg_buffer *dst, uint64_t off,
 static pyg_error *read_blocking_impl(pyg_stream *s, pyg_buffer *srcb, uint64_t off, void *dst, uint64_t size) {
     pyg_error *e = wait_value(s->dev, s->timeline, s->value);
     if (e) return e;
+    vkp_val_known(s->vid, s->value);
     if (srcb->map) { memcpy(dst, (const char *)srcb->map + off, size); return NULL; }
     while (size > 0) {
         uint64_t n = size < STAGE_CHUNK ? size : STAGE_CHUNK;
@@ -626,7 +648,9 @@ static pyg_error *api_stream_create(pyg_device *d, uint32_t flags, pyg_stream **
 static void api_stream_destroy(pyg_stream *s) { stream_destroy_impl(s); }
 static pyg_error *api_stream_synchronize(pyg_stream *s) {
     if (!s) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_synchronize: NULL stream");
-    return wait_value(s->dev, s->timeline, s->value);
+    pyg_error *e = wait_value(s->dev, s->timeline, s->value);
+    if (!e) vkp_val_known(s->vid, s->value);
+    return e;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -636,6 +660,7 @@ static pyg_error *api_event_create(pyg_device *d, pyg_event **out) {
     pyg_event *ev = calloc(1, sizeof *ev);
     if (!ev) return vkp_err(PYG_ERR_OUT_OF_MEMORY, "event_create");
     ev->dev = d;
+    ev->vid = -1;
     pyg_error *e = sem_get(d, &ev->sem, &ev->value);   /* value = current: a fresh event is complete */
     if (e) { free(ev); return e; }
     *out = ev;
@@ -645,6 +670,7 @@ static pyg_error *api_event_create(pyg_device *d, pyg_event **out) {
 static void api_event_destroy(pyg_event *ev) {
     if (!ev) return;
     pyg_error *e = wait_value(ev->dev, ev->sem, ev->value);   /* a pending signal must not outlive it */
+    if (!e) vkp_val_known(ev->vid, ev->vvalue);
     api_error_destroy(e);
     sem_put(ev->dev, ev->sem);
     free(ev);
@@ -654,7 +680,7 @@ static pyg_error *api_event_record(pyg_event *ev, pyg_stream *s) {
     if (!ev || !s) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "event_record: NULL argument");
     if (ev->dev != s->dev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "event_record: event and stream on different devices");
     pyg_error *e = submit_impl(s, VK_NULL_HANDLE, ev->sem, ev->value + 1);
-    if (!e) ev->value++;
+    if (!e) { ev->value++; ev->vid = s->vid; ev->vvalue = s->value; }
     return e;
 }
 
@@ -664,24 +690,36 @@ static pyg_error *api_event_query(pyg_event *ev, int32_t *done) {
     VkResult r = ev->dev->fn.vkGetSemaphoreCounterValue(ev->dev->dev, ev->sem, &v);
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkGetSemaphoreCounterValue");
     *done = v >= ev->value;
+    if (*done) vkp_val_known(ev->vid, ev->vvalue);
     return NULL;
 }
 
 static pyg_error *api_event_synchronize(pyg_event *ev) {
     if (!ev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "event_synchronize: NULL event");
-    return wait_value(ev->dev, ev->sem, ev->value);
+    pyg_error *e = wait_value(ev->dev, ev->sem, ev->value);
+    if (!e) vkp_val_known(ev->vid, ev->vvalue);
+    return e;
 }
 
 static pyg_error *api_stream_wait_event(pyg_stream *s, pyg_event *ev) {
     if (!s || !ev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_wait_event: NULL argument");
     if (ev->value == 0) return NULL;
-    if (ev->dev != s->dev) return wait_value(ev->dev, ev->sem, ev->value);  /* semaphores don't cross VkDevices */
+    if (ev->dev != s->dev) {   /* semaphores don't cross VkDevices: the host waits */
+        pyg_error *e = wait_value(ev->dev, ev->sem, ev->value);
+        if (!e) vkp_val_known(ev->vid, ev->vvalue);
+        return e;
+    }
     for (int i = 0; i < s->n_waits; i++)
-        if (s->wait_sem[i] == ev->sem) { if (s->wait_val[i] < ev->value) s->wait_val[i] = ev->value; return NULL; }
+        if (s->wait_sem[i] == ev->sem) {
+            if (s->wait_val[i] < ev->value) s->wait_val[i] = ev->value;
+            vkp_val_dep(s->vid, s->value + 1, ev->vid, ev->vvalue);
+            return NULL;
+        }
     if (s->n_waits == VKP_MAX_WAITS) {   /* flush the waits into an empty submission */
         pyg_error *e = vkp_submit(s, VK_NULL_HANDLE);
         if (e) return e;
     }
+    vkp_val_dep(s->vid, s->value + 1, ev->vid, ev->vvalue);   /* the next submission waits */
     s->wait_sem[s->n_waits] = ev->sem;
     s->wait_val[s->n_waits++] = ev->value;
     return NULL;
@@ -714,6 +752,7 @@ static pyg_error *api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags,
 
 static void api_buffer_free(pyg_buffer *b) {
     if (!b) return;
+    vkp_val_buffer_free(b);
     pyg_device *d = b->dev;
     d->fn.vkDestroyBuffer(d->dev, b->buf, NULL);
     d->fn.vkFreeMemory(d->dev, b->mem, NULL);
@@ -736,11 +775,13 @@ static pyg_error *api_buffer_write(pyg_buffer *dst, uint64_t off, const void *sr
     pyg_error *e = check_range(dst, off, size, "buffer_write");
     if (e) return e;
     if (size && !src) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "buffer_write: NULL source");
+    vkp_val_host_access(dst, off, off + size, 1, "buffer_write");
     if (dst->map) { memcpy((char *)dst->map + off, src, size); return NULL; }
     pyg_device *d = dst->dev;
     pthread_mutex_lock(&d->lock);
     e = write_async_impl(d->internal, dst, off, src, size);
     if (!e) e = wait_value(d, d->internal->timeline, d->internal->value);
+    if (!e) vkp_val_known(d->internal->vid, d->internal->value);
     pthread_mutex_unlock(&d->lock);
     return e;
 }
@@ -749,6 +790,7 @@ static pyg_error *api_buffer_read(pyg_buffer *src, uint64_t off, void *dst, uint
     pyg_error *e = check_range(src, off, size, "buffer_read");
     if (e) return e;
     if (size && !dst) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "buffer_read: NULL destination");
+    vkp_val_host_access(src, off, off + size, 0, "buffer_read");
     if (src->map) { memcpy(dst, (const char *)src->map + off, size); return NULL; }
     pyg_device *d = src->dev;
     pthread_mutex_lock(&d->lock);
@@ -760,7 +802,11 @@ static pyg_error *api_buffer_read(pyg_buffer *src, uint64_t off, void *dst, uint
 static pyg_error *api_buffer_fill(pyg_buffer *dst, uint64_t off, uint8_t value, uint64_t size) {
     pyg_error *e = check_range(dst, off, size, "buffer_fill");
     if (e) return e;
-    if (dst->map) { memset((char *)dst->map + off, value, size); return NULL; }
+    if (dst->map) {   /* (the unmapped path checks in buffer_write) */
+        vkp_val_host_access(dst, off, off + size, 1, "buffer_fill");
+        memset((char *)dst->map + off, value, size);
+        return NULL;
+    }
     uint64_t chunk = size < (4u << 20) ? size : (4u << 20);
     void *tmp = malloc(chunk ? chunk : 1);
     if (!tmp) return vkp_err(PYG_ERR_OUT_OF_MEMORY, "buffer_fill");
@@ -803,7 +849,33 @@ static pyg_error *api_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t
     if ((e = begin_cmd(s, &c))) return e;
     VkBufferCopy reg = { .srcOffset = soff, .dstOffset = doff, .size = size };
     s->dev->fn.vkCmdCopyBuffer(c->cb, src->buf, dst->buf, 1, &reg);
-    return end_submit(s, c);
+    if ((e = end_submit(s, c))) return e;
+    vkp_val_queued(src, soff, soff + size, 0, s->vid, s->value);
+    vkp_val_queued(dst, doff, doff + size, 1, s->vid, s->value);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- sanitizer mode */
+
+/* Two unordered transfer writes to the same bytes: synchronization validation must report a
+ * write-after-write hazard (shows that the check can fail). */
+static pyg_error *validation_selftest(pyg_device *d) {
+    if (!vkp_validation_active()) return vkp_validation_check();
+    pyg_buffer *b = NULL;
+    pyg_error *e = api_buffer_alloc(d, 256, PYG_BUFFER_DEVICE, &b);
+    if (e) return e;
+    pthread_mutex_lock(&d->lock);
+    pyg_stream *s = d->internal;
+    vkp_cmd *c;
+    if (!(e = begin_cmd(s, &c))) {
+        d->fn.vkCmdFillBuffer(c->cb, b->buf, 0, 256, 1u);
+        d->fn.vkCmdFillBuffer(c->cb, b->buf, 0, 256, 2u);   /* no barrier in between */
+        e = end_submit(s, c);
+    }
+    if (!e) e = wait_value(d, s->timeline, s->value);
+    pthread_mutex_unlock(&d->lock);
+    api_buffer_free(b);
+    return e;
 }
 
 /* ---------------------------------------------------------------- graphs */
