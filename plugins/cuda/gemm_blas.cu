@@ -114,6 +114,8 @@ static int64_t g_min_n = GEMM_BLAS_MIN_N;
 static void read_settings(void) {
     const char *e = getenv("PYGGML_CUDA_BLAS");
     g_disabled = e && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "false") == 0);
+    if (g_disabled)
+        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (PYGGML_CUDA_BLAS=%s); GEMMs use the built-in kernels", e);
     const char *m = getenv("PYGGML_CUDA_BLAS_MIN_N");
     if (m && *m) {
         char *end = NULL;
@@ -192,10 +194,7 @@ static int cuda_lib_dirs(char dirs[][512], int max) {
     } while (0)
 
 static int lib_open(void) {
-    if (g_disabled) {
-        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (PYGGML_CUDA_BLAS=0); GEMMs use the built-in kernels");
-        return 0;
-    }
+    if (g_disabled) return 0; /* logged by read_settings */
     char err[512] = "";
     void *lib = NULL;
     const char *explicit_path = getenv("PYGGML_CUDA_BLAS_LIB");
@@ -442,7 +441,7 @@ __global__ void __launch_bounds__(GB_THREADS) k_gb_absmax(gb_bsrc s, int64_t gro
 }
 
 template <int MODE>
-__device__ __forceinline__ uint16_t gb_to16(float v) {
+PYG_HD uint16_t gb_to16(float v) {
     if (MODE == GB_F16) {
         const gpu_half h = gpu_float2half(v);
         uint16_t u;
@@ -502,10 +501,11 @@ __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t 
     }
 }
 
-/* 32 consecutive weights (unit u of a row) of a quantized row, as float. */
-template <int T> __device__ __forceinline__ void gb_unit32(const uint8_t *row, int64_t u, float w[32]);
+/* 32 consecutive weights (unit u of a row) of a quantized row, as float. Host+device: the host test
+ * (plugins/cuda/test/gemm_blas_host.cu) checks them against dequant_one. */
+template <int T> PYG_HD void gb_unit32(const uint8_t *row, int64_t u, float w[32]);
 
-template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, float w[32]) {
+template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + u * 18;
     const float d = f16_bits_to_f32(rd16(blk));
 #pragma unroll
@@ -516,14 +516,14 @@ template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_0>(const uint8
     }
 }
 
-template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[32]) {
+template <> PYG_HD void gb_unit32<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + u * 34;
     const float d = f16_bits_to_f32(rd16(blk));
 #pragma unroll
     for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)blk[2 + j];
 }
 
-template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, float w[32]) {
+template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + (u >> 3) * Q4_K_BYTES;
     const int sub = (int)(u & 7), g = sub >> 1, hi = sub & 1;
     const float d = f16_bits_to_f32(rd16(blk)), dmin = f16_bits_to_f32(rd16(blk + 2));
@@ -544,7 +544,7 @@ template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q4_K>(const uint8
     }
 }
 
-template <> __device__ __forceinline__ void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, float w[32]) {
+template <> PYG_HD void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + (u >> 3) * Q6_K_BYTES;
     const int sub = (int)(u & 7), n = sub >> 2, quarter = sub & 3;
     const uint8_t *ql = blk + 64 * n + ((quarter & 1) ? 32 : 0), *qh = blk + 128 + 32 * n;

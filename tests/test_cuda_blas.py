@@ -1,0 +1,207 @@
+"""The cuBLAS prefill GEMM of the CUDA plugin (plugins/cuda/gemm_blas.cu).
+
+Without a GPU (here and in CI): cuBLAS is never a link-time dependency of the plugin; the
+host-side harness plugins/cuda/test/gemm_blas_host.cu checks the quant unit decoders the
+dequantize-to-f16 kernel uses (against dequant_one), the per-node plans, and -- through a fake
+libcublas that computes on host memory -- the batching/broadcast/stride logic of the GEMM calls,
+the search that opens libcublasLt beside libcublas, and the fallbacks (not found, switched off).
+With a CUDA device: mul_mat for N above the threshold for every weight type, broadcast batches
+and a non-contiguous src1, against numpy, on whichever GEMM path the machine has.
+"""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "pyggml", "plugins", "libpyggml-cuda.so")
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+CC = shutil.which("gcc") or shutil.which("cc")
+TEST_DIR = os.path.join(ROOT, "plugins", "cuda", "test")
+
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA plugin is not built here")
+
+
+@needs_nvcc
+def test_no_cublas_link_dependency():
+    """cuBLAS is opened at run time: never NEEDED, and still exactly one exported symbol."""
+    if not os.path.exists(LIB):
+        pytest.fail(f"{LIB} missing: run `make plugins`")
+    out = subprocess.run(["readelf", "-d", LIB], capture_output=True, text=True, check=True).stdout
+    assert "cublas" not in out.lower(), out
+    names = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True, check=True).stdout
+    assert [ln.split()[-1] for ln in names.splitlines() if ln.strip()] == ["pyg_plugin_get_api"]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    if NVCC is None or CC is None:
+        pytest.skip("nvcc or a C compiler not found")
+    d = tmp_path_factory.mktemp("gemm_blas")
+    exe = str(d / "gemm_blas_host")
+    r = subprocess.run([NVCC, "-std=c++17", "-I", os.path.join(ROOT, "include"), "-I",
+                        os.path.join(ROOT, "plugins", "cuda"), "-o", exe,
+                        os.path.join(TEST_DIR, "gemm_blas_host.cu"), "-ldl"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lib = d / "cuda" / "lib64"
+    lib.mkdir(parents=True)
+    src = os.path.join(TEST_DIR, "fake_cublas.c")
+    r = subprocess.run([CC, "-shared", "-fPIC", "-DFAKE_LT", "-Wl,-soname,libcublasLt.so.13", "-o",
+                        str(lib / "libcublasLt.so.13"), src], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CC, "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o", str(lib / "libcublas.so.13"),
+                        src, str(lib / "libcublasLt.so.13")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return exe, str(lib / "libcublas.so.13")
+
+
+def _run(exe, mode, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PYGGML_CUDA_BLAS")}
+    e.update(env)
+    return subprocess.run([exe, mode], capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_unit_decoders_and_scale(harness):
+    r = _run(harness[0], "decoders")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok decoder type") == 8 and "ok decoders" in r.stdout, r.stdout
+
+
+def test_plans(harness):
+    r = _run(harness[0], "plans")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok plans" in r.stdout
+
+
+def test_gemm_calls_through_fake_cublas(harness):
+    """Broadcast batches (folded into N or one call per sub-batch), strided weights, permuted src1,
+    padded and strided dst: the GEMM arguments gemm_blas.cu computes give numpy's result. The fake
+    library's libcublasLt dependency resolves only because gemm_blas.cu opens it from the same
+    directory first (that directory is not on the loader path)."""
+    exe, fake = harness
+    r = _run(exe, "gemm", PYGGML_CUDA_BLAS_LIB=fake)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok gemm ") == 7, r.stdout
+    assert "through cuBLAS 13.0.99" in r.stdout and fake in r.stdout, r.stdout
+
+
+def test_fallbacks_are_logged(harness):
+    exe, fake = harness
+    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake)
+    assert r.returncode == 0 and int(r.stdout.split("scratch ")[1]) > 32 << 20, r.stdout
+    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS="0")
+    assert "scratch 0" in r.stdout and "PYGGML_CUDA_BLAS=0" in r.stdout, r.stdout
+    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=os.path.join(os.path.dirname(fake), "libcublas.so.99"))
+    assert "scratch 0" in r.stdout and "cuBLAS not found" in r.stdout, r.stdout
+    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS_MIN_N="65")
+    assert "scratch 0" in r.stdout, r.stdout   # N = 64 is below the threshold
+
+
+# ---------------------------------------------------------------- on a CUDA device
+
+def _cuda_device():
+    pg = pytest.importorskip("pyggml")
+    for d in pg.devices():
+        if str(d).startswith("cuda"):
+            return pg, str(d)
+    pytest.skip("no CUDA device here")
+
+
+def _nmse(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+
+
+def _bf16(a):
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _weight(pg, g, rng, wtype, shape):
+    """(graph weight, float64 values) of a [.., M, K] weight of wtype."""
+    wf = rng.standard_normal(shape).astype(np.float32)
+    if wtype in ("q4_0", "q8_0", "q4_K", "q6_K"):
+        flat = wf.reshape(-1, shape[-1])
+        blocks = pg.quantize(flat, wtype)
+        wd = pg.dequantize(blocks, wtype, flat.shape).astype(np.float64).reshape(shape)
+        return g.weight("w", blocks, type=wtype, shape=shape), wd
+    if wtype == "bf16":
+        bits = _bf16(wf)
+        return g.weight("w", bits, type="bf16", shape=shape), (bits.astype(np.uint32) << 16).view(np.float32) \
+            .astype(np.float64)
+    wv = wf.astype(np.float16) if wtype == "f16" else wf
+    return g.weight("w", wv), wv.astype(np.float64)
+
+
+WTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K"]
+
+
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n", [32, 77, 512])
+def test_gemm_on_cuda(wtype, n):
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(n)
+    M, K = 96, 512
+    g = pg.Graph()
+    w, wd = _weight(pg, g, rng, wtype, (M, K))
+    x = (rng.standard_normal((n, K)) * 3).astype(np.float32)
+    xi = g.input("x", x.shape, pg.f32)
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
+    ref = x.astype(np.float64) @ wd.T
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_K", "f32"])
+def test_gemm_broadcast_and_noncontiguous_src1_on_cuda(wtype):
+    """weights [2, M, K] against activations [2, 3*2, N, K] (r2 = 3, r3 = 2) given transposed
+    (permute of [.., K, N] data), so src1's rows are strided."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(11)
+    M, K, N = 64, 256, 48
+    g = pg.Graph()
+    w, wd = _weight(pg, g, rng, wtype, (2, M, K))
+    xt = rng.standard_normal((2, 6, K, N)).astype(np.float32)
+    xi = g.input("xt", xt.shape, pg.f32)
+    x = pg.permute(xi, (0, 1, 3, 2))           # [2, 6, N, K], not contiguous
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, x), {"xt": xt})
+    xv = np.swapaxes(xt, -1, -2).astype(np.float64)
+    ref = np.empty((2, 6, N, M))
+    for i3 in range(2):
+        for i2 in range(6):
+            ref[i3, i2] = xv[i3, i2] @ wd[i2 // 3].T
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4
+
+
+def test_gemm_large_activations_on_cuda():
+    """Activations far beyond f16's range (1e6): the f16 path scales them by a power of two."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(5)
+    M, K, N = 64, 256, 40
+    g = pg.Graph()
+    w, wd = _weight(pg, g, rng, "q8_0", (M, K))
+    x = (rng.standard_normal((N, K)) * 1e6).astype(np.float32)
+    xi = g.input("x", x.shape, pg.f32)
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
+    ref = x.astype(np.float64) @ wd.T
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4
+
+
+def test_gemm_graph_replay_on_cuda():
+    """The same plan four times (direct, captured, replayed twice) with new activations each time."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(9)
+    M, K, N = 128, 256, 64
+    g = pg.Graph()
+    w, wd = _weight(pg, g, rng, "q4_0", (M, K))
+    xi = g.input("x", (N, K), pg.f32)
+    y = pg.mul_mat(w, xi)
+    s = pg.Scheduler([dev])
+    for i in range(4):
+        x = rng.standard_normal((N, K)).astype(np.float32) * (10.0 ** i)
+        out = s.compute(y, {"x": x})
+        assert _nmse(out, x.astype(np.float64) @ wd.T) < 5e-4, f"compute #{i + 1}"
