@@ -113,6 +113,7 @@ typedef struct dispatch {
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot4;
+    int op;
 } dispatch;
 
 struct pyg_graph_plan {
@@ -125,6 +126,9 @@ struct pyg_graph_plan {
     int n_dispatch, n_barriers;
     range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
     unsigned char *acc_write;
+    VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
+    int *ops;                       /* profiling: op of each dispatch */
+    VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
 };
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
@@ -281,6 +285,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->pmem) d->fn.vkFreeMemory(d->dev, plan->pmem, NULL);
     free(plan->acc);
     free(plan->acc_write);
+    if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
+    free(plan->ops);
     free(plan);
 }
 
@@ -311,6 +317,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
         if ((e = build(d, n, &dps[nd], p))) goto fail;
+        dps[nd].op = n->op;
         for (int s = 0; s < VKP_NBIND; s++) {
             const pyg_tensor *t = dps[nd].slot[s];
             if (!t) continue;
@@ -381,6 +388,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .pBufferInfo = &bi[i * (VKP_NBIND + 1)] };
     }
     if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd, wds, 0, NULL);
+    if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;
     free(layouts); free(bi); free(wds);
     if (e) { free(sets); goto fail; }
 
@@ -397,6 +405,18 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
+        if (VKP_PROF && d->timestamps && nd > 0) {
+            VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };
+            plan->ops = calloc((size_t)nd, sizeof *plan->ops);
+            if (plan->ops && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
+                for (int i = 0; i < nd; i++) plan->ops[i] = dps[i].op;
+                d->fn.vkCmdResetQueryPool(plan->cb, plan->qpool, 0, (uint32_t)nd + 1);
+                d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, plan->qpool, 0);
+            } else {
+                plan->qpool = VK_NULL_HANDLE;
+            }
+        }
         int nrd = 0, nwr = 0;
         if (vkp_validation_active()) {
             plan->acc = calloc((size_t)nd * VKP_NBIND + 1, sizeof *plan->acc);
@@ -429,6 +449,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             d->fn.vkCmdBindPipeline(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, dps[i].pipe);
             d->fn.vkCmdBindDescriptorSets(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &sets[i], 0, NULL);
             d->fn.vkCmdDispatch(plan->cb, dps[i].groups[0], dps[i].groups[1], dps[i].groups[2]);
+            if (plan->qpool)
+                d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, plan->qpool, (uint32_t)i + 1);
         }
         vkp_full_barrier(d, plan->cb);
         r = d->fn.vkEndCommandBuffer(plan->cb);
@@ -446,10 +468,33 @@ fail:
     return e;
 }
 
+/* Profiling: the previous submission's timestamps (it must be done before the pool is reset by
+ * the next one: the wait is part of profiling's cost, not of normal runs). */
+static void profile_collect(pyg_graph_plan *plan) {
+    pyg_device *d = plan->dev;
+    if (!plan->ts_sem) return;
+    VkSemaphoreWaitInfo wi = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, .semaphoreCount = 1,
+        .pSemaphores = &plan->ts_sem, .pValues = &plan->ts_val };
+    d->fn.vkWaitSemaphores(d->dev, &wi, UINT64_MAX);
+    plan->ts_sem = VK_NULL_HANDLE;
+    uint32_t n = (uint32_t)plan->n_dispatch + 1;
+    uint64_t *ts = calloc(n, sizeof *ts);
+    if (!ts) return;
+    if (d->fn.vkGetQueryPoolResults(d->dev, plan->qpool, 0, n, n * sizeof *ts, ts, sizeof *ts,
+                                    VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+        for (uint32_t i = 1; i < n; i++)
+            vkp_prof_add_gpu(plan->ops[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0);
+    free(ts);
+}
+
 pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (s->dev != plan->dev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph_plan_compute: stream of another device");
     if (plan->n_dispatch == 0) return NULL;
+    uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
+    if (plan->qpool) profile_collect(plan);
     pyg_error *e = vkp_submit(s, plan->cb);
+    if (plan->qpool && !e) { plan->ts_sem = s->timeline; plan->ts_val = s->value; }
+    if (VKP_PROF) { vkp_prof.plan_computes++; vkp_prof.compute_ns += vkp_now_ns() - t0; }
     for (int i = 0; !e && i < plan->n_acc; i++)
         vkp_val_queued((pyg_buffer *)plan->acc[i].buf, plan->acc[i].lo, plan->acc[i].hi, plan->acc_write[i], s->vid, s->value);
     return e;

@@ -28,7 +28,9 @@
     X(vkDestroyShaderModule) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
     X(vkCreatePipelineLayout) X(vkCreateDescriptorSetLayout) X(vkCreateDescriptorPool) \
     X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) \
-    X(vkDeviceWaitIdle) X(vkQueueWaitIdle)
+    X(vkDeviceWaitIdle) X(vkQueueWaitIdle) \
+    X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
+    X(vkGetQueryPoolResults)
 
 #define VKP_DECL(name) PFN_##name name;
 typedef struct vkp_instance_fns { VKP_INSTANCE_FUNCS(VKP_DECL) } vkp_instance_fns;
@@ -74,7 +76,9 @@ struct pyg_device {
     uint64_t heap_size, allocated;
     uint32_t mt_device, mt_host;    /* memory type indices */
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
-    int drop_barriers;              /* test switch (option debug_drop_barriers): plans omit barriers */
+    int drop_barriers;
+    int timestamps;                 /* the compute queue writes timestamps (profiling) */
+    float ts_period;                /* ns per timestamp tick */              /* test switch (option debug_drop_barriers): plans omit barriers */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     vkp_pipeline pipes[VKP_MAX_PIPELINES];
@@ -169,6 +173,24 @@ void vkp_val_dep(int waiter, uint64_t wval, int on, uint64_t onval);
 void vkp_val_queued(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, int stream, uint64_t value);
 void vkp_val_host_access(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, const char *what);
 void vkp_val_buffer_free(pyg_buffer *b);
+
+/* profiling (vk_profile.c): PYGGML_VULKAN_PROFILE=1 at plugin_init; option "profile_report" */
+typedef struct vkp_prof_counters {
+    uint64_t plan_computes, compute_ns;     /* graph_plan_compute calls, host ns inside them */
+    uint64_t submits, submit_ns;            /* vkQueueSubmit */
+    uint64_t recordings, commands, record_ns; /* command buffers recorded at run time, their commands */
+    uint64_t descriptor_updates;            /* sets written (vkUpdateDescriptorSets) */
+    uint64_t waits, wait_ns;                /* host waits on timeline semaphores */
+    uint64_t writes, write_bytes, memcpy_ns; /* stream_write_async / staging */
+    uint64_t reads, read_bytes;
+} vkp_prof_counters;
+extern int vkp_prof_on;                     /* -1 until read from the environment */
+extern vkp_prof_counters vkp_prof;          /* updated without locks: approximate under threads */
+int vkp_profiling(void);
+uint64_t vkp_now_ns(void);
+void vkp_prof_add_gpu(int op, uint64_t ns);
+pyg_error *vkp_prof_report(void);
+#define VKP_PROF (vkp_prof_on > 0)
 
 /* graph (vk_graph.c) */
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);

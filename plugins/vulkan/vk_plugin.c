@@ -191,6 +191,8 @@ static pyg_error *device_open(pyg_device *d) {
     VKP_DEVICE_FUNCS(VKP_LOAD_DEV)
 #undef VKP_LOAD_DEV
     d->fn.vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
+    d->timestamps = qf[d->queue_family].timestampValidBits > 0 && d->props.limits.timestampPeriod > 0;
+    d->ts_period = d->props.limits.timestampPeriod;
     pthread_mutex_init(&d->queue_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
 
@@ -282,6 +284,7 @@ static pyg_error *init_impl(void) {
 
 static pyg_error *api_plugin_init(void) {
     pthread_mutex_lock(&g_init_lock);
+    vkp_profiling();
     if (!g_init_done) {
         g_init_err = init_impl();
         if (g_init_err) g_ndev = 0;
@@ -342,6 +345,7 @@ static pyg_error *api_device_set_option(pyg_device *d, const char *key, const ch
     if (!d || !key || !value) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "device_set_option: NULL argument");
     if (strcmp(key, "validation_check") == 0) return vkp_validation_check();
     if (strcmp(key, "validation_selftest") == 0) return validation_selftest(d);
+    if (strcmp(key, "profile_report") == 0) return vkp_prof_report();
     if (strcmp(key, "debug_drop_barriers") == 0) {
         if (strcmp(value, "0") && strcmp(value, "1"))
             return vkp_err(PYG_ERR_INVALID_ARGUMENT, "debug_drop_barriers: '0' or '1', not '%s'", value);
@@ -462,7 +466,9 @@ static pyg_error *wait_value(pyg_device *d, VkSemaphore sem, uint64_t value) {
     if (value == 0) return NULL;
     VkSemaphoreWaitInfo wi = { .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, .semaphoreCount = 1,
         .pSemaphores = &sem, .pValues = &value };
+    uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     VkResult r = d->fn.vkWaitSemaphores(d->dev, &wi, UINT64_MAX);
+    if (VKP_PROF) { vkp_prof.waits++; vkp_prof.wait_ns += vkp_now_ns() - t0; }
     return r == VK_SUCCESS ? NULL : vkp_vk_err(r, "waiting for queued work (vkWaitSemaphores)");
 }
 
@@ -491,8 +497,11 @@ static void stream_destroy_impl(pyg_stream *s) {
 }
 
 /* A command buffer of this stream that no pending submission uses, begun for one submit. */
+static uint64_t g_rec_t0;   /* profiling: when the current recording began */
+
 static pyg_error *begin_cmd(pyg_stream *s, vkp_cmd **out) {
     pyg_device *d = s->dev;
+    if (VKP_PROF) g_rec_t0 = vkp_now_ns();
     uint64_t done = completed(s);
     vkp_cmd *c = NULL;
     for (int i = 0; i < s->n_cmds; i++)
@@ -523,6 +532,7 @@ static pyg_error *end_submit(pyg_stream *s, vkp_cmd *c) {
     pyg_device *d = s->dev;
     vkp_full_barrier(d, c->cb);
     VkResult r = d->fn.vkEndCommandBuffer(c->cb);
+    if (VKP_PROF) { vkp_prof.recordings++; vkp_prof.commands += 2; vkp_prof.record_ns += vkp_now_ns() - g_rec_t0; }
     if (r != VK_SUCCESS) { c->busy_until = 0; return vkp_vk_err(r, "vkEndCommandBuffer"); }
     pyg_error *e = vkp_submit(s, c->cb);
     c->busy_until = e ? 0 : s->value;
@@ -546,9 +556,11 @@ static pyg_error *submit_impl(pyg_stream *s, VkCommandBuffer cb, VkSemaphore ext
         .waitSemaphoreCount = nw, .pWaitSemaphores = ws, .pWaitDstStageMask = wst,
         .commandBufferCount = cb ? 1 : 0, .pCommandBuffers = &cb,
         .signalSemaphoreCount = extra_sem ? 2 : 1, .pSignalSemaphores = ss };
+    uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     pthread_mutex_lock(&d->queue_lock);
     VkResult r = d->fn.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
     pthread_mutex_unlock(&d->queue_lock);
+    if (VKP_PROF) { vkp_prof.submits++; vkp_prof.submit_ns += vkp_now_ns() - t0; }
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkQueueSubmit");
     s->value++;
     s->n_waits = 0;
@@ -606,7 +618,9 @@ static pyg_error *write_async_impl(pyg_stream *s, pyg_buffer *dst, uint64_t off,
         vkp_staging *st;
         pyg_error *e = get_staging(s, n, &st);
         if (e) return e;
+        uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
         memcpy(st->map, src, n);
+        if (VKP_PROF) { vkp_prof.writes++; vkp_prof.write_bytes += n; vkp_prof.memcpy_ns += vkp_now_ns() - t0; }
         vkp_cmd *c;
         if ((e = begin_cmd(s, &c))) return e;
         VkBufferCopy reg = { .srcOffset = 0, .dstOffset = off, .size = n };
@@ -623,6 +637,7 @@ static pyg_error *read_blocking_impl(pyg_stream *s, pyg_buffer *srcb, uint64_t o
     pyg_error *e = wait_value(s->dev, s->timeline, s->value);
     if (e) return e;
     vkp_val_known(s->vid, s->value);
+    if (VKP_PROF) { vkp_prof.reads++; vkp_prof.read_bytes += size; }
     if (srcb->map) { memcpy(dst, (const char *)srcb->map + off, size); return NULL; }
     while (size > 0) {
         uint64_t n = size < STAGE_CHUNK ? size : STAGE_CHUNK;
@@ -791,7 +806,11 @@ static pyg_error *api_buffer_read(pyg_buffer *src, uint64_t off, void *dst, uint
     if (e) return e;
     if (size && !dst) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "buffer_read: NULL destination");
     vkp_val_host_access(src, off, off + size, 0, "buffer_read");
-    if (src->map) { memcpy(dst, (const char *)src->map + off, size); return NULL; }
+    if (src->map) {
+        if (VKP_PROF) { vkp_prof.reads++; vkp_prof.read_bytes += size; }
+        memcpy(dst, (const char *)src->map + off, size);
+        return NULL;
+    }
     pyg_device *d = src->dev;
     pthread_mutex_lock(&d->lock);
     e = read_blocking_impl(d->internal, src, off, dst, size);

@@ -1,6 +1,8 @@
 #version 450
 // flash attention, one workgroup per (query row, head, batch): KV in chunks of 64 positions,
 // one score per thread, online softmax; each thread owns output dims d = t, t+64, ...
+// Masked-out keys (mask -inf) cost no K reads, and a chunk whose keys are all masked skips its
+// V pass: decode over a mostly empty KV cache reads only the cells in use.
 #include "common.glsl"
 layout(local_size_x = 64) in;
 #define MAXD 512u
@@ -41,21 +43,35 @@ void main() {
     float slope = alibi_slope(op_f(1u), h, H);
     uint mrow = has_mask ? t_row(3u, iq, h % t_ne(3u, 2u), b % t_ne(3u, 3u)) : 0u;
     uint kty = t_type(1u), vty = t_type(2u), knb0 = t_nb(1u, 0u), vnb0 = t_nb(2u, 0u);
+    // f16 K with contiguous, 4-byte aligned rows of even length
+    bool kf16 = kty == TY_F16 && knb0 == 2u && (D & 1u) == 0u && (t_off(1u) & 3u) == 0u &&
+                (t_nb(1u, 1u) & 3u) == 0u && (t_nb(1u, 2u) & 3u) == 0u && (t_nb(1u, 3u) & 3u) == 0u;
     float M = NEG_INF, L = 0.0;
     float acc[MAXD / 64u];
     for (uint i = 0u; i < MAXD / 64u; i++) acc[i] = 0.0;
     for (uint j0 = 0u; j0 < nkv; j0 += 64u) {
         uint j = j0 + t;
         float s = NEG_INF;
-        if (j < nkv) {
+        float mv = 0.0;
+        if (j < nkv && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
+        if (j < nkv && mv != NEG_INF) {
             uint kr = t_row(1u, j, hk, bk);
             float dot = 0.0;
-            for (uint d = 0u; d < D; d++) dot += qs[d] * ldf(1u, kr + d * knb0, kty);
+            if (kf16) {   // two halves per 32-bit load
+                uint w0 = kr >> 2;
+                for (uint d = 0u; d < D; d += 2u) {
+                    vec2 kk = unpackHalf2x16(s1w[w0 + (d >> 1)]);
+                    dot += qs[d] * kk.x + qs[d + 1u] * kk.y;
+                }
+            } else {
+                for (uint d = 0u; d < D; d++) dot += qs[d] * ldf(1u, kr + d * knb0, kty);
+            }
             s = dot * scale;
             if (softcap != 0.0) s = softcap * tanh_s(s);
-            if (has_mask) s += slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
+            s += mv;
         }
         float mc = wg_reduce(s, true);
+        if (mc == NEG_INF) continue;   // uniform: every key of the chunk is masked out
         float mn = max(M, mc);
         float pj = (mn == NEG_INF || s == NEG_INF) ? 0.0 : exp(s - mn);
         ps[t] = pj;

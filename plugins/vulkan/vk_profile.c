@@ -1,0 +1,75 @@
+/* plugins/vulkan/vk_profile.c — where a decode step's time goes (PYGGML_VULKAN_PROFILE=1).
+ *
+ * Host side: counts and times of the plugin's own work per entry kind (submissions, command
+ * buffer recordings, descriptor updates, waits, staging memcpy). Device side: plans created while
+ * profiling write a timestamp after every dispatch; the deltas are summed per op. The option
+ * "profile_report" logs the totals (PYG_LOG_INFO, through the host log: pyggml's "pyggml"
+ * logger) and starts over. With the variable unset every hook is one branch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "vk_internal.h"
+
+int vkp_prof_on = -1;
+vkp_prof_counters vkp_prof;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT];
+
+int vkp_profiling(void) {
+    if (vkp_prof_on < 0) {
+        const char *e = getenv("PYGGML_VULKAN_PROFILE");
+        vkp_prof_on = e && *e && strcmp(e, "0") != 0;
+    }
+    return vkp_prof_on;
+}
+
+uint64_t vkp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void vkp_prof_add_gpu(int op, uint64_t ns) {
+    if (op < 0 || op >= PYG_OP_COUNT) return;
+    pthread_mutex_lock(&g_mu);
+    g_gpu_ns[op] += ns;
+    g_gpu_n[op]++;
+    pthread_mutex_unlock(&g_mu);
+}
+
+#define US(x) ((double)(x) / 1e3)
+
+pyg_error *vkp_prof_report(void) {
+    if (!vkp_profiling()) return vkp_err(PYG_ERR_UNSUPPORTED, "profiling is off: set PYGGML_VULKAN_PROFILE=1 before the plugin initialises");
+    vkp_prof_counters c = vkp_prof;
+    memset(&vkp_prof, 0, sizeof vkp_prof);
+    uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT];
+    pthread_mutex_lock(&g_mu);
+    memcpy(gns, g_gpu_ns, sizeof gns);
+    memcpy(gn, g_gpu_n, sizeof gn);
+    memset(g_gpu_ns, 0, sizeof g_gpu_ns);
+    memset(g_gpu_n, 0, sizeof g_gpu_n);
+    pthread_mutex_unlock(&g_mu);
+    uint64_t n = c.plan_computes ? c.plan_computes : 1;
+    vkp_log(PYG_LOG_INFO, "profile: %llu plan computes, %llu submits (%.1f us host), %llu command buffers recorded "
+            "(%llu commands, %.1f us), %llu descriptor updates, %llu host waits (%.1f us), "
+            "%llu async writes (%llu bytes, staging memcpy %.1f us), %llu reads (%llu bytes), plan_compute %.1f us",
+            (unsigned long long)c.plan_computes, (unsigned long long)c.submits, US(c.submit_ns),
+            (unsigned long long)c.recordings, (unsigned long long)c.commands, US(c.record_ns),
+            (unsigned long long)c.descriptor_updates, (unsigned long long)c.waits, US(c.wait_ns),
+            (unsigned long long)c.writes, (unsigned long long)c.write_bytes, US(c.memcpy_ns),
+            (unsigned long long)c.reads, (unsigned long long)c.read_bytes, US(c.compute_ns));
+    vkp_log(PYG_LOG_INFO, "profile per plan compute: %.2f submits, %.2f recordings, %.1f commands, %.1f us submit, "
+            "%.1f us waiting", (double)c.submits / n, (double)c.recordings / n, (double)c.commands / n,
+            US(c.submit_ns) / n, US(c.wait_ns) / n);
+    uint64_t tot = 0;
+    for (int i = 0; i < PYG_OP_COUNT; i++) tot += gns[i];
+    for (int i = 0; i < PYG_OP_COUNT; i++)
+        if (gn[i])
+            vkp_log(PYG_LOG_INFO, "profile gpu: %-16s %6llu dispatches %10.1f us total %8.2f us each %5.1f%%",
+                    pyg_op_name(i), (unsigned long long)gn[i], US(gns[i]), US(gns[i]) / (double)gn[i],
+                    tot ? 100.0 * (double)gns[i] / (double)tot : 0.0);
+    if (tot) vkp_log(PYG_LOG_INFO, "profile gpu: total %.1f us, %.1f us per plan compute", US(tot), US(tot) / n);
+    return NULL;
+}
