@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "cpu_compute.h"
 #include "cpu_internal.h"
+#include "quants.h"
 
 /* ------------------------------------------------------------------ supports_op */
 
@@ -184,6 +185,7 @@ struct cpu_plan {
     const pyg_graph *graph;
     cpu_options opt;
     int simd;
+    int isa;              /* QUANT_ISA_* of the quantized mul_mat kernels */
     int n;                /* nodes that run */
     int32_t *index;       /* their indices in graph->nodes */
     int64_t *counters;    /* one work counter per node, zeroed before each compute */
@@ -247,6 +249,15 @@ static int plan_size_scratch(cpu_plan *p, char *err, size_t errlen) {
     return 0;
 }
 
+int cpu_isa_available(void) { return quant_isa_best(); }
+
+/* the quantized kernels' level for these options */
+static int plan_isa(const cpu_options *opt) {
+    if (opt->reference) return QUANT_ISA_REFERENCE;
+    const int best = quant_isa_best();
+    return opt->isa > 0 && opt->isa < best ? opt->isa : best;
+}
+
 int cpu_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n >= 1 ? (int)n : 1;
@@ -259,6 +270,7 @@ int cpu_plan_set_options(cpu_plan *plan, const cpu_options *opt, char *err, size
     }
     plan->opt = *opt;
     plan->simd = !opt->reference && cpu_have_avx2();
+    plan->isa = plan_isa(opt);
     return plan_size_scratch(plan, err, errlen);
 }
 
@@ -292,6 +304,7 @@ int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **o
     p->graph = graph;
     p->opt = *opt;
     p->simd = !opt->reference && cpu_have_avx2();
+    p->isa = plan_isa(opt);
     p->index = malloc(sizeof(int32_t) * (size_t)(graph->n_nodes + 1));
     p->fn = malloc(sizeof(cpu_op_fn) * (size_t)(graph->n_nodes + 1));
     p->counters = calloc((size_t)(graph->n_nodes + 1), sizeof(int64_t));
@@ -337,6 +350,7 @@ static void run_nodes(void *arg, int ith, int nth) {
         .nth = nth,
         .reference = p->opt.reference,
         .simd = p->simd,
+        .isa = p->isa,
         .wdata = p->work + p->per_thread * (size_t)ith,
         .wsize = p->per_thread,
         .shared = p->work + p->per_thread * (size_t)p->opt.n_threads,

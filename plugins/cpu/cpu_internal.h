@@ -21,6 +21,7 @@ typedef struct cpu_ctx {
     int ith, nth;           /* this thread, thread count */
     int reference;          /* 1: scalar reference kernels only */
     int simd;               /* 1: AVX2+FMA+F16C usable (0 when reference) */
+    int isa;                /* QUANT_ISA_* level of the quantized mul_mat kernels */
     char *wdata;            /* per-thread scratch, wsize bytes, 64-aligned */
     size_t wsize;
     char *shared;           /* scratch shared by all threads of this node, 64-aligned */

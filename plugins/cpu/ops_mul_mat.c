@@ -6,6 +6,7 @@
  * staying in cache while it meets every src1 row. src0 broadcasts over dims 2, 3 as in ggml:
  * batch i2 of src1 uses batch i2 / (ne12 / ne02) of src0. */
 #include "cpu_internal.h"
+#include "quants.h"
 
 /* Smallest batch (src1 rows) for the packed GEMM: below it the vec_dot path wins, measured on
  * Zen 3 (the GEMM repacks all of src0 per call; quantized vec_dots run on integer SIMD). */
@@ -98,15 +99,26 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
 
     void (*dot)(int64_t, float *, const void *, const void *) =
         ctx->reference ? tf0->vec_dot_ref : tf0->vec_dot;
+    quant_mm_kernels qk;
+    const int quant = !p.generic && quant_mm_kernels_get(s0->type, ctx->isa, &qk) == 0;
+    if (quant) dot = qk.dot;
     const cpu_vec_ops *v = cpu_vec(ctx);
     float *row0 = (float *)ctx->wdata;
     /* src0 rows in blocks of MB (they stay in cache across the src1 rows), handed out
-     * dynamically over (batch, block); with few src0 rows the src1 rows are split instead */
-    const int64_t MB = 16;
+     * dynamically over (batch, block); with few src0 rows the src1 rows are split instead, in
+     * groups of 4 so that the kernel computing a given (row, column) never depends on the thread
+     * count (rows4/multi and dot may round differently) */
+    const int64_t MB = N == 1 ? 32 : 16;
     const int split_m = M >= 4 * ctx->nth || M * 4 >= N;
     int64_t n_lo = 0, n_hi = N;
     const int64_t nblk = (M + MB - 1) / MB, nchunks = split_m ? nblk * B2 * B3 : B2 * B3;
-    if (!split_m) cpu_split(N, ctx->ith, ctx->nth, &n_lo, &n_hi);
+    if (!split_m) {
+        int64_t g_lo, g_hi;
+        cpu_split((N + 3) / 4, ctx->ith, ctx->nth, &g_lo, &g_hi);
+        n_lo = g_lo * 4 < N ? g_lo * 4 : N;
+        n_hi = g_hi * 4 < N ? g_hi * 4 : N;
+    }
+    const size_t rs0 = (size_t)s0->nb[1];
     for (int64_t c = split_m ? cpu_next_chunk(ctx) : 0; c < nchunks; c = split_m ? cpu_next_chunk(ctx) : c + 1) {
         const int64_t bi = split_m ? c / nblk : c;
         const int64_t i2 = bi % B2, i3 = bi / B2;
@@ -122,6 +134,26 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
                     for (int64_t n = n_lo; n < n_hi; n++) {
                         const char *y = b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
                         ((float *)(dbase + n * (int64_t)node->nb[1]))[m] = v->dot_f32(K, x, (const float *)y);
+                    }
+                }
+                continue;
+            }
+            if (quant && N == 1 && qk.rows4) { /* mat-vec: four weight rows per activation load */
+                const char *y = b.base + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                float *d = (float *)dbase;
+                int64_t m = mb;
+                for (; m + 4 <= me; m += 4) qk.rows4(K, &d[m], cpu_row_ptr(s0, m, j2, j3), rs0, y);
+                for (; m < me; m++) dot(K, &d[m], cpu_row_ptr(s0, m, j2, j3), y);
+                continue;
+            }
+            if (quant && qk.multi && n_hi - n_lo > 1) { /* one weight row against up to 4 columns */
+                for (int64_t m = mb; m < me; m++) {
+                    const char *x = cpu_row_ptr(s0, m, j2, j3);
+                    for (int64_t n = n_lo; n < n_hi; n += QUANT_MULTI_MAX) {
+                        const int ny = n_hi - n < QUANT_MULTI_MAX ? (int)(n_hi - n) : QUANT_MULTI_MAX;
+                        float r[QUANT_MULTI_MAX];
+                        qk.multi(K, r, x, b.base + (size_t)n * b.s1 + (size_t)i2 * b.s2 + (size_t)i3 * b.s3, b.s1, ny);
+                        for (int k = 0; k < ny; k++) ((float *)(dbase + (n + k) * (int64_t)node->nb[1]))[m] = r[k];
                     }
                 }
                 continue;

@@ -122,3 +122,90 @@ quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type) {
     default: return NULL;
     }
 }
+
+/* ---- AVX-512 detection and the kernel sets per instruction-set level ---- */
+
+int quant_cpu_has_avx512(void) {
+    static int cached = -1;
+    int v = cached;
+    if (v < 0) {
+        v = 0;
+#ifdef QUANT_HAVE_X86
+        if (quant_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+            v = __builtin_cpu_supports("avx512vnni") ? 2 : 1;
+#endif
+        cached = v;
+    }
+    return v;
+}
+
+int quant_isa_best(void) {
+    if (quant_cpu_has_avx512()) return QUANT_ISA_AVX512;
+    if (quant_cpu_has_avx2()) return QUANT_ISA_AVX2;
+    return QUANT_ISA_REFERENCE;
+}
+
+static void multi_ref_loop(quant_vec_dot_fn dot, int64_t n, float *s, const void *x, const void *y, size_t ys,
+                           int ny) {
+    for (int k = 0; k < ny; k++) dot(n, s + k, x, (const char *)y + (size_t)k * ys);
+}
+#define MULTI_REF(T)                                                                               \
+    static void multi_ref_##T(int64_t n, float *s, const void *x, const void *y, size_t ys, int ny) { \
+        multi_ref_loop(scalar_tables[table_index(PYG_TYPE_##T)].vec_dot, n, s, x, y, ys, ny);     \
+    }
+MULTI_REF(Q4_0) MULTI_REF(Q4_1) MULTI_REF(Q5_0) MULTI_REF(Q5_1) MULTI_REF(Q8_0)
+MULTI_REF(Q8_1) MULTI_REF(Q4_K) MULTI_REF(Q5_K) MULTI_REF(Q6_K) MULTI_REF(Q8_K)
+#undef MULTI_REF
+
+static quant_vec_dot_multi_fn multi_ref_get(int32_t type) {
+    switch (type) {
+    case PYG_TYPE_Q4_0: return multi_ref_Q4_0;
+    case PYG_TYPE_Q4_1: return multi_ref_Q4_1;
+    case PYG_TYPE_Q5_0: return multi_ref_Q5_0;
+    case PYG_TYPE_Q5_1: return multi_ref_Q5_1;
+    case PYG_TYPE_Q8_0: return multi_ref_Q8_0;
+    case PYG_TYPE_Q8_1: return multi_ref_Q8_1;
+    case PYG_TYPE_Q4_K: return multi_ref_Q4_K;
+    case PYG_TYPE_Q5_K: return multi_ref_Q5_K;
+    case PYG_TYPE_Q6_K: return multi_ref_Q6_K;
+    case PYG_TYPE_Q8_K: return multi_ref_Q8_K;
+    default: return NULL;
+    }
+}
+
+int quant_mm_kernels_get(int32_t type, int isa, quant_mm_kernels *k) {
+    const int i = table_index(type);
+    if (i < 0) return -1;
+    const int best = quant_isa_best();
+    if (isa > best) isa = best;
+    k->dot = scalar_tables[i].vec_dot;
+    k->rows4 = NULL;
+    k->multi = multi_ref_get(type);
+#ifdef QUANT_HAVE_X86
+    if (isa >= QUANT_ISA_AVX2) {
+        k->dot = avx2_tables[i].vec_dot;
+        k->multi = cpu_quant_vec_dot_multi_get(type);
+        if (type == PYG_TYPE_Q4_0) k->rows4 = quant_vec_dot_rows4_q4_0_q8_0_avx2;
+    }
+    if (isa >= QUANT_ISA_AVX512) {
+        const int vnni = quant_cpu_has_avx512() >= 2;
+        quant_vec_dot_fn d = NULL;
+        switch (type) {
+        case PYG_TYPE_Q4_0: d = vnni ? quant_vec_dot_q4_0_q8_0_avx512vnni : quant_vec_dot_q4_0_q8_0_avx512bw; break;
+        case PYG_TYPE_Q8_0: d = vnni ? quant_vec_dot_q8_0_q8_0_avx512vnni : quant_vec_dot_q8_0_q8_0_avx512bw; break;
+        case PYG_TYPE_Q4_K: d = vnni ? quant_vec_dot_q4_K_q8_K_avx512vnni : quant_vec_dot_q4_K_q8_K_avx512bw; break;
+        case PYG_TYPE_Q6_K: d = vnni ? quant_vec_dot_q6_K_q8_K_avx512vnni : quant_vec_dot_q6_K_q8_K_avx512bw; break;
+        default: break;
+        }
+        if (d) { /* the AVX-512 dot for every position: no AVX2 rows4/multi mixed in */
+            k->dot = d;
+            k->rows4 = NULL;
+            k->multi = NULL;
+        }
+    }
+#else
+    (void)isa;
+#endif
+    return 0;
+}

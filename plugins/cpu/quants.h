@@ -144,6 +144,23 @@ void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, cons
 /* 1 when the AVX2 kernels may run on this CPU (avx2, fma and f16c all present). */
 int quant_cpu_has_avx2(void);
 
+/* ---- AVX-512 kernels, quants_avx512.c (x86 only; each function carries its own target
+ * attribute, so the library still loads and runs on AVX2-only CPUs). _bw: AVX-512 F/BW/VL/DQ;
+ * _vnni: the same plus AVX512-VNNI (vpdpbusd / vpdpwssd). ---- */
+#ifdef QUANT_HAVE_X86
+#define QUANT_AVX512_DECL(S) \
+    void quant_vec_dot_q4_0_q8_0_##S(int64_t n, float *s, const void *x, const void *y); \
+    void quant_vec_dot_q8_0_q8_0_##S(int64_t n, float *s, const void *x, const void *y); \
+    void quant_vec_dot_q4_K_q8_K_##S(int64_t n, float *s, const void *x, const void *y); \
+    void quant_vec_dot_q6_K_q8_K_##S(int64_t n, float *s, const void *x, const void *y);
+QUANT_AVX512_DECL(avx512bw) QUANT_AVX512_DECL(avx512vnni)
+#undef QUANT_AVX512_DECL
+void quant_vec_dot_rows4_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, size_t x_stride, const void *y);
+#endif
+/* 1 when the AVX-512 F/BW/VL/DQ (+F16C, FMA) kernels may run; 2 when AVX512-VNNI is there too. */
+int quant_cpu_has_avx512(void);
+
+
 /* ---- multi-row dot product (for mul_mat with several activation rows) ----
  * s[k] = dot(x, y_k) for k < ny, where y_k = (const char *)y + k*y_stride is a row of the type's
  * vec_dot_type. One weight row is decoded once and used against all ny rows, so the weights
@@ -156,5 +173,27 @@ typedef void (*quant_vec_dot_multi_fn)(int64_t n, float *s, const void *x, const
  * cpu_quant_funcs_get knows; a generic loop over vec_dot where no special kernel exists);
  * NULL for other types. */
 quant_vec_dot_multi_fn cpu_quant_vec_dot_multi_get(int32_t type);
+
+/* ---- kernel sets for MUL_MAT, by instruction set ---- */
+#define QUANT_ISA_REFERENCE 0 /* scalar C */
+#define QUANT_ISA_AVX2 1      /* AVX2 + FMA + F16C */
+#define QUANT_ISA_AVX512 2    /* AVX-512 F/BW/VL/DQ (VNNI where the CPU has it) */
+
+typedef void (*quant_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* s[r] = dot(row r, y) for the 4 rows x + r*x_stride (r < 4) */
+typedef void (*quant_vec_dot_rows4_fn)(int64_t n, float *s, const void *x, size_t x_stride, const void *y);
+typedef struct quant_mm_kernels {
+    quant_vec_dot_fn dot;          /* one row x one activation row (required) */
+    quant_vec_dot_rows4_fn rows4;  /* four rows x one activation row (NULL: 4 calls of dot) */
+    quant_vec_dot_multi_fn multi;  /* one row x up to 4 activation rows (NULL: calls of dot) */
+} quant_mm_kernels;
+/* The kernels of a quantized type for an instruction-set level (QUANT_ISA_*); a level the CPU
+ * lacks, or a type without kernels at that level, falls back to the next lower level. Returns 0
+ * and fills *k, or -1 for types that are not quantized. Every kernel of one set gives, for a
+ * given (row, activation row), the same bits whichever of them computes it is NOT guaranteed:
+ * callers pick kernels by position only (never by thread count). */
+int quant_mm_kernels_get(int32_t type, int isa, quant_mm_kernels *k);
+/* Highest QUANT_ISA_* level this CPU runs (PYGGML_CPU_NO_AVX2=1 gives REFERENCE). */
+int quant_isa_best(void);
 
 #endif

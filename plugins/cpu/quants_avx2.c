@@ -62,55 +62,63 @@ AVX2 void quant_vec_dot_multi_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx
     for (int k = 0; k < ny; k++) s[k] = hsum_ps(acc[k]);
 }
 
-/* d_x * d_y of 4 consecutive blocks (f16 fields at byte stride sx / sy) as 4 floats: one
- * conversion per 4 blocks instead of two scalar ones per block */
-AVX2 static inline __m128 scales4(const uint8_t *px, size_t sx, const uint8_t *py, size_t sy) {
-    uint16_t hx[4], hy[4];
-    for (int k = 0; k < 4; k++) {
-        memcpy(&hx[k], px + k * sx, 2);
-        memcpy(&hy[k], py + k * sy, 2);
-    }
-    __m128i vx, vy;
-    uint64_t ux, uy;
-    memcpy(&ux, hx, 8);
-    memcpy(&uy, hy, 8);
-    vx = _mm_cvtsi64_si128((long long)ux);
-    vy = _mm_cvtsi64_si128((long long)uy);
-    return _mm_mul_ps(_mm_cvtph_ps(vx), _mm_cvtph_ps(vy));
+/* the 32 nibbles of a q4_0 block as unsigned bytes 0..15, element order: the 16 bytes in both
+ * 128-bit lanes (a load-port broadcast), the high lane shifted right by 4, then masked */
+AVX2 static inline __m256i q4_0_nibbles(const uint8_t *qs) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0xf));
 }
 
-/* lane k of a 4-float vector, broadcast to 8 lanes */
-#define BCAST4(v, k) _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k))
+/* 8 int32 partial sums of (u - 8) . y, given m8 = maddubs(8, y) (shared across weight rows) */
+AVX2 static inline __m256i q4_0_dot(__m256i u, __m256i y, __m256i m8) {
+    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, y), m8), _mm256_set1_epi16(1));
+}
 
 AVX2 void quant_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
     const int64_t nb = n / QK_32;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = acc0, acc3 = acc0;
+    const __m256i k8 = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t b = 0;
-    const __m256i m4 = _mm256_set1_epi8(0xf), k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
-    /* (q - 8) . y = q . y - 8 . y with q unsigned: two maddubs and a subtraction, no sign ops */
-#define Q4DOT(blk, yb) ({ const __m128i q_ = _mm_loadu_si128((const __m128i *)(blk).qs); \
-        const __m256i u_ = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q_, 4), q_), m4); \
-        const __m256i y_ = _mm256_loadu_si256((const __m256i *)(yb).qs); \
-        _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u_, y_), _mm256_maddubs_epi16(k8, y_)), ones); })
-    for (; b + 3 < nb; b += 4) {
-        const __m128 d4 = scales4((const uint8_t *)&x[b].d, sizeof *x, (const uint8_t *)&y[b].d, sizeof *y);
-        const __m256i p0 = Q4DOT(x[b], y[b]);
-        const __m256i p1 = Q4DOT(x[b + 1], y[b + 1]);
-        const __m256i p2 = Q4DOT(x[b + 2], y[b + 2]);
-        const __m256i p3 = Q4DOT(x[b + 3], y[b + 3]);
-        acc0 = _mm256_fmadd_ps(BCAST4(d4, 0), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(BCAST4(d4, 1), _mm256_cvtepi32_ps(p1), acc1);
-        acc2 = _mm256_fmadd_ps(BCAST4(d4, 2), _mm256_cvtepi32_ps(p2), acc2);
-        acc3 = _mm256_fmadd_ps(BCAST4(d4, 3), _mm256_cvtepi32_ps(p3), acc3);
+    for (; b + 1 < nb; b += 2) {
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)y[b + 1].qs);
+        const __m256i p0 = q4_0_dot(q4_0_nibbles(x[b].qs), y0, _mm256_maddubs_epi16(k8, y0));
+        const __m256i p1 = q4_0_dot(q4_0_nibbles(x[b + 1].qs), y1, _mm256_maddubs_epi16(k8, y1));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b + 1].d) * f16(y[b + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
     }
     for (; b < nb; b++) {
-        const __m256i p0 = dot_i8(q4_0_unpack(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i p0 = q4_0_dot(q4_0_nibbles(x[b].qs), y0, _mm256_maddubs_epi16(k8, y0));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[b].d) * f16(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
     }
-#undef Q4DOT
-    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* four weight rows against one activation row: the activation block, its maddubs(8, y) and its
+ * scale are loaded/computed once for the four rows (mat-vec in decode) */
+AVX2 void quant_vec_dot_rows4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, size_t bx, const void *vy) {
+    const blk_q8_0 *y = vy;
+    const int64_t nb = n / QK_32;
+    const blk_q4_0 *x0 = vx, *x1 = (const blk_q4_0 *)((const char *)vx + bx);
+    const blk_q4_0 *x2 = (const blk_q4_0 *)((const char *)vx + 2 * bx), *x3 = (const blk_q4_0 *)((const char *)vx + 3 * bx);
+    const __m256i k8 = _mm256_set1_epi8(8);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i yy = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i m8 = _mm256_maddubs_epi16(k8, yy);
+        const float dy = f16(y[b].d);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x0[b].d) * dy), _mm256_cvtepi32_ps(q4_0_dot(q4_0_nibbles(x0[b].qs), yy, m8)), a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x1[b].d) * dy), _mm256_cvtepi32_ps(q4_0_dot(q4_0_nibbles(x1[b].qs), yy, m8)), a1);
+        a2 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x2[b].d) * dy), _mm256_cvtepi32_ps(q4_0_dot(q4_0_nibbles(x2[b].qs), yy, m8)), a2);
+        a3 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x3[b].d) * dy), _mm256_cvtepi32_ps(q4_0_dot(q4_0_nibbles(x3[b].qs), yy, m8)), a3);
+    }
+    s[0] = hsum_ps(a0);
+    s[1] = hsum_ps(a1);
+    s[2] = hsum_ps(a2);
+    s[3] = hsum_ps(a3);
 }
 
 /* ------------------------------------------------------------------ q8_0 x q8_0 */

@@ -116,6 +116,84 @@ def test_mul_mat_quantized(qt, n, cpu):
         assert nmse(out, ref) < 5e-4, (kernels, nmse(out, ref))
 
 
+KERNEL_PATHS = ["reference", "avx2", "avx512"]
+
+
+def _use_kernels(cpu, path):
+    """Select a kernel path; skip (with the plugin's reason) where this CPU lacks it."""
+    try:
+        cpu.set_option("kernels", path)
+    except pg.PyggmlError as e:
+        pytest.skip(f"kernels={path} not available here: {e}")
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 40])
+@pytest.mark.parametrize("qt", ["q4_0", "q8_0", "q4_K", "q6_K", "q5_0", "q4_1"])
+def test_mul_mat_quantized_every_path(qt, n, cpu):
+    """Each kernel path (scalar reference, AVX2, AVX-512) against float64 of the dequantized
+    weights and q8-rounded activations, and against the reference path (same quantized inputs,
+    so the paths may differ only by float summation order). Odd block counts (K = 32*9*8*3)
+    exercise the tails of the two-blocks-per-vector loops; M = 37 the rows4 tail."""
+    if qt not in _qtypes():
+        pytest.skip(f"pyggml cannot quantize {qt}")
+    rng = np.random.default_rng(13)
+    M, K = 37, 6912
+    w = (rng.standard_normal((M, K)) * np.linspace(0.2, 3.0, K)).astype(np.float32)
+    blocks = pg.quantize(w, qt)
+    wd = pg.dequantize(blocks, qt, (M, K)).astype(np.float64)
+    x = rng.standard_normal((n, K)).astype(np.float32)
+    ref = x.astype(np.float64) @ wd.T
+    outs = {}
+    for path in KERNEL_PATHS:
+        try:
+            cpu.set_option("kernels", path)
+        except pg.PyggmlError:
+            continue
+        g = pg.Graph()
+        wt = g.weight("w", blocks, type=qt, shape=(M, K))
+        xi = g.input("x", (n, K), pg.f32)
+        outs[path] = run(pg.mul_mat(wt, xi), {"x": x})
+        assert nmse(outs[path], ref) < 5e-4, (path, nmse(outs[path], ref))
+    assert "reference" in outs
+    for path, o in outs.items():
+        assert nmse(o, outs["reference"]) < 1e-10, (path, nmse(o, outs["reference"]))
+
+
+@pytest.mark.parametrize("path", KERNEL_PATHS)
+@pytest.mark.parametrize("qt", ["q4_0", "q8_0", "q4_K", "q6_K"])
+def test_mul_mat_quantized_path(qt, path, cpu):
+    """One path at a time (so a CPU without AVX-512 shows the avx512 case as skipped, with the
+    reason): decode (n=1) and a small batch, bit-identical whatever the thread count."""
+    if qt not in _qtypes():
+        pytest.skip(f"pyggml cannot quantize {qt}")
+    _use_kernels(cpu, path)
+    rng = np.random.default_rng(17)
+    M, K = 70, 1024
+    w = rng.standard_normal((M, K)).astype(np.float32)
+    blocks = pg.quantize(w, qt)
+    wd = pg.dequantize(blocks, qt, (M, K)).astype(np.float64)
+    for n in (1, 7):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        ref = x.astype(np.float64) @ wd.T
+        outs = []
+        for nt in ("1", "2", "3"):
+            cpu.set_option("n_threads", nt)
+            g = pg.Graph()
+            wt = g.weight("w", blocks, type=qt, shape=(M, K))
+            xi = g.input("x", (n, K), pg.f32)
+            outs.append(run(pg.mul_mat(wt, xi), {"x": x}))
+        for o in outs[1:]:
+            assert np.array_equal(o, outs[0]), (path, n)
+        assert nmse(outs[0], ref) < 5e-4, (path, n, nmse(outs[0], ref))
+
+
+def test_kernels_option_values(cpu):
+    cpu.set_option("kernels", "reference")
+    cpu.set_option("kernels", "auto")
+    with pytest.raises(pg.PyggmlError, match="auto"):
+        cpu.set_option("kernels", "sse9")
+
+
 @pytest.mark.parametrize("qt", _qtypes())
 def test_get_rows_quantized(qt):
     rng = np.random.default_rng(3)
