@@ -176,14 +176,16 @@ def test_gemm_broadcast_and_noncontiguous_src1_on_cuda(wtype):
     assert _nmse(out, ref) < 5e-4
 
 
-def test_gemm_large_activations_on_cuda():
-    """Activations far beyond f16's range (1e6): the f16 path scales them by a power of two."""
+@pytest.mark.parametrize("scale", [1e6, 1e-6])
+def test_gemm_extreme_activations_on_cuda(scale):
+    """Activations far beyond f16's range (1e6) or deep in its subnormals (1e-6 * N(0,1)): the f16
+    path scales them by a power of two into [2^14, 2^15)."""
     pg, dev = _cuda_device()
     rng = np.random.default_rng(5)
     M, K, N = 64, 256, 40
     g = pg.Graph()
     w, wd = _weight(pg, g, rng, "q8_0", (M, K))
-    x = (rng.standard_normal((N, K)) * 1e6).astype(np.float32)
+    x = (rng.standard_normal((N, K)) * scale).astype(np.float32)
     xi = g.input("x", x.shape, pg.f32)
     out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
     ref = x.astype(np.float64) @ wd.T
@@ -205,3 +207,47 @@ def test_gemm_graph_replay_on_cuda():
         x = rng.standard_normal((N, K)).astype(np.float32) * (10.0 ** i)
         out = s.compute(y, {"x": x})
         assert _nmse(out, x.astype(np.float64) @ wd.T) < 5e-4, f"compute #{i + 1}"
+
+
+_CHUNK_SCRIPT = r"""
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+import pyggml as pg
+dev = next(str(d) for d in pg.devices() if str(d).startswith("cuda"))
+rng = np.random.default_rng(3)
+worst = 0.0
+for wtype, b2, B2 in (("q4_0", 1, 1), ("q6_K", 2, 4), ("f16", 1, 1)):
+    M, K, N = 2500, 512, 64
+    wf = rng.standard_normal((b2, M, K)).astype(np.float32)
+    g = pg.Graph()
+    if wtype == "f16":
+        wd = wf.astype(np.float16)
+        # rows with a stride (a view of a wider matrix): cuBLAS cannot read them in place
+        wide = g.weight("wide", np.concatenate([wd, wd[..., :32]], axis=-1))
+        w = pg.view(wide, (b2, M, K), strides=(M * (K + 32) * 2, (K + 32) * 2, 2))
+        wd = wd.astype(np.float64)
+    else:
+        blocks = pg.quantize(wf.reshape(-1, K), wtype)
+        wd = pg.dequantize(blocks, wtype, (b2 * M, K)).astype(np.float64).reshape(b2, M, K)
+        w = g.weight("w", blocks, type=wtype, shape=(b2, M, K))
+    x = rng.standard_normal((B2, N, K)).astype(np.float32)
+    xi = g.input("x", x.shape, pg.f32)
+    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {{"x": x}})
+    ref = np.stack([x[i].astype(np.float64) @ wd[i // (B2 // b2)].T for i in range(B2)])
+    nmse = float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
+    print(wtype, nmse)
+    worst = max(worst, nmse if np.all(np.isfinite(out)) else np.inf)
+sys.exit(0 if worst < 5e-4 else 1)
+"""
+
+
+def test_gemm_weight_chunks_on_cuda():
+    """Weights converted in chunks of 1 MiB (PYGGML_CUDA_BLAS_CHUNK_MB=1: 1024 rows of K = 512, the last
+    chunk partial), with dim-2 weight batches and strided f16 rows; in a subprocess, because the
+    plugin reads its switches once."""
+    _cuda_device()
+    import sys
+    env = dict(os.environ, PYGGML_CUDA_BLAS_CHUNK_MB="1")
+    r = subprocess.run([sys.executable, "-c", _CHUNK_SCRIPT.format(root=ROOT)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -11,8 +11,8 @@
  *   f16, q4_0, q8_0, q4_K, q6_K: f16 x f16. f16 keeps 3 more mantissa bits than bf16 (NMSE about
  *       1e-7 instead of 3e-6) and is what the weights hold or dequantize to exactly enough; the
  *       activations' range is kept by a power-of-two scale computed on the device from max|x|
- *       (x / s fits f16, cuBLAS multiplies the result by s through a device-side alpha), so large
- *       activations never overflow. A dequantized weight beyond f16's range (|w| > 65504: a block
+ *       (x / s fills f16's range, cuBLAS multiplies the result by s through a device-side alpha), so
+ *       large activations never overflow and tiny ones keep their precision. A dequantized weight beyond f16's range (|w| > 65504: a block
  *       scale near the f16 maximum) would overflow; real models are orders of magnitude below.
  *   bf16: bf16 x bf16 (the weights as they are; activations rounded to bf16).
  *   f32: TF32 tensor cores on the f32 data in place (no conversion); f32 weights whose rows are not
@@ -97,7 +97,7 @@ struct blas_api {
 };
 
 #define GB_WORKSPACE ((size_t)32 << 20)   /* cuBLAS's recommendation for Hopper */
-#define GB_CHUNK_BYTES ((size_t)128 << 20) /* converted weights per chunk (rows x K x 2 bytes) */
+#define GB_CHUNK_BYTES ((size_t)128 << 20) /* default converted weights per chunk (rows x K x 2 bytes) */
 #define GB_MIN_CHUNK_ROWS 1024            /* never fewer rows per chunk (GEMM efficiency) */
 #define GB_MAX_PARTS 1024                 /* blocks of the max|x| pass */
 #define GB_THREADS 256
@@ -110,19 +110,27 @@ enum { GB_F16 = 1, GB_BF16 = 2, GB_TF32 = 3 };
 static std::once_flag g_settings_once;
 static int g_disabled;             /* PYGGML_CUDA_BLAS=0 */
 static int64_t g_min_n = GEMM_BLAS_MIN_N;
+static size_t g_chunk_bytes = GB_CHUNK_BYTES; /* PYGGML_CUDA_BLAS_CHUNK_MB (for tuning) */
+
+static long env_long(const char *name, long lo) {
+    const char *m = getenv(name);
+    if (!m || !*m) return -1;
+    char *end = NULL;
+    const long v = strtol(m, &end, 10);
+    if (end && *end == 0 && v >= lo) return v;
+    pyg_cuda_log(PYG_LOG_WARN, "%s=%s ignored (want an integer >= %ld)", name, m, lo);
+    return -1;
+}
 
 static void read_settings(void) {
     const char *e = getenv("PYGGML_CUDA_BLAS");
     g_disabled = e && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "false") == 0);
     if (g_disabled)
         pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (PYGGML_CUDA_BLAS=%s); GEMMs use the built-in kernels", e);
-    const char *m = getenv("PYGGML_CUDA_BLAS_MIN_N");
-    if (m && *m) {
-        char *end = NULL;
-        long v = strtol(m, &end, 10);
-        if (end && *end == 0 && v >= 1) g_min_n = v;
-        else pyg_cuda_log(PYG_LOG_WARN, "PYGGML_CUDA_BLAS_MIN_N=%s ignored (want an integer >= 1)", m);
-    }
+    long v = env_long("PYGGML_CUDA_BLAS_MIN_N", 1);
+    if (v > 0) g_min_n = v;
+    v = env_long("PYGGML_CUDA_BLAS_CHUNK_MB", 1);
+    if (v > 0) g_chunk_bytes = (size_t)v << 20;
 }
 
 static std::mutex g_lib_mu;
@@ -351,7 +359,7 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
     } else {
         if (is_supported_quant(t) && p->K % 32) return 0;
         const size_t row = (size_t)p->b2 * (size_t)p->K * 2;
-        int64_t mc = (int64_t)(GB_CHUNK_BYTES / row);
+        int64_t mc = (int64_t)(g_chunk_bytes / row);
         if (mc < GB_MIN_CHUNK_ROWS) mc = GB_MIN_CHUNK_ROWS;
         mc -= mc % 128;
         p->mc = mc < p->M ? mc : p->M;
@@ -418,12 +426,14 @@ __device__ __forceinline__ int64_t gb_load8(const gb_bsrc &s, int64_t g, float v
     return col * s.K + k0; /* index of v[0] in the contiguous copy */
 }
 
-/* Power of two s with max|x| / s <= 2^15, so x / s fits f16 (max 65504) with room for rounding;
- * 1 when x already fits or max|x| is not finite (inf/NaN then propagate as in f32). */
+/* Power of two s with max|x| / s in [2^14, 2^15): x / s fits f16 (max 65504) with room for rounding
+ * and uses its whole range, so neither large activations overflow nor tiny ones fall into f16's
+ * subnormals. 1 when max|x| is 0 or not finite (inf/NaN then propagate as in f32). */
 PYG_HD float gb_scale_for_max(float amax) {
-    if (!(amax > 32768.0f) || amax > 3.0e38f) return 1.0f;
+    if (!(amax > 0.0f) || amax > 3.0e38f) return 1.0f;
     int e = 0;
     frexpf(amax / 32768.0f, &e); /* amax / 2^15 = f * 2^e, f in [0.5, 1) */
+    if (e < -100) e = -100;      /* keep 1/s finite */
     return ldexpf(1.0f, e);
 }
 

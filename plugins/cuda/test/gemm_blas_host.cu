@@ -97,13 +97,15 @@ static int run_decoders(void) {
     check_decoder<PYG_TYPE_Q8_0>(34, 32, q80, 1);
     check_decoder<PYG_TYPE_Q4_K>(Q4_K_BYTES, 256, q4k, 2);
     check_decoder<PYG_TYPE_Q6_K>(Q6_K_BYTES, 256, q6k, 1);
-    /* activation scale for f16: a power of two bringing max|x| to <= 2^15 */
-    const float cases[][2] = { { 0.0f, 1 }, { 1000.0f, 1 }, { 32768.0f, 1 }, { 40000.0f, 2 }, { 65504.0f, 2 },
-                               { 1.0e6f, 32 }, { 3.0e9f, 131072 }, { INFINITY, 1 }, { NAN, 1 } };
+    /* activation scale for f16: a power of two bringing max|x| into [2^14, 2^15) */
+    const float cases[][2] = { { 0.0f, 1 }, { 1.0f, 1.0f / 16384 }, { 1000.0f, 1.0f / 32 }, { 32768.0f, 2 },
+                               { 40000.0f, 2 }, { 65504.0f, 2 }, { 1.0e6f, 32 }, { 3.0e9f, 131072 },
+                               { 1.0e-20f, 0x1p-81f }, { 1.0e-30f, 0x1p-100f }, { 1.0e-44f, 1 }, { INFINITY, 1 }, { NAN, 1 } };
     for (auto &c : cases) {
         const float s = gb_scale_for_max(c[0]);
         CHECK(s == c[1], "scale for max %g: %g, want %g", c[0], s, c[1]);
-        if (isfinite(c[0])) CHECK(c[0] / s <= 32768.0f, "max %g / scale %g > 2^15", c[0], s);
+        CHECK(isfinite(1.0f / s), "1 / scale(%g) not finite", c[0]);
+        if (isfinite(c[0]) && c[0] > 1e-25f) CHECK(c[0] / s >= 16384.0f && c[0] / s < 32768.0f, "max %g / scale %g", c[0], s);
     }
     /* f16 / bf16 bits of the conversion used for the GEMM operands */
     CHECK(gb_to16<GB_F16>(1.0f) == 0x3c00, "f16(1)");
