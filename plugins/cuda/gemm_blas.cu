@@ -518,7 +518,6 @@ template <int T> PYG_HD void gb_unit32(const uint8_t *row, int64_t u, float w[32
 template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + u * 18;
     const float d = f16_bits_to_f32(rd16(blk));
-#pragma unroll
     for (int j = 0; j < 16; j++) {
         const uint8_t q = blk[2 + j];
         w[j] = d * (float)((q & 15) - 8);
@@ -529,7 +528,6 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, 
 template <> PYG_HD void gb_unit32<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + u * 34;
     const float d = f16_bits_to_f32(rd16(blk));
-#pragma unroll
     for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)blk[2 + j];
 }
 
@@ -542,14 +540,11 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, 
     const float ds = d * (float)sc, dm = dmin * (float)mn;
     const uint8_t *qs = blk + 16 + 32 * g;
     if (((uintptr_t)qs & 3) == 0) {
-#pragma unroll
         for (int j = 0; j < 32; j += 4) {
             const uint32_t q4 = *(const uint32_t *)(qs + j) >> (4 * hi);
-#pragma unroll
             for (int t = 0; t < 4; t++) w[j + t] = ds * (float)((q4 >> (8 * t)) & 15) - dm;
         }
     } else {
-#pragma unroll
         for (int j = 0; j < 32; j++) w[j] = ds * (float)((qs[j] >> (4 * hi)) & 15) - dm;
     }
 }
@@ -562,7 +557,6 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, 
     const float d = f16_bits_to_f32(rd16(blk + 208));
     const int lshift = (quarter & 2) ? 4 : 0, hshift = 2 * quarter;
     const float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
-#pragma unroll
     for (int l = 0; l < 32; l++) {
         const int q = (((ql[l] >> lshift) & 15) | (((qh[l] >> hshift) & 3) << 4)) - 32;
         w[l] = (l < 16 ? d0 : d1) * (float)q;
