@@ -19,8 +19,14 @@ static int64_t gemm_min_n(int32_t type) {
     }
 }
 
+/* Smallest batch for the q4_0 integer GEMM (8 repacked weight rows x 4 activation rows). */
+#ifndef QGEMM_MIN_N
+#define QGEMM_MIN_N 8
+#endif
+
 typedef struct mm_plan {
     int use_gemm;
+    int qgemm;          /* q4_0 integer GEMM over q8_0 activations (+ per-block sums) */
     int generic;        /* src0 rows strided or without vec_dot: load rows as f32, f32 dot */
     int32_t vdt;        /* type the src1 rows are converted to */
     int convert;        /* 1: src1 rows go through the shared scratch */
@@ -43,6 +49,11 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
         if (!tv || !tv->from_f32 || !tf0->vec_dot_ref) p.generic = 1;
     }
     p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= gemm_min_n(s0->type);
+#ifdef QUANT_HAVE_X86
+    p.qgemm = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0 && s1->ne[1] >= QGEMM_MIN_N &&
+              s0->ne[1] >= 8;
+    if (p.qgemm) p.use_gemm = 0;
+#endif
     p.vdt = (p.use_gemm || p.generic) ? PYG_TYPE_F32 : tf0->vec_dot_type;
     p.convert = !(p.vdt == PYG_TYPE_F32 && s1->type == PYG_TYPE_F32 && s1->nb[0] == 4);
     p.vdt_row = pyg_type_row_size(p.vdt, s0->ne[0]);
@@ -52,15 +63,71 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
 size_t cpu_mul_mat_shared_size(const pyg_tensor *node, int simd, int reference) {
     mm_plan p = mm_choose(node, simd, reference);
     if (!p.convert) return 0;
-    return p.vdt_row * (size_t)pyg_tensor_nrows(node->src[1]);
+    size_t aux = p.qgemm ? (size_t)(node->src[0]->ne[0] / QK_32) * 8 : 0;
+    return (p.vdt_row + aux) * (size_t)pyg_tensor_nrows(node->src[1]);
 }
 
 size_t cpu_mul_mat_thread_size(const pyg_tensor *node, int simd, int reference) {
     mm_plan p = mm_choose(node, simd, reference);
     size_t s = (size_t)(node->src[0]->ne[0] + 16) * sizeof(float) * 2;
     if (p.use_gemm) s += cpu_gemm_wsize();
+#ifdef QUANT_HAVE_X86
+    if (p.qgemm) s += (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0_PANEL_BLOCK + 64;
+#endif
     return s;
 }
+
+#ifdef QUANT_HAVE_X86
+/* q4_0 prefill: work items are (batch, panel of 8 weight rows); a panel is repacked once into
+ * this thread's scratch and met by every activation row, 4 at a time. Rows past the last full
+ * panel (M % 8) go through the multi-row kernel. Which kernel computes an output depends only on
+ * its position, so results do not depend on the thread count. */
+static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan *p, const cpu_rows *b) {
+    const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
+    const int64_t K = s0->ne[0], M = s0->ne[1], nb = K / QK_32;
+    const int64_t N = s1->ne[1], B2 = s1->ne[2], B3 = s1->ne[3];
+    const int64_t r2 = B2 / s0->ne[2], r3 = B3 / s0->ne[3];
+    const int64_t npc = (M + 7) / 8, nchunks = npc * B2 * B3;
+    const float *aux = (const float *)(ctx->shared + p->vdt_row * (size_t)(N * B2 * B3));
+    char *panel = (char *)(((uintptr_t)ctx->wdata + (size_t)(K + 16) * sizeof(float) * 2 + 63) & ~(uintptr_t)63);
+    quant_mm_kernels qk;
+    quant_mm_kernels_get(s0->type, QUANT_ISA_AVX2, &qk);
+    for (int64_t c = cpu_next_chunk(ctx); c < nchunks; c = cpu_next_chunk(ctx)) {
+        const int64_t bi = c / npc, m0 = (c % npc) * 8;
+        const int64_t i2 = bi % B2, i3 = bi / B2, j2 = i2 / r2, j3 = i3 / r3;
+        char *dbase = (char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3];
+        const char *ybase = b->base + (size_t)i2 * b->s2 + (size_t)i3 * b->s3;
+        const int64_t rbase = N * (i2 + B2 * i3); /* activation row index of column 0 (aux) */
+        if (m0 + 8 <= M) {
+            quant_q4_0_pack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
+            for (int64_t n = 0; n < N; n += 4) {
+                const int nc = N - n < 4 ? (int)(N - n) : 4;
+                const void *y[4];
+                const float *dy[4];
+                const int32_t *s8[4];
+                float *dst[4];
+                for (int k = 0; k < nc; k++) {
+                    y[k] = ybase + (size_t)(n + k) * b->s1;
+                    dy[k] = aux + (size_t)(rbase + n + k) * nb * 2;
+                    s8[k] = (const int32_t *)(dy[k] + nb);
+                    dst[k] = (float *)(dbase + (n + k) * (int64_t)node->nb[1]) + m0;
+                }
+                quant_q4_0_gemm8x4_avx2(nb, panel, y, dy, s8, dst, nc);
+            }
+        } else {
+            for (int64_t m = m0; m < M; m++) {
+                const char *x = cpu_row_ptr(s0, m, j2, j3);
+                for (int64_t n = 0; n < N; n += QUANT_MULTI_MAX) {
+                    const int ny = N - n < QUANT_MULTI_MAX ? (int)(N - n) : QUANT_MULTI_MAX;
+                    float r[QUANT_MULTI_MAX];
+                    qk.multi(K, r, x, ybase + (size_t)n * b->s1, b->s1, ny);
+                    for (int k = 0; k < ny; k++) ((float *)(dbase + (n + k) * (int64_t)node->nb[1]))[m] = r[k];
+                }
+            }
+        }
+    }
+}
+#endif
 
 void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
     const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
@@ -79,6 +146,13 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
         for (int64_t r = lo; r < hi; r++) {
             const float *x = cpu_load_row(s1, r % N, (r / N) % B2, r / (N * B2), buf);
             tv->from_f32(x, ctx->shared + (size_t)r * p.vdt_row, K);
+#ifdef QUANT_HAVE_X86
+            if (p.qgemm) {
+                float *aux = (float *)(ctx->shared + p.vdt_row * (size_t)(N * B2 * B3)) + (size_t)r * (K / QK_32) * 2;
+                quant_q8_0_block_sums_avx2(ctx->shared + (size_t)r * p.vdt_row, K / QK_32, aux,
+                                           (int32_t *)(aux + K / QK_32));
+            }
+#endif
         }
         cpu_barrier_wait(ctx->barrier);
         b.base = ctx->shared;
@@ -96,6 +170,12 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
         cpu_gemm_f32_avx2(node, ctx, tf0, &b);
         return;
     }
+#ifdef QUANT_HAVE_X86
+    if (p.qgemm) {
+        mul_mat_q4_0_gemm(node, ctx, &p, &b);
+        return;
+    }
+#endif
 
     void (*dot)(int64_t, float *, const void *, const void *) =
         ctx->reference ? tf0->vec_dot_ref : tf0->vec_dot;

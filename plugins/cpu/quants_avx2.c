@@ -564,3 +564,89 @@ AVX2 void quant_q8_K_from_f32_avx2(const float *x, void *vy, int64_t n) {
 }
 
 #endif /* QUANT_HAVE_X86 */
+
+/* ------------------------------------------------------------------ q4_0 GEMM (prefill) */
+/* Eight weight rows are repacked per call (never stored) so that one 256-bit vector holds four
+ * consecutive nibble bytes of each of the 8 rows: 32-bit lane l = row l. Against an activation
+ * block, a broadcast 4-byte group of it then meets the same 4 positions of all 8 rows at once, and
+ * the int32 result lanes are the 8 rows' dot products: no horizontal sums, one scale vector per
+ * block (the 8 rows' d) and 8 outputs stored contiguously. */
+#ifdef QUANT_HAVE_X86
+
+AVX2 void quant_q4_0_pack8_avx2(const void *vx, size_t row_stride, int64_t nb, void *vdst) {
+    const char *base = vx;
+    char *dst = vdst;
+    for (int64_t b = 0; b < nb; b++, dst += QUANT_Q4_0_PANEL_BLOCK) {
+        const blk_q4_0 *r[8];
+        for (int l = 0; l < 8; l++) r[l] = (const blk_q4_0 *)(base + (size_t)l * row_stride) + b;
+        const __m128i h = _mm_setr_epi16((short)r[0]->d, (short)r[1]->d, (short)r[2]->d, (short)r[3]->d,
+                                         (short)r[4]->d, (short)r[5]->d, (short)r[6]->d, (short)r[7]->d);
+        _mm256_store_ps((float *)dst, _mm256_cvtph_ps(h));
+        __m128i a[8];
+        for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)r[l]->qs);
+        __m128i u[4], v[4];
+        for (int half = 0; half < 2; half++) {
+            const __m128i *q = a + 4 * half;
+            const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
+            const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
+            __m128i *o = half ? v : u;
+            o[0] = _mm_unpacklo_epi64(t0, t2);
+            o[1] = _mm_unpackhi_epi64(t0, t2);
+            o[2] = _mm_unpacklo_epi64(t1, t3);
+            o[3] = _mm_unpackhi_epi64(t1, t3);
+        }
+        for (int j = 0; j < 4; j++) _mm256_store_si256((__m256i *)(dst + 32 + 32 * j), _mm256_set_m128i(v[j], u[j]));
+    }
+}
+
+/* dst[c][l] = dot(row l of the panel, activation row c) for c < nc (<= 4), l < 8. y[c] is a q8_0
+ * row; dy[c][b] its block scales as floats, s8[c][b] = 8 * (sum of block b's quants). */
+AVX2 void quant_q4_0_gemm8x4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
+                                  const int32_t *const *s8, float *const *dst, int nc) {
+    const __m256i m4 = _mm256_set1_epi8(0xf), ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    const char *yc[4];
+    for (int c = 0; c < 4; c++) yc[c] = (const char *)y[c < nc ? c : 0] + 2; /* qs of block 0 */
+    const char *pa = panel;
+#define Q4G_BCAST(p) ({ int32_t v_; memcpy(&v_, (p), 4); _mm256_set1_epi32(v_); })
+    for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_0_PANEL_BLOCK) {
+        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0;
+        const size_t yo = (size_t)b * sizeof(blk_q8_0);
+        for (int j = 0; j < 4; j++) {
+            const __m256i t = _mm256_load_si256((const __m256i *)(pa + 32 + 32 * j));
+            const __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
+            p0 = _mm256_add_epi16(p0, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[0] + yo + 4 * j)),
+                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[0] + yo + 16 + 4 * j))));
+            p1 = _mm256_add_epi16(p1, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[1] + yo + 4 * j)),
+                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[1] + yo + 16 + 4 * j))));
+            p2 = _mm256_add_epi16(p2, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[2] + yo + 4 * j)),
+                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[2] + yo + 16 + 4 * j))));
+            p3 = _mm256_add_epi16(p3, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[3] + yo + 4 * j)),
+                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[3] + yo + 16 + 4 * j))));
+        }
+        const __m256 d8 = _mm256_load_ps((const float *)pa);
+        const __m256i pp[4] = { p0, p1, p2, p3 };
+        for (int c = 0; c < 4; c++) {
+            const int cc = c < nc ? c : 0;
+            const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(pp[c], ones), _mm256_set1_epi32(s8[cc][b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy[cc][b])), _mm256_cvtepi32_ps(p), acc[c]);
+        }
+    }
+#undef Q4G_BCAST
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(dst[c], acc[c]);
+}
+
+/* per block of a q8_0 row: the scale as a float and 8 * (sum of the 32 quants) */
+AVX2 void quant_q8_0_block_sums_avx2(const void *vy, int64_t nb, float *dy, int32_t *s8) {
+    const blk_q8_0 *y = vy;
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+        __m128i r = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4e));
+        r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xb1));
+        s8[b] = 8 * _mm_cvtsi128_si32(r);
+        dy[b] = f16(y[b].d);
+    }
+}
+#endif
