@@ -95,6 +95,9 @@ def test_fallbacks_are_logged(harness):
     assert "scratch 0" in r.stdout and "PYGGML_CUDA_BLAS=0" in r.stdout, r.stdout
     r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=os.path.join(os.path.dirname(fake), "libcublas.so.99"))
     assert "scratch 0" in r.stdout and "cuBLAS not found" in r.stdout, r.stdout
+    # without cuBLAS, our WMMA kernel takes the GEMM on the same converted operands (no workspace)
+    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS="0", FAKE_MMA="1")
+    assert 0 < int(r.stdout.split("scratch ")[1]) < 32 << 20, r.stdout
     r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS_MIN_N="65")
     assert "scratch 0" in r.stdout, r.stdout   # N = 64 is below the threshold
 
@@ -138,12 +141,16 @@ def _weight(pg, g, rng, wtype, shape):
 WTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K"]
 
 
+_SHAPES = [(n, 96, 512) for n in (32, 77, 512)] + [(45, 300, 256)]
+
+
 @pytest.mark.parametrize("wtype", WTYPES)
-@pytest.mark.parametrize("n", [32, 77, 512])
-def test_gemm_on_cuda(wtype, n):
+@pytest.mark.parametrize("n,M,K", _SHAPES + [(40, 70, 67)])
+def test_gemm_on_cuda(wtype, n, M, K):
+    if K % 32 and wtype not in ("f32", "f16", "bf16"):
+        pytest.skip("K must be a multiple of the block size")
     pg, dev = _cuda_device()
     rng = np.random.default_rng(n)
-    M, K = 96, 512
     g = pg.Graph()
     w, wd = _weight(pg, g, rng, wtype, (M, K))
     x = (rng.standard_normal((n, K)) * 3).astype(np.float32)
@@ -251,3 +258,17 @@ def test_gemm_weight_chunks_on_cuda():
     r = subprocess.run([sys.executable, "-c", _CHUNK_SCRIPT.format(root=ROOT)], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_builtin_path_on_cuda():
+    """Every device test above again with PYGGML_CUDA_BLAS=0: our WMMA kernel on the converted
+    operands (zero-padded K, f16 with the activation scale, bf16), in a subprocess because the plugin
+    reads its switches once."""
+    _cuda_device()
+    import sys
+    if os.environ.get("PYGGML_CUDA_BLAS") == "0":
+        pytest.skip("already running without cuBLAS")
+    env = dict(os.environ, PYGGML_CUDA_BLAS="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", __file__, "-k", "on_cuda and not builtin_path"],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

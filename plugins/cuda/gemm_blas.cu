@@ -304,12 +304,16 @@ static blas_handle dev_handle_locked(int device) {
 
 /* ---------------------------------------------------------------- per-node plan */
 
+enum { GB_BLAS = 1, GB_MMA = 2 }; /* who runs the GEMM: cuBLAS, or our WMMA kernel (mul_mat_mma.cu) */
+
 struct gb_plan {
-    int mode;                  /* GB_F16, GB_BF16, GB_TF32 */
+    int backend;               /* GB_BLAS, GB_MMA */
+    int mode;                  /* GB_F16, GB_BF16, GB_TF32 (cuBLAS only) */
     int a_conv, b_conv, c_stage, merge;
     int blas_type;             /* BLAS_R_* of the GEMM's A and B */
     size_t es;                 /* bytes per element of A and B as the GEMM reads them */
     int64_t M, N, K, b2, b3, B2, B3, r2, r3;
+    int64_t Kp;                /* row pitch of converted operands: K rounded up to 32, zero-filled */
     int64_t mc;                /* weight rows per converted chunk (M when in place) */
     int64_t lda, sa2;          /* A in place: elements between rows, between dim-2 batches */
     int64_t ldb, sb2, sb3;     /* B (in place or converted), elements */
@@ -329,11 +333,18 @@ static int in_place_ok(const pyg_tensor *t, size_t es, int64_t min_ld) {
     return ld >= min_ld && fits_int(ld);
 }
 
-static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
+/* Our WMMA kernel reads 16-byte chunks: leading dimensions and batch strides in multiples of 8
+ * elements, 16-byte aligned data, K a multiple of its 32-wide k step. */
+static int mma_in_place_ok(const pyg_tensor *t, int64_t K) {
+    return K % 32 == 0 && (((uint64_t)(uintptr_t)t->data | t->nb[1] | t->nb[2] | t->nb[3]) & 15) == 0;
+}
+
+static int gb_plan_make(const pyg_tensor *n, gb_plan *p, int backend) {
     std::call_once(g_settings_once, read_settings);
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     memset(p, 0, sizeof *p);
-    if (g_disabled) return 0;
+    p->backend = backend;
+    if (!backend || (backend == GB_BLAS && g_disabled)) return 0;
     p->M = a->ne[1]; p->K = a->ne[0]; p->N = b->ne[1];
     p->b2 = a->ne[2]; p->b3 = a->ne[3]; p->B2 = b->ne[2]; p->B3 = b->ne[3];
     if (p->N < g_min_n || p->b2 < 1 || p->b3 < 1) return 0;
@@ -341,7 +352,7 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
     p->r3 = p->B3 / p->b3;
     if (!fits_int(p->M) || !fits_int(p->K) || !fits_int(p->N * p->r2) || !fits_int(p->b2)) return 0;
     const int t = a->type;
-    if (t == PYG_TYPE_F32) p->mode = in_place_ok(a, 4, p->K) ? GB_TF32 : GB_BF16;
+    if (t == PYG_TYPE_F32) p->mode = backend == GB_BLAS && in_place_ok(a, 4, p->K) ? GB_TF32 : GB_BF16;
     else if (t == PYG_TYPE_BF16) p->mode = GB_BF16;
     else if (t == PYG_TYPE_F16 || is_supported_quant(t)) p->mode = GB_F16;
     else return 0;
@@ -351,14 +362,15 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
     /* weights */
     const int a_native = p->mode == GB_TF32 || (p->mode == GB_F16 && t == PYG_TYPE_F16) ||
                          (p->mode == GB_BF16 && t == PYG_TYPE_BF16);
-    p->a_conv = !(a_native && in_place_ok(a, p->es, p->K));
+    p->Kp = (p->K + 31) / 32 * 32;
+    p->a_conv = !(a_native && in_place_ok(a, p->es, p->K) && (backend == GB_BLAS || mma_in_place_ok(a, p->K)));
     if (!p->a_conv) {
         p->lda = (int64_t)(a->nb[1] / p->es);
         p->sa2 = (int64_t)(a->nb[2] / p->es);
         p->mc = p->M;
     } else {
         if (is_supported_quant(t) && p->K % 32) return 0;
-        const size_t row = (size_t)p->b2 * (size_t)p->K * 2;
+        const size_t row = (size_t)p->b2 * (size_t)p->Kp * 2;
         int64_t mc = (int64_t)(g_chunk_bytes / row);
         if (mc < GB_MIN_CHUNK_ROWS) mc = GB_MIN_CHUNK_ROWS;
         mc -= mc % 128;
@@ -367,8 +379,8 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
     /* activations: converted (f16/bf16) or, for TF32, read in place where cuBLAS can */
     p->b_conv = !(p->mode == GB_TF32 && in_place_ok(b, 4, p->K));
     if (p->b_conv) {
-        p->ldb = p->K;
-        p->sb2 = p->N * p->K;
+        p->ldb = p->Kp;
+        p->sb2 = p->N * p->Kp;
         p->sb3 = p->B2 * p->sb2;
     } else {
         p->ldb = (int64_t)(b->nb[1] / 4);
@@ -388,10 +400,10 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
     }
     p->merge = p->r2 > 1 && p->sb2 == p->N * p->ldb && p->sc2 == p->N * p->ldc;
 
-    const size_t nb_b = p->b_conv ? (size_t)(p->B3 * p->B2 * p->N * p->K) * p->es : 0;
-    const size_t nb_a = p->a_conv ? (size_t)(p->b2 * p->mc * p->K) * 2 : 0;
+    const size_t nb_b = p->b_conv ? (size_t)(p->B3 * p->B2 * p->N * p->Kp) * p->es : 0;
+    const size_t nb_a = p->a_conv ? (size_t)(p->b2 * p->mc * p->Kp) * 2 : 0;
     const size_t nb_c = p->c_stage ? (size_t)(p->B3 * p->B2 * p->N * p->M) * 4 : 0;
-    p->off_alpha = GB_WORKSPACE;
+    p->off_alpha = backend == GB_BLAS ? GB_WORKSPACE : 0;
     p->off_part = p->off_alpha + 256;
     p->off_b = p->off_part + al256(GB_MAX_PARTS * sizeof(float));
     p->off_a = p->off_b + al256(nb_b);
@@ -406,7 +418,7 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p) {
 struct gb_bsrc {
     const char *p;
     int64_t nb0, nb1, nb2, nb3;
-    int64_t K, N, B2, KG;      /* KG = ceil(K / 8) */
+    int64_t K, N, B2, KG;      /* KG = Kp / 8: groups per column, the pitch's tail reads zeros */
     int vec;                   /* 16-byte loads possible (nb0 == 4, aligned rows) */
 };
 
@@ -423,7 +435,7 @@ __device__ __forceinline__ int64_t gb_load8(const gb_bsrc &s, int64_t g, float v
 #pragma unroll
         for (int t = 0; t < 8; t++) v[t] = k0 + t < s.K ? *(const float *)(base + (k0 + t) * s.nb0) : 0.0f;
     }
-    return col * s.K + k0; /* index of v[0] in the contiguous copy */
+    return col * s.KG * 8 + k0; /* index of v[0] in the copy (row pitch Kp = 8 KG) */
 }
 
 /* Power of two s with max|x| / s in [2^14, 2^15): x / s fits f16 (max 65504) with room for rounding
@@ -461,7 +473,7 @@ PYG_HD uint16_t gb_to16(float v) {
     return f32_to_bf16_bits(v);
 }
 
-/* src1 -> contiguous [B3][B2][N][K] in the GEMM's type. GB_F16: scaled by 1/s, s from the partial
+/* src1 -> [B3][B2][N][Kp] in the GEMM's type (k >= K zero). GB_F16: scaled by 1/s, s from the partial
  * maxima of k_gb_absmax; block 0 stores alpha = s, beta = 0 for the GEMM (device pointer mode). */
 template <int MODE>
 __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t groups, const float *part,
@@ -479,34 +491,23 @@ __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t 
             alpha_beta[1] = 0.0f;
         }
     }
-    const bool aligned = (s.K & 7) == 0;
     for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < groups; g += (int64_t)gridDim.x * GB_THREADS) {
         float v[8];
-        const int64_t o = gb_load8(s, g, v);
-        const int64_t k0 = (g % s.KG) * 8;
+        const int64_t o = gb_load8(s, g, v); /* a multiple of 8: 16/32-byte aligned stores */
         if (MODE == GB_TF32) {
             float *d = (float *)out + o;
-            if (aligned) {
-                ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
-                ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
-            } else {
-                for (int t = 0; t < 8 && k0 + t < s.K; t++) d[t] = v[t];
-            }
+            ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+            ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
         } else {
             uint16_t h[8];
 #pragma unroll
             for (int t = 0; t < 8; t++) h[t] = gb_to16<MODE>(v[t] * inv);
-            uint16_t *d = (uint16_t *)out + o;
-            if (aligned) {
-                uint4 w;
-                w.x = h[0] | ((uint32_t)h[1] << 16);
-                w.y = h[2] | ((uint32_t)h[3] << 16);
-                w.z = h[4] | ((uint32_t)h[5] << 16);
-                w.w = h[6] | ((uint32_t)h[7] << 16);
-                *(uint4 *)d = w;
-            } else {
-                for (int t = 0; t < 8 && k0 + t < s.K; t++) d[t] = h[t];
-            }
+            uint4 w;
+            w.x = h[0] | ((uint32_t)h[1] << 16);
+            w.y = h[2] | ((uint32_t)h[3] << 16);
+            w.z = h[4] | ((uint32_t)h[5] << 16);
+            w.w = h[6] | ((uint32_t)h[7] << 16);
+            *(uint4 *)((uint16_t *)out + o) = w;
         }
     }
 }
@@ -588,13 +589,13 @@ __global__ void __launch_bounds__(GB_THREADS) k_gb_dequant_a(const char *a, int6
 
 /* Plain weights cuBLAS cannot read in place (strided rows, or f32 going to bf16): element-wise. */
 template <int MODE>
-__global__ void __launch_bounds__(GB_THREADS) k_gb_convert_a(tview a, const char *base, int64_t mc, int64_t count,
-                                                             uint16_t *out) {
+__global__ void __launch_bounds__(GB_THREADS) k_gb_convert_a(tview a, const char *base, int64_t mc, int64_t Kp,
+                                                             int64_t count, uint16_t *out) {
     const int64_t K = a.ne[0];
     for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS) {
-        const int64_t k = e % K, r = e / K;
+        const int64_t k = e % Kp, r = e / Kp;
         const char *row = base + (r / mc) * a.nb[2] + (r % mc) * a.nb[1];
-        out[e] = gb_to16<MODE>(load_f(row + k * a.nb[0], a.type));
+        out[e] = gb_to16<MODE>(k < K ? load_f(row + k * a.nb[0], a.type) : 0.0f);
     }
 }
 
@@ -615,9 +616,17 @@ static unsigned gb_blocks(int64_t items, int64_t cap) {
 
 /* ---------------------------------------------------------------- host entry points */
 
+/* cuBLAS where it opens, else our WMMA kernel on the converted operands, else none (FFMA GEMM). */
+static int gb_backend(void) {
+    std::call_once(g_settings_once, read_settings);
+    if (!g_disabled && lib_ready()) return GB_BLAS;
+    return mma_gemm_available() ? GB_MMA : 0;
+}
+
 size_t gemm_blas_scratch_bytes(const pyg_tensor *n) {
     gb_plan p;
-    if (!gb_plan_make(n, &p) || !lib_ready()) return 0;
+    if (!gb_plan_make(n, &p, GB_MMA)) return 0; /* shape checks first: cuBLAS opens at the first real GEMM */
+    if (!gb_plan_make(n, &p, gb_backend())) return 0;
     return p.total;
 }
 
@@ -634,7 +643,7 @@ static int convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c
     gb_bsrc s;
     s.p = (const char *)b->data;
     s.nb0 = (int64_t)b->nb[0]; s.nb1 = (int64_t)b->nb[1]; s.nb2 = (int64_t)b->nb[2]; s.nb3 = (int64_t)b->nb[3];
-    s.K = p.K; s.N = p.N; s.B2 = p.B2; s.KG = (p.K + 7) / 8;
+    s.K = p.K; s.N = p.N; s.B2 = p.B2; s.KG = p.Kp / 8;
     s.vec = b->nb[0] == 4 && (((uintptr_t)b->data | b->nb[1] | b->nb[2] | b->nb[3]) & 15) == 0;
     const int64_t groups = s.KG * p.N * p.B2 * p.B3;
     float *ab = (float *)(scr + p.off_alpha), *part = (float *)(scr + p.off_part);
@@ -649,15 +658,15 @@ static int convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c
     } else {
         k_gb_convert_b<GB_TF32><<<grid, GB_THREADS, 0, c->stream>>>(s, groups, part, 0, ab, out);
     }
-    return check_launch(c, "mul_mat (cuBLAS path: convert activations)");
+    return check_launch(c, "mul_mat (GEMM: convert activations)");
 }
 
-/* Rows [m0, m0 + mc) of every dim-2 batch of weight batch i03 -> scratch, as the GEMM's type. */
+/* Rows [m0, m0 + mc) of every dim-2 batch of weight batch i03 -> scratch [b2][mc][Kp], the GEMM's type. */
 static int convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t m0, int64_t mc, uint16_t *out,
                      op_ctx *c) {
     const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
     const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
-    if (is_supported_quant(a->type)) {
+    if (is_supported_quant(a->type)) { /* K % 32 == 0: Kp == K */
         const int64_t units = p.b2 * mc * (p.K / 32);
         const unsigned grid = gb_blocks(units, 65535);
         switch (a->type) {
@@ -667,32 +676,20 @@ static int convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t
         default: k_gb_dequant_a<PYG_TYPE_Q6_K><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
         }
     } else {
-        const int64_t count = p.b2 * mc * p.K;
+        const int64_t count = p.b2 * mc * p.Kp;
         const unsigned grid = gb_blocks(count, 65535);
-        if (p.mode == GB_F16) k_gb_convert_a<GB_F16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, count, out);
-        else k_gb_convert_a<GB_BF16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, count, out);
+        if (p.mode == GB_F16)
+            k_gb_convert_a<GB_F16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, p.Kp, count, out);
+        else
+            k_gb_convert_a<GB_BF16><<<grid, GB_THREADS, 0, c->stream>>>(make_view(a), base, mc, p.Kp, count, out);
     }
-    return check_launch(c, "mul_mat (cuBLAS path: convert weights)");
+    return check_launch(c, "mul_mat (GEMM: convert weights)");
 }
 
-int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
+/* The node's GEMMs (after the activations are converted): per weight batch i03 and chunk of rows,
+ * per src1 dim-3 batch (and per broadcast sub-batch where they don't fold into N). */
+static int run_gemms(const pyg_tensor *n, const gb_plan &p, char *scr, blas_handle h, op_ctx *c) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
-    gb_plan p;
-    if (!gb_plan_make(n, &p) || !lib_ready()) return GEMM_BLAS_DECLINED;
-    if (!c->scratch || c->scratch_size < p.total || c->device < 0 || c->device >= GB_MAX_DEV) return GEMM_BLAS_DECLINED;
-    blas_dev &d = g_dev[c->device];
-    std::lock_guard<std::mutex> lk(d.mu);
-    blas_handle h = dev_handle_locked(c->device);
-    if (!h) return GEMM_BLAS_DECLINED;
-    char *scr = (char *)c->scratch;
-    int st = PYG_OK;
-    if (p.b_conv && (st = convert_b(b, p, scr, c)) != PYG_OK) return st;
-
-    /* cublasSetStream resets the workspace to cuBLAS's own pool: set the workspace after it */
-    GB_CALL(g_blas.set_stream(h, c->stream), "cublasSetStream");
-    GB_CALL(g_blas.set_workspace(h, scr, GB_WORKSPACE), "cublasSetWorkspace");
-    GB_CALL(g_blas.set_pointer_mode(h, p.mode == GB_F16 ? BLAS_POINTER_MODE_DEVICE : BLAS_POINTER_MODE_HOST),
-            "cublasSetPointerMode");
     static const float one = 1.0f, zero = 0.0f;
     const float *ab = (const float *)(scr + p.off_alpha);
     const void *alpha = p.mode == GB_F16 ? (const void *)ab : (const void *)&one;
@@ -702,10 +699,10 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
     char *cbase = p.c_stage ? scr + p.off_c : (char *)n->data;
     const int64_t bs2 = p.sb2 * (int64_t)p.es, bs3 = p.sb3 * (int64_t)p.es; /* bytes */
     const int64_t cs2 = p.sc2 * 4, cs3 = p.sc3 * 4;
-    const int ncols = (int)(p.merge ? p.N * p.r2 : p.N);
+    const int64_t ncols = p.merge ? p.N * p.r2 : p.N;
     const int nsub = (p.r2 == 1 || p.merge) ? 1 : (int)p.r2;
     uint16_t *aconv = (uint16_t *)(scr + p.off_a);
-
+    int st;
     for (int64_t i03 = 0; i03 < p.b3; i03++) {
         for (int64_t m0 = 0; m0 < p.M; m0 += p.mc) {
             const int64_t mc = p.mc < p.M - m0 ? p.mc : p.M - m0;
@@ -714,8 +711,8 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
             if (p.a_conv) {
                 if ((st = convert_a(a, p, i03, m0, mc, aconv, c)) != PYG_OK) return st;
                 aptr = aconv;
-                lda = p.K;
-                sa = mc * p.K;
+                lda = p.Kp;
+                sa = mc * p.Kp;
             } else {
                 aptr = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
                 lda = p.lda;
@@ -725,8 +722,16 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
                 for (int j = 0; j < nsub; j++) {
                     const char *bp = bbase + i13 * bs3 + j * bs2;
                     char *cp = cbase + i13 * cs3 + j * cs2 + m0 * 4;
-                    GB_CALL(g_blas.gemm(h, BLAS_OP_T, BLAS_OP_N, (int)mc, ncols, (int)p.K, alpha, aptr, p.blas_type,
-                                        (int)lda, (long long)sa, bp, p.blas_type, (int)p.ldb,
+                    if (p.backend == GB_MMA) {
+                        /* zero-padded to Kp on both sides (in place only when K % 32 == 0) */
+                        st = mma_gemm_tn(p.mode == GB_F16, mc, ncols, p.Kp, aptr, lda, sa, bp, p.ldb, p.r2 * p.sb2,
+                                         (float *)cp, p.ldc, p.r2 * p.sc2, (int)p.b2,
+                                         p.mode == GB_F16 ? ab : NULL, c);
+                        if (st != PYG_OK) return st;
+                        continue;
+                    }
+                    GB_CALL(g_blas.gemm(h, BLAS_OP_T, BLAS_OP_N, (int)mc, (int)ncols, (int)p.K, alpha, aptr,
+                                        p.blas_type, (int)lda, (long long)sa, bp, p.blas_type, (int)p.ldb,
                                         (long long)(p.r2 * p.sb2), beta, cp, BLAS_R_32F, (int)p.ldc,
                                         (long long)(p.r2 * p.sc2), (int)p.b2, compute, BLAS_GEMM_DEFAULT),
                             "cublasGemmStridedBatchedEx");
@@ -738,9 +743,46 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
         const int64_t count = p.M * p.N * p.B2 * p.B3;
         k_gb_copy_c<<<gb_blocks(count, 65535), GB_THREADS, 0, c->stream>>>((const float *)(scr + p.off_c),
                                                                           make_view(n), count);
-        if ((st = check_launch(c, "mul_mat (cuBLAS path: copy result)")) != PYG_OK) return st;
+        if ((st = check_launch(c, "mul_mat (GEMM: copy result)")) != PYG_OK) return st;
     }
     return PYG_OK;
+}
+
+int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
+    gb_plan p;
+    if (!gb_plan_make(n, &p, GB_MMA)) return GEMM_BLAS_DECLINED; /* shape checks (no library opened) */
+    int backend = gb_backend();
+    if (backend == GB_BLAS && (c->device < 0 || c->device >= GB_MAX_DEV)) backend = mma_gemm_available() ? GB_MMA : 0;
+    if (!gb_plan_make(n, &p, backend)) return GEMM_BLAS_DECLINED;
+    if (!c->scratch || c->scratch_size < p.total) {
+        /* planned for another backend (cuBLAS handle failed after the plan was sized): fit if we can */
+        if (backend != GB_BLAS || !mma_gemm_available() || !gb_plan_make(n, &p, GB_MMA) || !c->scratch ||
+            c->scratch_size < p.total)
+            return GEMM_BLAS_DECLINED;
+        backend = GB_MMA;
+    }
+    char *scr = (char *)c->scratch;
+    int st;
+    if (backend == GB_MMA) {
+        if (p.b_conv && (st = convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
+        return run_gemms(n, p, scr, NULL, c);
+    }
+    blas_dev &d = g_dev[c->device];
+    std::lock_guard<std::mutex> lk(d.mu);
+    blas_handle h = dev_handle_locked(c->device);
+    if (!h) { /* no handle on this device: our kernel, if the plan's scratch fits its layout */
+        gb_plan q;
+        if (!mma_gemm_available() || !gb_plan_make(n, &q, GB_MMA) || c->scratch_size < q.total) return GEMM_BLAS_DECLINED;
+        if (q.b_conv && (st = convert_b(n->src[1], q, scr, c)) != PYG_OK) return st;
+        return run_gemms(n, q, scr, NULL, c);
+    }
+    if (p.b_conv && (st = convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
+    /* cublasSetStream resets the workspace to cuBLAS's own pool: set the workspace after it */
+    GB_CALL(g_blas.set_stream(h, c->stream), "cublasSetStream");
+    GB_CALL(g_blas.set_workspace(h, scr, GB_WORKSPACE), "cublasSetWorkspace");
+    GB_CALL(g_blas.set_pointer_mode(h, p.mode == GB_F16 ? BLAS_POINTER_MODE_DEVICE : BLAS_POINTER_MODE_HOST),
+            "cublasSetPointerMode");
+    return run_gemms(n, p, scr, h, c);
 }
 
 #endif /* CUDA */

@@ -30,6 +30,19 @@ void pyg_cuda_log(int32_t level, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* mul_mat_mma.cu is not linked here: its kernel is "available" when FAKE_MMA=1, and never runs */
+int mma_gemm_available(void) {
+    const char *e = getenv("FAKE_MMA");
+    return e && !strcmp(e, "1");
+}
+
+int mma_gemm_tn(int f16, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int64_t sa, const void *B,
+                int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc, int batch, const float *alpha,
+                op_ctx *c) {
+    snprintf(c->err, c->errlen, "no kernel may run in this host test");
+    return PYG_ERR_INTERNAL;
+}
+
 int check_launch(op_ctx *c, const char *what) {
     snprintf(c->err, c->errlen, "%s: no kernel may run in this host test", what);
     return PYG_ERR_INTERNAL;
@@ -180,21 +193,21 @@ static int run_plans(void) {
     gb_plan p;
     node3 n;
     make_node(n, PYG_TYPE_F16, 256, 128, 32, 1, 1, 1, 1);
-    CHECK(gb_plan_make(&n.d.t, &p) && p.mode == GB_F16 && !p.a_conv && p.b_conv && !p.c_stage && p.lda == 128,
+    CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.mode == GB_F16 && !p.a_conv && p.b_conv && !p.c_stage && p.lda == 128,
           "f16 weights: in place, f16 activations");
     CHECK(p.total >= GB_WORKSPACE + (size_t)32 * 128 * 2, "f16 scratch holds workspace + activations");
     make_node(n, PYG_TYPE_F16, 256, 128, 31, 1, 1, 1, 1);
-    CHECK(!gb_plan_make(&n.d.t, &p), "N = 31 stays below the default threshold");
+    CHECK(!gb_plan_make(&n.d.t, &p, GB_BLAS), "N = 31 stays below the default threshold");
     make_node(n, PYG_TYPE_BF16, 256, 128, 40, 1, 1, 1, 1);
-    CHECK(gb_plan_make(&n.d.t, &p) && p.mode == GB_BF16 && !p.a_conv && p.b_conv, "bf16 weights: in place");
+    CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.mode == GB_BF16 && !p.a_conv && p.b_conv, "bf16 weights: in place");
     make_node(n, PYG_TYPE_F32, 256, 128, 40, 1, 1, 1, 1);
-    CHECK(gb_plan_make(&n.d.t, &p) && p.mode == GB_TF32 && !p.a_conv && !p.b_conv && !p.c_stage && p.total ==
+    CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.mode == GB_TF32 && !p.a_conv && !p.b_conv && !p.c_stage && p.total ==
           GB_WORKSPACE + 256 + al256(GB_MAX_PARTS * 4), "f32 weights: TF32, nothing converted");
     { /* f32 weights seen transposed (nb0 != 4): converted to bf16 */
         const uint64_t anb[4] = { 256 * 4, 4, 0, 0 };
         make_node(n, PYG_TYPE_F32, 256, 128, 40, 1, 1, 1, 1, anb);
         n.a.t.nb[2] = n.a.t.nb[3] = 128 * 256 * 4;
-        CHECK(gb_plan_make(&n.d.t, &p) && p.mode == GB_BF16 && p.a_conv && p.b_conv && p.mc == 256,
+        CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.mode == GB_BF16 && p.a_conv && p.b_conv && p.mc == 256,
               "transposed f32 weights: bf16");
     }
     { /* q4_K output head: chunks of rows, each <= 128 MiB of f16 */
@@ -211,20 +224,30 @@ static int run_plans(void) {
         make_tensor(q.b, PYG_TYPE_F32, bne, NULL, false);
         make_tensor(q.d, PYG_TYPE_F32, dne, NULL, false);
         q.link();
-        CHECK(gb_plan_make(&q.d.t, &p) && p.mode == GB_F16 && p.a_conv && p.mc < M && p.mc % 128 == 0 &&
+        CHECK(gb_plan_make(&q.d.t, &p, GB_BLAS) && p.mode == GB_F16 && p.a_conv && p.mc < M && p.mc % 128 == 0 &&
               (size_t)p.mc * K * 2 <= GB_CHUNK_BYTES && p.mc >= GB_MIN_CHUNK_ROWS, "q4_K head: chunked (mc %lld)",
               (long long)p.mc);
     }
     { /* broadcast: B2 = 3 * b2 with contiguous operands folds into N; a padded dst does not */
         make_node(n, PYG_TYPE_F16, 64, 64, 32, 2, 1, 6, 1);
-        CHECK(gb_plan_make(&n.d.t, &p) && p.r2 == 3 && p.merge, "r2 = 3 folded into N");
+        CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.r2 == 3 && p.merge, "r2 = 3 folded into N");
         const uint64_t dnb[4] = { 4, 64 * 4, 64 * 32 * 4 + 64, 0 };
         make_node(n, PYG_TYPE_F16, 64, 64, 32, 2, 1, 6, 1, NULL, NULL, dnb);
-        CHECK(gb_plan_make(&n.d.t, &p) && p.r2 == 3 && !p.merge && !p.c_stage, "padded dst: r2 calls");
+        CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.r2 == 3 && !p.merge && !p.c_stage, "padded dst: r2 calls");
         const uint64_t tnb[4] = { 32 * 4, 4, 0, 0 }; /* dst seen transposed: staged */
         make_node(n, PYG_TYPE_F16, 32, 64, 32, 1, 1, 1, 1, NULL, NULL, tnb);
-        CHECK(gb_plan_make(&n.d.t, &p) && p.c_stage && p.ldc == 32, "transposed dst: staged");
+        CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && p.c_stage && p.ldc == 32, "transposed dst: staged");
     }
+    /* our WMMA kernel (no cuBLAS): no TF32, 16-byte-aligned in-place weights with K % 32 == 0, pitch Kp */
+    make_node(n, PYG_TYPE_F32, 256, 128, 40, 1, 1, 1, 1);
+    CHECK(gb_plan_make(&n.d.t, &p, GB_MMA) && p.mode == GB_BF16 && p.a_conv && p.b_conv && p.off_alpha == 0 &&
+          p.total < GB_WORKSPACE, "mma: f32 weights to bf16, no cuBLAS workspace");
+    make_node(n, PYG_TYPE_F16, 256, 128, 40, 1, 1, 1, 1);
+    CHECK(gb_plan_make(&n.d.t, &p, GB_MMA) && !p.a_conv && p.lda == 128, "mma: aligned f16 weights in place");
+    make_node(n, PYG_TYPE_F16, 256, 67, 40, 1, 1, 1, 1);
+    CHECK(gb_plan_make(&n.d.t, &p, GB_MMA) && p.a_conv && p.Kp == 96 && p.ldb == 96 && p.sb2 == 40 * 96,
+          "mma: K = 67 padded to 96");
+    CHECK(gb_plan_make(&n.d.t, &p, GB_BLAS) && !p.a_conv && p.lda == 67 && p.ldb == 96, "blas: K = 67 in place");
     printf("%s plans\n", g_fail ? "FAIL" : "ok");
     return g_fail;
 }
