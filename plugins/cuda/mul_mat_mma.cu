@@ -1,11 +1,16 @@
-/* plugins/cuda/mul_mat_mma.cu — the GEMM path for larger N (prefill) on tensor cores.
+/* plugins/cuda/mul_mat_mma.cu — our own tensor-core GEMMs (WMMA), for where cuBLAS is not used.
  *
- * 128 x 64 output tiles, 8 warps of 32 x 32 each, k in steps of 32: the weights (any supported type,
- * dequantized element-wise) and the f32 activations (any strides) are converted to bf16 in shared
- * memory and multiplied with warp matrix instructions (WMMA) accumulating in f32. bf16 keeps f32's
- * range (no overflow on large activations); its 8-bit mantissa costs an NMSE of about 1e-6 on the
- * product (mul_mat's threshold is 5e-4). Where the vendor has no WMMA (PYG_GPU_HAS_WMMA unset in
- * vendor.h) or PYGGML_CUDA_MMA=0, mul_mat.cu uses its FFMA GEMM instead.
+ * k_mma_tn (below, via mma_gemm_tn): the prefill GEMM that gemm_blas.cu runs without cuBLAS, on the
+ * operands it has already converted to f16/bf16 rows in plan scratch: 16-byte cp.async loads into
+ * double-buffered shared memory, 128 x 128 tiles.
+ *
+ * k_gemm_mma (the older kernel, for nodes gemm_blas.cu declines): 128 x 64 output tiles, 8 warps
+ * of 32 x 32 each, k in steps of 32: the weights (any supported type, dequantized element-wise) and
+ * the f32 activations (any strides) are converted to bf16 in shared memory and multiplied with warp
+ * matrix instructions accumulating in f32. bf16 keeps f32's range (no overflow on large
+ * activations); its 8-bit mantissa costs an NMSE of about 1e-6 on the product (mul_mat's threshold
+ * is 5e-4). Where the vendor has no WMMA (PYG_GPU_HAS_WMMA unset in vendor.h) or PYGGML_CUDA_MMA=0,
+ * mul_mat.cu uses its FFMA GEMM instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
