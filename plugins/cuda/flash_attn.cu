@@ -39,25 +39,36 @@ struct fa_args {
     float *part;          /* nsplit > 1: [rows][nsplit][Dv + 2] partials (m, l, o...) */
 };
 
-/* q (shared memory, D floats) . one K row */
+/* q (shared memory, D floats) . one K row. The vector paths load 128 bytes of the row at a time,
+ * unrolled with the tail predicated, so a D=64 f16 row is in flight at once (a plain loop over the
+ * run-time D issued the loads one round trip at a time: ~17 us per decode call). */
+#define FA_DOT_CHUNK 8 /* 16-byte loads in flight per lane */
 __device__ __forceinline__ float fa_dot(const float *qs, const char *kr, const fa_args &a) {
     float s = 0.0f;
-    if (a.kvec == 1) {
-        const uint4 *p = (const uint4 *)kr;
-        for (int c = 0; c < a.D / 8; c++) {
-            const uint4 u = p[c];
-            const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+    if (a.kvec) {
+        const int per16 = a.kvec == 1 ? 8 : 4; /* elements per 16 bytes */
+        const int n16 = a.D / per16;
+        for (int c0 = 0; c0 < n16; c0 += FA_DOT_CHUNK) {
+            uint4 u[FA_DOT_CHUNK];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s += qs[8 * c + 2 * e] * f16_bits_to_f32((uint16_t)(w4[e] & 0xffffu));
-                s += qs[8 * c + 2 * e + 1] * f16_bits_to_f32((uint16_t)(w4[e] >> 16));
+            for (int c = 0; c < FA_DOT_CHUNK; c++)
+                if (c0 + c < n16) u[c] = ((const uint4 *)kr)[c0 + c];
+#pragma unroll
+            for (int c = 0; c < FA_DOT_CHUNK; c++) {
+                if (c0 + c >= n16) break;
+                const uint32_t w4[4] = {u[c].x, u[c].y, u[c].z, u[c].w};
+                const float *qc = qs + (c0 + c) * per16;
+                if (a.kvec == 1) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s += qc[2 * e] * f16_bits_to_f32((uint16_t)(w4[e] & 0xffffu));
+                        s += qc[2 * e + 1] * f16_bits_to_f32((uint16_t)(w4[e] >> 16));
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s += qc[e] * bits_as_f32(w4[e]);
+                }
             }
-        }
-    } else if (a.kvec == 2) {
-        const float4 *p = (const float4 *)kr;
-        for (int c = 0; c < a.D / 4; c++) {
-            const float4 f = p[c];
-            s += qs[4 * c] * f.x + qs[4 * c + 1] * f.y + qs[4 * c + 2] * f.z + qs[4 * c + 3] * f.w;
         }
     } else {
         for (int d = 0; d < a.D; d++) s += qs[d] * load_f(kr + (int64_t)d * a.k.nb[0], a.k.type);
@@ -65,13 +76,49 @@ __device__ __forceinline__ float fa_dot(const float *qs, const char *kr, const f
     return s;
 }
 
-/* acc[lane's dims] += p * V row */
+/* acc[lane's dims] += p_j * V row j for the tile's nv rows (p_j lives in lane j). The rows are
+ * loaded 8 at a time before any shuffle: a load placed after a shuffle waits for it, and one
+ * round trip per row made a 32-key tile cost ~16 us on the H200 (ncu: long-scoreboard stalls). */
+#define FA_V_BATCH 8
 template <int DPL>
-__device__ __forceinline__ void fa_acc_v(float *acc, float p, const char *vr, int lane, const fa_args &a) {
+__device__ __forceinline__ void fa_acc_v(float *acc, float p, const char *vt, int nv, int lane, const fa_args &a) {
+    for (int j0 = 0; j0 < nv; j0 += FA_V_BATCH) {
+        float vv[FA_V_BATCH][DPL];
+        /* raw loads first, conversions after: load_f's switch puts each f16 load and its
+         * conversion in one branch, so every load was waited for before the next was issued */
+        if (a.v.type == PYG_TYPE_F16) {
+            uint16_t raw[FA_V_BATCH][DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; i++) {
-        const int d = lane + PYG_WARP_SIZE * i;
-        if (d < a.Dv) acc[i] += p * load_f(vr + (int64_t)d * a.v.nb[0], a.v.type);
+            for (int r = 0; r < FA_V_BATCH; r++) {
+                const char *vr = vt + (int64_t)min(j0 + r, nv - 1) * a.v.nb[1]; /* past nv: re-read a valid row */
+#pragma unroll
+                for (int i = 0; i < DPL; i++) {
+                    const int d = lane + PYG_WARP_SIZE * i;
+                    raw[r][i] = d < a.Dv ? *(const uint16_t *)(vr + (int64_t)d * a.v.nb[0]) : (uint16_t)0;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < FA_V_BATCH; r++)
+#pragma unroll
+                for (int i = 0; i < DPL; i++) vv[r][i] = f16_bits_to_f32(raw[r][i]);
+        } else {
+#pragma unroll
+            for (int r = 0; r < FA_V_BATCH; r++) {
+                const char *vr = vt + (int64_t)min(j0 + r, nv - 1) * a.v.nb[1];
+#pragma unroll
+                for (int i = 0; i < DPL; i++) {
+                    const int d = lane + PYG_WARP_SIZE * i;
+                    vv[r][i] = d < a.Dv ? *(const float *)(vr + (int64_t)d * a.v.nb[0]) : 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < FA_V_BATCH; r++) {
+            float pj = gpu_shfl(p, (j0 + r) % PYG_WARP_SIZE);
+            if (j0 + r >= nv) pj = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; i++) acc[i] += pj != 0.0f ? pj * vv[r][i] : 0.0f; /* a masked cell's V may hold inf/NaN */
+        }
     }
 }
 
@@ -135,13 +182,7 @@ __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
         m = mn;
 #pragma unroll
         for (int i = 0; i < DPL; i++) acc[i] *= corr;
-        const int nv = min(FA_TILE, t_end - t);
-        if (nv == FA_TILE) {
-#pragma unroll 8
-            for (int jj = 0; jj < FA_TILE; jj++) fa_acc_v<DPL>(acc, gpu_shfl(p, jj), vb + (int64_t)(t + jj) * a.v.nb[1], lane, a);
-        } else {
-            for (int jj = 0; jj < nv; jj++) fa_acc_v<DPL>(acc, gpu_shfl(p, jj), vb + (int64_t)(t + jj) * a.v.nb[1], lane, a);
-        }
+        fa_acc_v<DPL>(acc, p, vb + (int64_t)t * a.v.nb[1], min(FA_TILE, t_end - t), lane, a);
     }
 
     if (a.per_query_warps) { /* each warp owns its query row: write it */
