@@ -8,6 +8,7 @@
 #include "cpu_compute.h"
 #include "cpu_internal.h"
 #include "quants.h"
+#include "repack.h"
 
 /* ------------------------------------------------------------------ supports_op */
 
@@ -189,6 +190,8 @@ struct cpu_plan {
     int n;                /* nodes that run */
     int32_t *index;       /* their indices in graph->nodes */
     int64_t *counters;    /* one work counter per node, zeroed before each compute */
+    cpu_repack **rp;      /* per node: the repacked weight it holds (NULL: none) */
+    const void **rpdata;  /* per node: its data, checked once when taken */
     cpu_op_fn *fn;
     size_t per_thread;    /* bytes of scratch per thread (64-multiple) */
     size_t shared;        /* bytes of shared scratch (64-multiple) */
@@ -308,7 +311,9 @@ int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **o
     p->index = malloc(sizeof(int32_t) * (size_t)(graph->n_nodes + 1));
     p->fn = malloc(sizeof(cpu_op_fn) * (size_t)(graph->n_nodes + 1));
     p->counters = calloc((size_t)(graph->n_nodes + 1), sizeof(int64_t));
-    if (!p->index || !p->fn || !p->counters) goto oom;
+    p->rp = calloc((size_t)(graph->n_nodes + 1), sizeof(cpu_repack *));
+    p->rpdata = calloc((size_t)(graph->n_nodes + 1), sizeof(void *));
+    if (!p->index || !p->fn || !p->counters || !p->rp || !p->rpdata) goto oom;
     for (int i = 0; i < graph->n_nodes; i++) {
         const pyg_tensor *t = graph->nodes[i];
         if (t->op == PYG_OP_NONE || pyg_op_is_view(t->op)) continue;
@@ -334,6 +339,10 @@ void cpu_plan_destroy(cpu_plan *plan) {
     free(plan->index);
     free(plan->fn);
     free(plan->counters);
+    if (plan->rp)
+        for (int i = 0; i < plan->n; i++) cpu_repack_release(plan->rp[i]);
+    free(plan->rp);
+    free(plan->rpdata);
     free(plan->work);
     free(plan);
 }
@@ -362,6 +371,7 @@ static void run_nodes(void *arg, int ith, int nth) {
     for (int i = 0; i < p->n; i++) {
         ctx.node_index = p->index[i];
         ctx.counter = &p->counters[i];
+        ctx.repack = p->rpdata[i];
         p->fn[i](p->graph->nodes[p->index[i]], &ctx);
         cpu_barrier_wait(&p->barrier);
     }
@@ -389,6 +399,19 @@ int cpu_plan_compute(cpu_plan *plan, char *err, size_t errlen) {
         }
     }
     if (plan->n == 0) return 0;
+    /* repacked weights: taken (and filled or checked) at the first compute that uses them */
+    for (int i = 0; i < plan->n; i++) {
+        const pyg_tensor *t = g->nodes[plan->index[i]];
+        if (t->op != PYG_OP_MUL_MAT || !cpu_repack_eligible(t, plan->isa)) {
+            plan->rpdata[i] = NULL;
+            continue;
+        }
+        if (!plan->rp[i]) {
+            plan->rp[i] = cpu_repack_acquire(t->src[0]);
+            plan->rpdata[i] = NULL;
+        }
+        if (plan->rp[i] && !plan->rpdata[i]) plan->rpdata[i] = cpu_repack_get(plan->rp[i], t->src[0]);
+    }
     pthread_once(&g_pool_once, pool_init);
     int nth = plan->opt.n_threads;
     plan->error = 0;

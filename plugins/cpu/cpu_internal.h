@@ -31,6 +31,7 @@ typedef struct cpu_ctx {
     volatile int *error_node; /* graph index of the node that reported it */
     int node_index;         /* graph index of the node being computed */
     int64_t *counter;       /* work counter of this node, 0 when the node starts (atomic) */
+    const void *repack;     /* MUL_MAT: src0 repacked for the kernels (repack.c), or NULL */
 } cpu_ctx;
 
 /* Next chunk of a node's dynamically shared work: threads that run ahead (or were not preempted)

@@ -27,6 +27,7 @@ static int64_t gemm_min_n(int32_t type) {
 typedef struct mm_plan {
     int use_gemm;
     int qgemm;          /* q4_0 integer GEMM over q8_0 activations (+ per-block sums) */
+    int aux;            /* phase 1 also writes per-block float scales and sums of the q8_0 rows */
     int generic;        /* src0 rows strided or without vec_dot: load rows as f32, f32 dot */
     int32_t vdt;        /* type the src1 rows are converted to */
     int convert;        /* 1: src1 rows go through the shared scratch */
@@ -53,6 +54,8 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
     p.qgemm = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0 && s1->ne[1] >= QGEMM_MIN_N &&
               s0->ne[1] >= 8;
     if (p.qgemm) p.use_gemm = 0;
+    /* the q4_0 8-row kernels (GEMM, and mat-vec over repacked weights) read the block sums */
+    p.aux = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0;
 #endif
     p.vdt = (p.use_gemm || p.generic) ? PYG_TYPE_F32 : tf0->vec_dot_type;
     p.convert = !(p.vdt == PYG_TYPE_F32 && s1->type == PYG_TYPE_F32 && s1->nb[0] == 4);
@@ -63,7 +66,7 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
 size_t cpu_mul_mat_shared_size(const pyg_tensor *node, int simd, int reference) {
     mm_plan p = mm_choose(node, simd, reference);
     if (!p.convert) return 0;
-    size_t aux = p.qgemm ? (size_t)(node->src[0]->ne[0] / QK_32) * 8 : 0;
+    size_t aux = p.aux ? (size_t)(node->src[0]->ne[0] / QK_32) * 8 : 0;
     return (p.vdt_row + aux) * (size_t)pyg_tensor_nrows(node->src[1]);
 }
 
@@ -72,7 +75,7 @@ size_t cpu_mul_mat_thread_size(const pyg_tensor *node, int simd, int reference) 
     size_t s = (size_t)(node->src[0]->ne[0] + 16) * sizeof(float) * 2;
     if (p.use_gemm) s += cpu_gemm_wsize();
 #ifdef QUANT_HAVE_X86
-    if (p.qgemm) s += (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0_PANEL_BLOCK + 64;
+    if (p.qgemm) s += (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0X8_BLOCK + 64;
 #endif
     return s;
 }
@@ -99,7 +102,11 @@ static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_pla
         const char *ybase = b->base + (size_t)i2 * b->s2 + (size_t)i3 * b->s3;
         const int64_t rbase = N * (i2 + B2 * i3); /* activation row index of column 0 (aux) */
         if (m0 + 8 <= M) {
-            quant_q4_0_pack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
+            const char *pa = panel;
+            if (ctx->repack) /* the weight's cached copy (src0 then has one batch) */
+                pa = (const char *)ctx->repack + (size_t)(m0 / 8) * (size_t)nb * QUANT_Q4_0X8_BLOCK;
+            else
+                quant_q4_0_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             for (int64_t n = 0; n < N; n += 4) {
                 const int nc = N - n < 4 ? (int)(N - n) : 4;
                 const void *y[4];
@@ -112,7 +119,7 @@ static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_pla
                     s8[k] = (const int32_t *)(dy[k] + nb);
                     dst[k] = (float *)(dbase + (n + k) * (int64_t)node->nb[1]) + m0;
                 }
-                quant_q4_0_gemm8x4_avx2(nb, panel, y, dy, s8, dst, nc);
+                quant_q4_0x8_gemm4_avx2(nb, pa, y, dy, s8, dst, nc);
             }
         } else {
             for (int64_t m = m0; m < M; m++) {
@@ -147,7 +154,7 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
             const float *x = cpu_load_row(s1, r % N, (r / N) % B2, r / (N * B2), buf);
             tv->from_f32(x, ctx->shared + (size_t)r * p.vdt_row, K);
 #ifdef QUANT_HAVE_X86
-            if (p.qgemm) {
+            if (p.aux) {
                 float *aux = (float *)(ctx->shared + p.vdt_row * (size_t)(N * B2 * B3)) + (size_t)r * (K / QK_32) * 2;
                 quant_q8_0_block_sums_avx2(ctx->shared + (size_t)r * p.vdt_row, K / QK_32, aux,
                                            (int32_t *)(aux + K / QK_32));
@@ -218,6 +225,17 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
                 }
                 continue;
             }
+#ifdef QUANT_HAVE_X86
+            if (quant && N == 1 && ctx->repack) { /* mat-vec over the repacked q4_0 weight */
+                const int64_t nb = K / QK_32, bi_row = i2 + B2 * i3;
+                const float *dy = (const float *)(ctx->shared + p.vdt_row * (size_t)(B2 * B3)) + (size_t)bi_row * nb * 2;
+                const char *y = b.base + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                for (int64_t m = mb; m < me; m += 8)
+                    quant_q4_0x8_gemv_avx2(nb, (const char *)ctx->repack + (size_t)(m / 8) * (size_t)nb * QUANT_Q4_0X8_BLOCK,
+                                           y, dy, (const int32_t *)(dy + nb), (float *)dbase + m);
+                continue;
+            }
+#endif
             if (quant && N == 1 && qk.rows4) { /* mat-vec: four weight rows per activation load */
                 const char *y = b.base + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
                 float *d = (float *)dbase;

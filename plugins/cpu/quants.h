@@ -156,14 +156,17 @@ int quant_cpu_has_avx2(void);
 QUANT_AVX512_DECL(avx512bw) QUANT_AVX512_DECL(avx512vnni)
 #undef QUANT_AVX512_DECL
 void quant_vec_dot_rows4_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, size_t x_stride, const void *y);
-/* q4_0 GEMM for prefill (quants_avx2.c). pack8: 8 weight rows (row_stride bytes apart), nb blocks,
- * into a panel of nb * QUANT_Q4_0_PANEL_BLOCK bytes (32-byte aligned dst): per block the 8 scales
- * as floats, then 4 x 32 bytes where 32-bit lane l of vector j is bytes 4j..4j+3 of row l's
- * nibbles. gemm8x4: dst[c][0..7] = the 8 rows' dots with q8_0 row y[c], c < nc <= 4, given the
- * rows' per-block float scales dy[c] and s8[c] = 8 * block sums (block_sums). */
-#define QUANT_Q4_0_PANEL_BLOCK 160
-void quant_q4_0_pack8_avx2(const void *x, size_t row_stride, int64_t nb, void *dst);
-void quant_q4_0_gemm8x4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
+/* q4_0 with 8 rows interleaved (quants_avx2.c), for mat-vec and GEMM. repack8: 8 weight rows
+ * (row_stride bytes apart), nb blocks, into nb * QUANT_Q4_0X8_BLOCK bytes: per block the 8 rows'
+ * f16 scales, then 4 x 32 bytes where 32-bit lane l of vector j is bytes 4j..4j+3 of row l's
+ * nibbles. gemv: dst[0..7] = the 8 rows' dots with q8_0 row y; gemm4: dst[c][0..7] for the
+ * activation rows y[c], c < nc <= 4. dy / s8: the activation rows' per-block float scales and
+ * 8 * block sums (quant_q8_0_block_sums_avx2). */
+#define QUANT_Q4_0X8_BLOCK 144
+void quant_q4_0_repack8_avx2(const void *x, size_t row_stride, int64_t nb, void *dst);
+void quant_q4_0x8_gemv_avx2(int64_t nb, const void *panel, const void *y, const float *dy, const int32_t *s8,
+                            float *dst);
+void quant_q4_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
                              const int32_t *const *s8, float *const *dst, int nc);
 void quant_q8_0_block_sums_avx2(const void *y, int64_t nb, float *dy, int32_t *s8);
 #endif

@@ -563,76 +563,84 @@ AVX2 void quant_q8_K_from_f32_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
-#endif /* QUANT_HAVE_X86 */
+/* ------------------------------------------------------------------ q4_0, 8 rows interleaved */
+/* Eight weight rows are repacked (per GEMM call, or once per weight into a cache, repack.c) so
+ * that one 256-bit vector holds four consecutive nibble bytes of each of the 8 rows: 32-bit lane l
+ * = row l. A broadcast 4-byte group of an activation block then meets the same 4 positions of all
+ * 8 rows at once, and the int32 lanes are the 8 rows' dot products: no horizontal sums, one scale
+ * vector per block (the 8 rows' d) and 8 outputs stored contiguously. Layout per block
+ * (QUANT_Q4_0X8_BLOCK bytes): the 8 rows' f16 d, then vectors j = 0..3 whose lane l is bytes
+ * 4j..4j+3 of row l's nibbles (low nibbles: elements 4j.., high nibbles: elements 16+4j..). */
 
-/* ------------------------------------------------------------------ q4_0 GEMM (prefill) */
-/* Eight weight rows are repacked per call (never stored) so that one 256-bit vector holds four
- * consecutive nibble bytes of each of the 8 rows: 32-bit lane l = row l. Against an activation
- * block, a broadcast 4-byte group of it then meets the same 4 positions of all 8 rows at once, and
- * the int32 result lanes are the 8 rows' dot products: no horizontal sums, one scale vector per
- * block (the 8 rows' d) and 8 outputs stored contiguously. */
-#ifdef QUANT_HAVE_X86
-
-AVX2 void quant_q4_0_pack8_avx2(const void *vx, size_t row_stride, int64_t nb, void *vdst) {
+AVX2 void quant_q4_0_repack8_avx2(const void *vx, size_t row_stride, int64_t nb, void *vdst) {
     const char *base = vx;
     char *dst = vdst;
-    for (int64_t b = 0; b < nb; b++, dst += QUANT_Q4_0_PANEL_BLOCK) {
+    for (int64_t b = 0; b < nb; b++, dst += QUANT_Q4_0X8_BLOCK) {
         const blk_q4_0 *r[8];
         for (int l = 0; l < 8; l++) r[l] = (const blk_q4_0 *)(base + (size_t)l * row_stride) + b;
-        const __m128i h = _mm_setr_epi16((short)r[0]->d, (short)r[1]->d, (short)r[2]->d, (short)r[3]->d,
-                                         (short)r[4]->d, (short)r[5]->d, (short)r[6]->d, (short)r[7]->d);
-        _mm256_store_ps((float *)dst, _mm256_cvtph_ps(h));
-        __m128i a[8];
+        for (int l = 0; l < 8; l++) memcpy(dst + 2 * l, &r[l]->d, 2);
+        __m128i a[8], o[2][4];
         for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)r[l]->qs);
-        __m128i u[4], v[4];
         for (int half = 0; half < 2; half++) {
             const __m128i *q = a + 4 * half;
             const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
             const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
-            __m128i *o = half ? v : u;
-            o[0] = _mm_unpacklo_epi64(t0, t2);
-            o[1] = _mm_unpackhi_epi64(t0, t2);
-            o[2] = _mm_unpacklo_epi64(t1, t3);
-            o[3] = _mm_unpackhi_epi64(t1, t3);
+            o[half][0] = _mm_unpacklo_epi64(t0, t2);
+            o[half][1] = _mm_unpackhi_epi64(t0, t2);
+            o[half][2] = _mm_unpacklo_epi64(t1, t3);
+            o[half][3] = _mm_unpackhi_epi64(t1, t3);
         }
-        for (int j = 0; j < 4; j++) _mm256_store_si256((__m256i *)(dst + 32 + 32 * j), _mm256_set_m128i(v[j], u[j]));
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_si256((__m256i *)(dst + 16 + 32 * j), _mm256_set_m128i(o[1][j], o[0][j]));
     }
 }
 
-/* dst[c][l] = dot(row l of the panel, activation row c) for c < nc (<= 4), l < 8. y[c] is a q8_0
- * row; dy[c][b] its block scales as floats, s8[c][b] = 8 * (sum of block b's quants). */
-AVX2 void quant_q4_0_gemm8x4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
-                                  const int32_t *const *s8, float *const *dst, int nc) {
+#define Q4X8_BCAST(p) ({ int32_t v_; memcpy(&v_, (p), 4); _mm256_set1_epi32(v_); })
+
+/* NC activation rows (compile-time 1 or 4) against 8 interleaved rows over nb blocks */
+__attribute__((always_inline)) AVX2 static inline void q4_0x8_tile(int64_t nb, const char *pa, const char *const *yc,
+                                                                  const float *const *dy, const int32_t *const *s8,
+                                                                  __m256 *acc, const int NC) {
     const __m256i m4 = _mm256_set1_epi8(0xf), ones = _mm256_set1_epi16(1);
-    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
-    const char *yc[4];
-    for (int c = 0; c < 4; c++) yc[c] = (const char *)y[c < nc ? c : 0] + 2; /* qs of block 0 */
-    const char *pa = panel;
-#define Q4G_BCAST(p) ({ int32_t v_; memcpy(&v_, (p), 4); _mm256_set1_epi32(v_); })
-    for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_0_PANEL_BLOCK) {
-        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0;
+    for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_0X8_BLOCK) {
+        __m256i p[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256() };
         const size_t yo = (size_t)b * sizeof(blk_q8_0);
         for (int j = 0; j < 4; j++) {
-            const __m256i t = _mm256_load_si256((const __m256i *)(pa + 32 + 32 * j));
+            const __m256i t = _mm256_loadu_si256((const __m256i *)(pa + 16 + 32 * j));
             const __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-            p0 = _mm256_add_epi16(p0, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[0] + yo + 4 * j)),
-                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[0] + yo + 16 + 4 * j))));
-            p1 = _mm256_add_epi16(p1, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[1] + yo + 4 * j)),
-                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[1] + yo + 16 + 4 * j))));
-            p2 = _mm256_add_epi16(p2, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[2] + yo + 4 * j)),
-                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[2] + yo + 16 + 4 * j))));
-            p3 = _mm256_add_epi16(p3, _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4G_BCAST(yc[3] + yo + 4 * j)),
-                                                       _mm256_maddubs_epi16(hi, Q4G_BCAST(yc[3] + yo + 16 + 4 * j))));
+            for (int c = 0; c < NC; c++)
+                p[c] = _mm256_add_epi16(p[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, Q4X8_BCAST(yc[c] + yo + 4 * j)),
+                                                               _mm256_maddubs_epi16(hi, Q4X8_BCAST(yc[c] + yo + 16 + 4 * j))));
         }
-        const __m256 d8 = _mm256_load_ps((const float *)pa);
-        const __m256i pp[4] = { p0, p1, p2, p3 };
-        for (int c = 0; c < 4; c++) {
-            const int cc = c < nc ? c : 0;
-            const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(pp[c], ones), _mm256_set1_epi32(s8[cc][b]));
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy[cc][b])), _mm256_cvtepi32_ps(p), acc[c]);
+        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pa));
+        for (int c = 0; c < NC; c++) {
+            const __m256i q = _mm256_sub_epi32(_mm256_madd_epi16(p[c], ones), _mm256_set1_epi32(s8[c][b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(dy[c][b])), _mm256_cvtepi32_ps(q), acc[c]);
         }
     }
-#undef Q4G_BCAST
+}
+#undef Q4X8_BCAST
+
+AVX2 void quant_q4_0x8_gemv_avx2(int64_t nb, const void *panel, const void *y, const float *dy, const int32_t *s8,
+                                 float *dst) {
+    const char *yc[1] = { (const char *)y + 2 };
+    __m256 acc[1] = { _mm256_setzero_ps() };
+    q4_0x8_tile(nb, panel, yc, &dy, &s8, acc, 1);
+    _mm256_storeu_ps(dst, acc[0]);
+}
+
+AVX2 void quant_q4_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
+                                  const int32_t *const *s8, float *const *dst, int nc) {
+    const char *yc[4];
+    const float *d4[4];
+    const int32_t *s4[4];
+    for (int c = 0; c < 4; c++) { /* columns past nc repeat column 0 (computed, not stored) */
+        yc[c] = (const char *)y[c < nc ? c : 0] + 2;
+        d4[c] = dy[c < nc ? c : 0];
+        s4[c] = s8[c < nc ? c : 0];
+    }
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    q4_0x8_tile(nb, panel, yc, d4, s4, acc, 4);
     for (int c = 0; c < nc; c++) _mm256_storeu_ps(dst[c], acc[c]);
 }
 
@@ -649,4 +657,4 @@ AVX2 void quant_q8_0_block_sums_avx2(const void *vy, int64_t nb, float *dy, int3
         dy[b] = f16(y[b].d);
     }
 }
-#endif
+#endif /* QUANT_HAVE_X86 */

@@ -127,17 +127,18 @@ def _use_kernels(cpu, path):
         pytest.skip(f"kernels={path} not available here: {e}")
 
 
+@pytest.mark.parametrize("M", [37, 64])   # 64: q4_0 weights also go through the 8-row repacked copy
 @pytest.mark.parametrize("n", [1, 3, 6, 40])
 @pytest.mark.parametrize("qt", ["q4_0", "q8_0", "q4_K", "q6_K", "q5_0", "q4_1"])
-def test_mul_mat_quantized_every_path(qt, n, cpu):
+def test_mul_mat_quantized_every_path(qt, n, M, cpu):
     """Each kernel path (scalar reference, AVX2, AVX-512) against float64 of the dequantized
     weights and q8-rounded activations, and against the reference path (same quantized inputs,
     so the paths may differ only by float summation order). Odd block counts (K = 32*9*8*3)
-    exercise the tails of the two-blocks-per-vector loops; M = 37 the rows4 tail."""
+    exercise the tails of the two-blocks-per-vector loops; M = 37 the row-group tails."""
     if qt not in _qtypes():
         pytest.skip(f"pyggml cannot quantize {qt}")
     rng = np.random.default_rng(13)
-    M, K = 37, 6912
+    K = 6912
     w = (rng.standard_normal((M, K)) * np.linspace(0.2, 3.0, K)).astype(np.float32)
     blocks = pg.quantize(w, qt)
     wd = pg.dequantize(blocks, qt, (M, K)).astype(np.float64)
@@ -168,11 +169,11 @@ def test_mul_mat_quantized_path(qt, path, cpu):
         pytest.skip(f"pyggml cannot quantize {qt}")
     _use_kernels(cpu, path)
     rng = np.random.default_rng(17)
-    M, K = 70, 1024
+    M, K = 72, 1024
     w = rng.standard_normal((M, K)).astype(np.float32)
     blocks = pg.quantize(w, qt)
     wd = pg.dequantize(blocks, qt, (M, K)).astype(np.float64)
-    for n in (1, 7):
+    for n in (1, 7, 9):
         x = rng.standard_normal((n, K)).astype(np.float32)
         ref = x.astype(np.float64) @ wd.T
         outs = []

@@ -1,0 +1,138 @@
+/* plugins/cpu/repack.c — weights kept a second time in a kernel-friendly layout.
+ *
+ * A q4_0 weight (a leaf flagged WEIGHT: "constant data uploaded once") that a MUL_MAT reads is
+ * repacked once into 8-row interleaved blocks (quants.h, QUANT_Q4_0X8_BLOCK), which the AVX2
+ * mat-vec and GEMM kernels read without horizontal sums. The copies live in one process-wide
+ * cache keyed by the weight's address, type and shape, shared by every plan that uses the
+ * weight (a model's prefill and decode graphs) and freed when the last plan lets go.
+ *
+ * The host promises weights do not change, but a cheap check guards against memory reused for a
+ * different weight at the same address: a hash of 64 words sampled across the tensor (first and
+ * last included) is compared when a plan first takes the copy, and a mismatch repacks. Cost: the copy
+ * doubles the memory of q4_0 weights; PYGGML_CPU_NO_REPACK=1 turns it off.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_internal.h"
+#include "quants.h"
+#include "repack.h"
+
+struct cpu_repack {
+    struct cpu_repack *next;
+    const void *src;      /* the weight's data */
+    int32_t type;
+    int64_t ne0, ne1, nb1;
+    uint64_t check;       /* sample hash of src when `data` was filled */
+    int refs;
+    int ready;
+    void *data;           /* ne1 / 8 groups of ne0 / 32 blocks */
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static cpu_repack *g_list;
+
+static int repack_disabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PYGGML_CPU_NO_REPACK");
+        v = e && e[0] && e[0] != '0';
+    }
+    return v;
+}
+
+int cpu_repack_eligible(const pyg_tensor *node, int isa) {
+#ifdef QUANT_HAVE_X86
+    const pyg_tensor *w = node->src[0];
+    if (repack_disabled() || isa != QUANT_ISA_AVX2 || node->op != PYG_OP_MUL_MAT || !w) return 0;
+    if (w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT) || w->type != PYG_TYPE_Q4_0) return 0;
+    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 8 != 0 || w->ne[0] % QK_32 != 0) return 0;
+    return w->nb[0] == sizeof(blk_q4_0) && w->nb[1] >= (uint64_t)(w->ne[0] / QK_32 * sizeof(blk_q4_0));
+#else
+    (void)node, (void)isa;
+    return 0;
+#endif
+}
+
+static uint64_t sample_hash(const pyg_tensor *w) {
+    const size_t row = (size_t)(w->ne[0] / QK_32) * sizeof(blk_q4_0);
+    const size_t span = (size_t)(w->ne[1] - 1) * (size_t)w->nb[1] + row;
+    const unsigned char *p = w->data;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ span;
+    for (int i = 0; i < 64; i++) {
+        uint64_t v = 0;
+        size_t off = span >= 8 ? (span - 8) / 63 * (size_t)i : 0;
+        if (off + 8 > span) off = span >= 8 ? span - 8 : 0;
+        memcpy(&v, p + off, span >= 8 ? 8 : 0);
+        h = (h ^ v) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+cpu_repack *cpu_repack_acquire(const pyg_tensor *w) {
+    pthread_mutex_lock(&g_lock);
+    cpu_repack *r = g_list;
+    for (; r; r = r->next)
+        if (r->src == w->data && r->type == w->type && r->ne0 == w->ne[0] && r->ne1 == w->ne[1] &&
+            r->nb1 == (int64_t)w->nb[1])
+            break;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (r) {
+            r->src = w->data;
+            r->type = w->type;
+            r->ne0 = w->ne[0];
+            r->ne1 = w->ne[1];
+            r->nb1 = (int64_t)w->nb[1];
+            r->next = g_list;
+            g_list = r;
+        }
+    }
+    if (r) r->refs++;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+const void *cpu_repack_get(cpu_repack *r, const pyg_tensor *w) {
+#ifdef QUANT_HAVE_X86
+    const void *out = NULL;
+    pthread_mutex_lock(&g_lock);
+    const uint64_t h = sample_hash(w);
+    if (r->ready && r->check == h) {
+        out = r->data;
+    } else {
+        const int64_t nb = r->ne0 / QK_32, groups = r->ne1 / 8;
+        if (!r->data) {
+            void *d = NULL;
+            if (posix_memalign(&d, CPU_ALIGN, (size_t)(groups * nb) * QUANT_Q4_0X8_BLOCK) == 0) r->data = d;
+        }
+        if (r->data) {
+            for (int64_t g = 0; g < groups; g++)
+                quant_q4_0_repack8_avx2((const char *)w->data + (size_t)(8 * g) * (size_t)r->nb1, (size_t)r->nb1, nb,
+                                        (char *)r->data + (size_t)(g * nb) * QUANT_Q4_0X8_BLOCK);
+            r->check = h;
+            r->ready = 1;
+            out = r->data;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return out;
+#else
+    (void)r, (void)w;
+    return NULL;
+#endif
+}
+
+void cpu_repack_release(cpu_repack *r) {
+    if (!r) return;
+    pthread_mutex_lock(&g_lock);
+    if (--r->refs == 0) {
+        cpu_repack **pp = &g_list;
+        while (*pp && *pp != r) pp = &(*pp)->next;
+        if (*pp) *pp = r->next;
+        free(r->data);
+        free(r);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
