@@ -10,6 +10,15 @@
 #   GPU_CHECK_TESTS="tests/test_ops.py -k cuda" make gpu-check   # a subset
 #   GPU_CHECK_BENCH=0 make gpu-check    # tests only
 #   GPU_CHECK_SANITIZER=1 make gpu-check  # also compute-sanitizer memcheck over the cuda op suite
+#   GPU_CHECK_MODELS="synth:1b:q4_0 synth:7b:q4_0" make gpu-check      # model benches on cuda:0,cpu
+#   GPU_CHECK_VULKAN_MODELS="synth:1b:q4_0" make gpu-check             # ... and on vulkan:0
+#
+# Vulkan on the GPU machine: it has the NVIDIA ICD but no Vulkan loader and no glslc. Bring the
+# loader as Debian packages in .gl/ (see the device tool's README: `apt-get download libvulkan1 ...`
+# into .gl, carried with the call) and a libpyggml-vulkan.so built on a machine with glslc
+# (cp pyggml/plugins/libpyggml-vulkan.so .gl/): this script unpacks the packages, points the loader
+# at the NVIDIA ICD and installs the library when make could not build one. At the end every result
+# file is also packed into $OUT/results.tar.gz (the device tool returns at most 8 files).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,6 +40,15 @@ COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unkn
 export GPU_CHECK_COMMIT=$COMMIT
 DIRTY=$(git status --porcelain 2>/dev/null | grep -v '^??' | wc -l)
 
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+        export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    fi
+    say "Vulkan loader unpacked from .gl/ (VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset})"
+fi
+
 # No registry there: when the Python requirements are importable, skip make's pip step.
 if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
 
@@ -42,6 +60,11 @@ BUILD_S=$(( $(date +%s) - t0 ))
 tail -5 "$OUT_DIR/build.log"
 say "build rc=$BUILD_RC in ${BUILD_S}s"
 if [ $BUILD_RC -ne 0 ]; then tail -40 "$OUT_DIR/build.log"; fi
+if [ ! -f pyggml/plugins/libpyggml-vulkan.so ] && [ -f .gl/libpyggml-vulkan.so ]; then
+    cp .gl/libpyggml-vulkan.so pyggml/plugins/
+    say "installed the carried libpyggml-vulkan.so (no glslc here)"
+fi
+$PY -m pyggml devices 2>&1 | tee "$OUT_DIR/devices.txt"
 
 say "pytest $TESTS"
 t0=$(date +%s)
@@ -68,6 +91,9 @@ grep -E "^(PASSED|FAILED|SKIPPED|ERROR).*musa" "$OUT_DIR/pytest.log" | awk '{pri
     >"$OUT_DIR/musa_ops.txt" || true
 say "tests on musa (shim build): $(tr '\n' ' ' <"$OUT_DIR/musa_ops.txt")"
 grep -E "^(musa|cuda)\+cpu relaxed:" "$OUT_DIR/pytest.log" || true
+grep -E "^(PASSED|FAILED|SKIPPED|ERROR).*vulkan" "$OUT_DIR/pytest.log" | awk '{print $1}' | sort | uniq -c \
+    >"$OUT_DIR/vulkan_ops.txt" || true
+say "tests on vulkan: $(tr '\n' ' ' <"$OUT_DIR/vulkan_ops.txt")"
 
 SAN_RC=skipped
 if [ "${GPU_CHECK_SANITIZER:-0}" != 0 ] && command -v compute-sanitizer >/dev/null 2>&1; then
@@ -89,7 +115,8 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
 fi
 
 # Model benchmark (llama-bench conventions) on the GPU: GPU_CHECK_MODELS lists synth:SHAPE:WTYPE
-# or files; each runs with CUDA graphs on, and the first again with PYGGML_CUDA_GRAPHS=0.
+# or files; each runs with CUDA graphs on, and the first (every one with GPU_CHECK_GRAPHS_OFF=all)
+# again with PYGGML_CUDA_GRAPHS=0.
 MODEL_RC=skipped
 if [ -n "${GPU_CHECK_MODELS:-}" ]; then
     MODEL_RC=0
@@ -98,14 +125,28 @@ if [ -n "${GPU_CHECK_MODELS:-}" ]; then
         say "model bench $m on cuda:0,cpu (CUDA graphs on)"
         timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
             | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
-        if [ $first = 1 ]; then
+        if [ $first = 1 ] || [ "${GPU_CHECK_GRAPHS_OFF:-first}" = all ]; then
             say "model bench $m on cuda:0,cpu (CUDA graphs off)"
-            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
+            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 3 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
                 2>>"$OUT_DIR/model-$first.err" | sed 's/^/[graphs off] /' | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
         fi
         first=0
     done
     tail -3 "$OUT_DIR"/model-*.err 2>/dev/null
+fi
+VK_MODEL_RC=skipped
+if [ -n "${GPU_CHECK_VULKAN_MODELS:-}" ]; then
+    VK_MODEL_RC=0
+    for m in $GPU_CHECK_VULKAN_MODELS; do
+        say "model bench $m on vulkan:0"
+        timeout 200 $PY -m pyggml bench -m "$m" -d vulkan:0 -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>>"$OUT_DIR/model-vk.err" \
+            | tee -a "$OUT_DIR/model.log" || VK_MODEL_RC=$?
+    done
+    tail -3 "$OUT_DIR/model-vk.err" 2>/dev/null
+fi
+if [ -n "${GPU_CHECK_EXTRA:-}" ]; then     # any further command (e.g. a GEMM benchmark), output kept
+    say "extra: $GPU_CHECK_EXTRA"
+    timeout 200 bash -c "$GPU_CHECK_EXTRA" 2>&1 | tee "$OUT_DIR/extra.log"
 fi
 
 SUMMARY="$RESULTS/gpu-check-$STAMP.json"
@@ -118,9 +159,12 @@ doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-check", "gpu":
        "cuda_results": [l.strip() for l in open("$OUT_DIR/cuda_ops.txt") if l.strip()],
        "musa_shim_results": [l.strip() for l in open("$OUT_DIR/musa_ops.txt") if l.strip()],
        "sanitizer_rc": "$SAN_RC", "bench_rc": "$BENCH_RC", "bench_json": "$BENCH_JSON",
-       "model_bench_rc": "$MODEL_RC", "models": "${GPU_CHECK_MODELS:-}"}
+       "vulkan_results": [l.strip() for l in open("$OUT_DIR/vulkan_ops.txt") if l.strip()],
+       "model_bench_rc": "$MODEL_RC", "models": "${GPU_CHECK_MODELS:-}",
+       "vulkan_model_bench_rc": "$VK_MODEL_RC", "vulkan_models": "${GPU_CHECK_VULKAN_MODELS:-}"}
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(doc, indent=1))
 EOF
 cp "$SUMMARY" "$OUT_DIR/" 2>/dev/null || true
+(cd "$OUT_DIR" && tar czf results.tar.gz --exclude=results.tar.gz ./*.json ./*.log ./*.txt ./*.err 2>/dev/null) || true
 [ $BUILD_RC -eq 0 ] && [ $TEST_RC -eq 0 ]
