@@ -124,6 +124,8 @@ typedef struct vkp_cmd {
 } vkp_cmd;
 
 #define VKP_MAX_WAITS 16
+#define VKP_OPEN_ACC 32
+#define VKP_OPEN_FLUSH (4ull << 20)
 struct pyg_stream {
     pyg_device *dev;
     VkCommandPool pool;
@@ -135,6 +137,13 @@ struct pyg_stream {
     vkp_cmd *cmds; int n_cmds;
     vkp_staging *stage; int n_stage;
     int vid;                        /* sanitizer mode: checked stream id, -1 when off */
+    /* Copies are recorded into one open command buffer that rides on the stream's next
+     * submission (a plan launch, an event record, a flush before a host wait), so a decode step's
+     * input writes and its plan go to the queue as one vkQueueSubmit. */
+    int open;                       /* index in cmds of the open command buffer, -1 = none */
+    uint64_t open_bytes;            /* staged bytes in it (flushed past VKP_OPEN_FLUSH) */
+    struct { VkBuffer buf; uint64_t lo, hi; int write; } open_acc[VKP_OPEN_ACC];
+    int n_open_acc;                 /* copy ranges since its last barrier */
 };
 
 struct pyg_event {
@@ -151,7 +160,8 @@ void vkp_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 
 
 /* pipelines (vk_plugin.c): created once per (shader, specialization constants 0 and 1), cached */
 pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline *out);
-/* submit one recorded command buffer on a stream (waits + timeline signal) */
+/* submit one recorded command buffer on a stream (waits + timeline signal), after the stream's
+ * open command buffer of queued copies if it has one */
 pyg_error *vkp_submit(pyg_stream *s, VkCommandBuffer cb);
 void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> everything incl. host */
 /* Before destroying objects a submission used: lavapipe (Mesa 22) still touches a submission's

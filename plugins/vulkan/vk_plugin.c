@@ -458,6 +458,7 @@ static pyg_error *stream_create_impl(pyg_device *d, pyg_stream **out) {
     }
     s->vid = vkp_val_stream_new();
     vkp_val_known(s->vid, s->value);
+    s->open = -1;
     *out = s;
     return NULL;
 }
@@ -478,10 +479,13 @@ static uint64_t completed(pyg_stream *s) {
     return v;
 }
 
+static pyg_error *flush(pyg_stream *s);
+
 static void stream_destroy_impl(pyg_stream *s) {
     if (!s) return;
     pyg_device *d = s->dev;
-    pyg_error *e = wait_value(d, s->timeline, s->value);
+    pyg_error *e = flush(s);
+    if (!e) e = wait_value(d, s->timeline, s->value);
     if (e) { vkp_log(PYG_LOG_ERROR, "stream_destroy: %s", e->msg); api_error_destroy(e); d->fn.vkDeviceWaitIdle(d->dev); }
     vkp_queue_idle(d);
     vkp_val_known(s->vid, s->value);
@@ -496,12 +500,12 @@ static void stream_destroy_impl(pyg_stream *s) {
     free(s);
 }
 
-/* A command buffer of this stream that no pending submission uses, begun for one submit. */
+/* A command buffer of this stream that no pending submission uses, begun for one submission. */
 static uint64_t g_rec_t0;   /* profiling: when the current recording began */
 
 static pyg_error *begin_cmd(pyg_stream *s, vkp_cmd **out) {
     pyg_device *d = s->dev;
-    if (VKP_PROF) g_rec_t0 = vkp_now_ns();
+    if (VKP_PROF) { g_rec_t0 = vkp_now_ns(); vkp_prof.recordings++; }
     uint64_t done = completed(s);
     vkp_cmd *c = NULL;
     for (int i = 0; i < s->n_cmds; i++)
@@ -528,15 +532,44 @@ static pyg_error *begin_cmd(pyg_stream *s, vkp_cmd **out) {
     return NULL;
 }
 
-static pyg_error *end_submit(pyg_stream *s, vkp_cmd *c) {
-    pyg_device *d = s->dev;
-    vkp_full_barrier(d, c->cb);
-    VkResult r = d->fn.vkEndCommandBuffer(c->cb);
-    if (VKP_PROF) { vkp_prof.recordings++; vkp_prof.commands += 2; vkp_prof.record_ns += vkp_now_ns() - g_rec_t0; }
-    if (r != VK_SUCCESS) { c->busy_until = 0; return vkp_vk_err(r, "vkEndCommandBuffer"); }
-    pyg_error *e = vkp_submit(s, c->cb);
-    c->busy_until = e ? 0 : s->value;
-    return e;
+/* The stream's open command buffer (begun on first use). */
+static pyg_error *open_cmd(pyg_stream *s, VkCommandBuffer *cb) {
+    if (s->open < 0) {
+        vkp_cmd *c;
+        pyg_error *e = begin_cmd(s, &c);
+        if (e) return e;
+        s->open = (int)(c - s->cmds);
+        s->open_bytes = 0;
+        s->n_open_acc = 0;
+    }
+    *cb = s->cmds[s->open].cb;
+    return NULL;
+}
+
+/* Before a copy in the open command buffer: a transfer barrier only when it touches bytes an
+ * earlier copy since the last barrier wrote, or writes bytes one read. */
+static void open_access(pyg_stream *s, VkBuffer buf, uint64_t lo, uint64_t hi, int write) {
+    int hazard = s->n_open_acc == VKP_OPEN_ACC;
+    for (int i = 0; i < s->n_open_acc && !hazard; i++)
+        hazard = s->open_acc[i].buf == buf && s->open_acc[i].lo < hi && lo < s->open_acc[i].hi &&
+                 (write || s->open_acc[i].write);
+    if (hazard) {
+        VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+            .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT };
+        s->dev->fn.vkCmdPipelineBarrier(s->cmds[s->open].cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                        0, 1, &mb, 0, NULL, 0, NULL);
+        if (VKP_PROF) vkp_prof.commands++;
+        s->n_open_acc = 0;
+    }
+    s->open_acc[s->n_open_acc].buf = buf;
+    s->open_acc[s->n_open_acc].lo = lo;
+    s->open_acc[s->n_open_acc].hi = hi;
+    s->open_acc[s->n_open_acc++].write = write;
+}
+
+/* Submits the open command buffer (if any) on its own. */
+static pyg_error *flush(pyg_stream *s) {
+    return s->open >= 0 ? vkp_submit(s, VK_NULL_HANDLE) : NULL;
 }
 
 static pyg_error *submit_impl(pyg_stream *s, VkCommandBuffer cb, VkSemaphore extra_sem, uint64_t extra_val) {
@@ -552,18 +585,34 @@ static pyg_error *submit_impl(pyg_stream *s, VkCommandBuffer cb, VkSemaphore ext
     VkTimelineSemaphoreSubmitInfo ti = { .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
         .waitSemaphoreValueCount = nw, .pWaitSemaphoreValues = wv,
         .signalSemaphoreValueCount = extra_sem ? 2 : 1, .pSignalSemaphoreValues = sv };
+    VkCommandBuffer cbs[2];
+    uint32_t ncb = 0;
+    int open = s->open;
+    if (open >= 0) {   /* the queued copies go first; the barrier orders them before what follows */
+        s->open = -1;
+        vkp_full_barrier(d, s->cmds[open].cb);
+        VkResult re = d->fn.vkEndCommandBuffer(s->cmds[open].cb);
+        if (VKP_PROF) { vkp_prof.commands++; vkp_prof.record_ns += vkp_now_ns() - g_rec_t0; }
+        if (re != VK_SUCCESS) { s->cmds[open].busy_until = 0; return vkp_vk_err(re, "vkEndCommandBuffer"); }
+        cbs[ncb++] = s->cmds[open].cb;
+    }
+    if (cb) cbs[ncb++] = cb;
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .pNext = &ti,
         .waitSemaphoreCount = nw, .pWaitSemaphores = ws, .pWaitDstStageMask = wst,
-        .commandBufferCount = cb ? 1 : 0, .pCommandBuffers = &cb,
+        .commandBufferCount = ncb, .pCommandBuffers = cbs,
         .signalSemaphoreCount = extra_sem ? 2 : 1, .pSignalSemaphores = ss };
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     pthread_mutex_lock(&d->queue_lock);
     VkResult r = d->fn.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
     pthread_mutex_unlock(&d->queue_lock);
     if (VKP_PROF) { vkp_prof.submits++; vkp_prof.submit_ns += vkp_now_ns() - t0; }
-    if (r != VK_SUCCESS) return vkp_vk_err(r, "vkQueueSubmit");
+    if (r != VK_SUCCESS) {
+        if (open >= 0) s->cmds[open].busy_until = 0;
+        return vkp_vk_err(r, "vkQueueSubmit");
+    }
     s->value++;
     s->n_waits = 0;
+    if (open >= 0) s->cmds[open].busy_until = s->value;
     return NULL;
 }
 
@@ -621,20 +670,24 @@ static pyg_error *write_async_impl(pyg_stream *s, pyg_buffer *dst, uint64_t off,
         uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
         memcpy(st->map, src, n);
         if (VKP_PROF) { vkp_prof.writes++; vkp_prof.write_bytes += n; vkp_prof.memcpy_ns += vkp_now_ns() - t0; }
-        vkp_cmd *c;
-        if ((e = begin_cmd(s, &c))) return e;
+        VkCommandBuffer cb;
+        if ((e = open_cmd(s, &cb))) return e;
+        open_access(s, dst->buf, off, off + n, 1);
         VkBufferCopy reg = { .srcOffset = 0, .dstOffset = off, .size = n };
-        s->dev->fn.vkCmdCopyBuffer(c->cb, st->buf, dst->buf, 1, &reg);
-        if ((e = end_submit(s, c))) return e;
-        st->busy_until = s->value;
-        vkp_val_queued(dst, off, off + n, 1, s->vid, s->value);
+        s->dev->fn.vkCmdCopyBuffer(cb, st->buf, dst->buf, 1, &reg);
+        if (VKP_PROF) vkp_prof.commands++;
+        st->busy_until = s->value + 1;   /* the submission that will carry the open buffer */
+        vkp_val_queued(dst, off, off + n, 1, s->vid, s->value + 1);
+        s->open_bytes += n;
+        if (s->open_bytes >= VKP_OPEN_FLUSH && (e = flush(s))) return e;   /* large uploads stream */
         src = (const char *)src + n; off += n; size -= n;
     }
     return NULL;
 }
 
 static pyg_error *read_blocking_impl(pyg_stream *s, pyg_buffer *srcb, uint64_t off, void *dst, uint64_t size) {
-    pyg_error *e = wait_value(s->dev, s->timeline, s->value);
+    pyg_error *e = flush(s);
+    if (!e) e = wait_value(s->dev, s->timeline, s->value);
     if (e) return e;
     vkp_val_known(s->vid, s->value);
     if (VKP_PROF) { vkp_prof.reads++; vkp_prof.read_bytes += size; }
@@ -643,11 +696,12 @@ static pyg_error *read_blocking_impl(pyg_stream *s, pyg_buffer *srcb, uint64_t o
         uint64_t n = size < STAGE_CHUNK ? size : STAGE_CHUNK;
         vkp_staging *st;
         if ((e = get_staging(s, n, &st))) return e;
-        vkp_cmd *c;
-        if ((e = begin_cmd(s, &c))) return e;
+        VkCommandBuffer cb;
+        if ((e = open_cmd(s, &cb))) return e;
         VkBufferCopy reg = { .srcOffset = off, .dstOffset = 0, .size = n };
-        s->dev->fn.vkCmdCopyBuffer(c->cb, srcb->buf, st->buf, 1, &reg);
-        if ((e = end_submit(s, c))) return e;
+        s->dev->fn.vkCmdCopyBuffer(cb, srcb->buf, st->buf, 1, &reg);
+        if (VKP_PROF) vkp_prof.commands++;
+        if ((e = flush(s))) return e;
         st->busy_until = s->value;
         if ((e = wait_value(s->dev, s->timeline, s->value))) return e;
         memcpy(dst, st->map, n);
@@ -663,7 +717,8 @@ static pyg_error *api_stream_create(pyg_device *d, uint32_t flags, pyg_stream **
 static void api_stream_destroy(pyg_stream *s) { stream_destroy_impl(s); }
 static pyg_error *api_stream_synchronize(pyg_stream *s) {
     if (!s) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_synchronize: NULL stream");
-    pyg_error *e = wait_value(s->dev, s->timeline, s->value);
+    pyg_error *e = flush(s);
+    if (!e) e = wait_value(s->dev, s->timeline, s->value);
     if (!e) vkp_val_known(s->vid, s->value);
     return e;
 }
@@ -723,6 +778,10 @@ static pyg_error *api_stream_wait_event(pyg_stream *s, pyg_event *ev) {
         pyg_error *e = wait_value(ev->dev, ev->sem, ev->value);
         if (!e) vkp_val_known(ev->vid, ev->vvalue);
         return e;
+    }
+    if (s->open >= 0) {   /* copies queued before the wait must not wait for the event */
+        pyg_error *e = flush(s);
+        if (e) return e;
     }
     for (int i = 0; i < s->n_waits; i++)
         if (s->wait_sem[i] == ev->sem) {
@@ -795,6 +854,7 @@ static pyg_error *api_buffer_write(pyg_buffer *dst, uint64_t off, const void *sr
     pyg_device *d = dst->dev;
     pthread_mutex_lock(&d->lock);
     e = write_async_impl(d->internal, dst, off, src, size);
+    if (!e) e = flush(d->internal);
     if (!e) e = wait_value(d, d->internal->timeline, d->internal->value);
     if (!e) vkp_val_known(d->internal->vid, d->internal->value);
     pthread_mutex_unlock(&d->lock);
@@ -864,13 +924,15 @@ static pyg_error *api_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t
     if (dst->dev != s->dev || src->dev != s->dev)
         return vkp_err(PYG_ERR_UNSUPPORTED, "stream_copy_async between devices (no PYG_CAP_PEER_COPY)");
     if (size == 0) return NULL;
-    vkp_cmd *c;
-    if ((e = begin_cmd(s, &c))) return e;
+    VkCommandBuffer cb;
+    if ((e = open_cmd(s, &cb))) return e;
+    open_access(s, src->buf, soff, soff + size, 0);
+    open_access(s, dst->buf, doff, doff + size, 1);
     VkBufferCopy reg = { .srcOffset = soff, .dstOffset = doff, .size = size };
-    s->dev->fn.vkCmdCopyBuffer(c->cb, src->buf, dst->buf, 1, &reg);
-    if ((e = end_submit(s, c))) return e;
-    vkp_val_queued(src, soff, soff + size, 0, s->vid, s->value);
-    vkp_val_queued(dst, doff, doff + size, 1, s->vid, s->value);
+    s->dev->fn.vkCmdCopyBuffer(cb, src->buf, dst->buf, 1, &reg);
+    if (VKP_PROF) vkp_prof.commands++;
+    vkp_val_queued(src, soff, soff + size, 0, s->vid, s->value + 1);
+    vkp_val_queued(dst, doff, doff + size, 1, s->vid, s->value + 1);
     return NULL;
 }
 
@@ -885,11 +947,11 @@ static pyg_error *validation_selftest(pyg_device *d) {
     if (e) return e;
     pthread_mutex_lock(&d->lock);
     pyg_stream *s = d->internal;
-    vkp_cmd *c;
-    if (!(e = begin_cmd(s, &c))) {
-        d->fn.vkCmdFillBuffer(c->cb, b->buf, 0, 256, 1u);
-        d->fn.vkCmdFillBuffer(c->cb, b->buf, 0, 256, 2u);   /* no barrier in between */
-        e = end_submit(s, c);
+    VkCommandBuffer cb;
+    if (!(e = open_cmd(s, &cb))) {
+        d->fn.vkCmdFillBuffer(cb, b->buf, 0, 256, 1u);
+        d->fn.vkCmdFillBuffer(cb, b->buf, 0, 256, 2u);   /* no barrier in between */
+        e = flush(s);
     }
     if (!e) e = wait_value(d, s->timeline, s->value);
     pthread_mutex_unlock(&d->lock);
