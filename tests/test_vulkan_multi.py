@@ -163,19 +163,24 @@ def test_chain_both_ways(policy, n_copies):
 # ---------------------------------------------------------------- decode-shaped attention
 
 @pytest.mark.parametrize("visible", [1, 37, 64, 65, 300])
-@pytest.mark.parametrize("D", [64, 33])
-def test_flash_attn_over_a_mostly_masked_cache(visible, D):
+@pytest.mark.parametrize("D,n_kv,n_q", [(64, 320, 1), (33, 333, 1), (64, 1000, 3), (64, 64, 1)])
+def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q):
     """Decode attention spans the whole KV cache; the mask hides the cells not written yet. The
-    kernel skips K reads of masked keys and whole masked 64-key chunks: the result must not
-    change (against float64 numpy), at chunk edges too. Odd D takes the 16-bit K path."""
+    kernel skips K reads of masked keys and whole masked 64-key chunks, and with few query rows
+    splits the KV over workgroups (partials in plan scratch, then a combine pass): the result must
+    not change (against float64 numpy), at chunk and split edges too, and where whole splits are
+    masked out. Odd D takes the 16-bit K path."""
     from pyggml.conformance import reference as R
-    rng = np.random.default_rng(visible * 100 + D)
-    n_kv, H, Hk = 320, 4, 2
-    qv = rng.standard_normal((1, H, 1, D)).astype(np.float32)
+    rng = np.random.default_rng(visible * 100 + D + n_kv)
+    visible = min(visible, n_kv)
+    H, Hk = 4, 2
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
     kv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
     vv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
     mv = np.full((1, 1, 8, n_kv), -np.inf, np.float16)
     mv[..., :visible] = 0
+    mv[..., 1, :] = -np.inf                 # a query row that sees only the last key
+    mv[..., 1, -1] = 0
     g = pg.Graph()
     q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in
                   (("q", qv), ("k", kv), ("v", vv), ("m", mv)))

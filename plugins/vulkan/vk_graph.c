@@ -114,6 +114,8 @@ typedef struct dispatch {
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot4;
     int op;
+    uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
+    uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
 } dispatch;
 
 struct pyg_graph_plan {
@@ -126,6 +128,8 @@ struct pyg_graph_plan {
     int n_dispatch, n_barriers;
     range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
     unsigned char *acc_write;
+    VkBuffer sbuf;                  /* scratch: KV-split partials of flash attention (device memory) */
+    VkDeviceMemory smem;
     VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
     int *ops;                       /* profiling: op of each dispatch */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
@@ -253,14 +257,36 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         ex[0] = (uint32_t)(shader == VKP_SH_MUL_MAT_VEC ? M * N * B : work);
         break;
     }
-    case PYG_OP_FLASH_ATTN_EXT:
+    case PYG_OP_FLASH_ATTN_EXT: {
         shader = VKP_SH_FLASH_ATTN;
         dp->slot[1] = s1;
         dp->slot[2] = n->src[2];
         if (n->src[3]) { dp->slot[3] = n->src[3]; ex[1] = 1; }
-        ex[0] = (uint32_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]);
-        work = ex[0];
+        uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
+        ex[0] = (uint32_t)rows;
+        work = rows;
+        dp->fa_split = 0;
+        /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
+         * pass, so the device is busy and a masked-out split costs one mask read */
+        if (rows < 1024 && nkv > 64) {
+            uint64_t cap = 4096 / rows, ns = (nkv + 63) / 64;
+            if (cap < 2) cap = 2;
+            if (ns > cap) ns = cap;
+            uint64_t len = ((nkv + ns - 1) / ns + 63) / 64 * 64;
+            ns = (nkv + len - 1) / len;
+            if (ns > 1) {
+                dp->fa_split = (uint32_t)ns;
+                dp->fa_len = (uint32_t)len;
+                dp->scratch_size = rows * ns * ((uint64_t)n->src[2]->ne[0] + 2) * 4;
+                spec = 1;
+                ex[0] = (uint32_t)(rows * ns);
+                ex[2] = (uint32_t)ns;
+                ex[3] = (uint32_t)len;
+                work = rows * ns;
+            }
+        }
         break;
+    }
     default:
         return vkp_err(PYG_ERR_UNSUPPORTED, "op %s not implemented", pyg_op_name(n->op));
     }
@@ -283,6 +309,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->dpool) d->fn.vkDestroyDescriptorPool(d->dev, plan->dpool, NULL);
     if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);
     if (plan->pmem) d->fn.vkFreeMemory(d->dev, plan->pmem, NULL);
+    if (plan->sbuf) d->fn.vkDestroyBuffer(d->dev, plan->sbuf, NULL);
+    if (plan->smem) d->fn.vkFreeMemory(d->dev, plan->smem, NULL);
     free(plan->acc);
     free(plan->acc_write);
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
@@ -293,20 +321,21 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
-    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1), sizeof *dps);
-    range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 4 + 4, sizeof *rd);
-    range *wr = calloc((size_t)(nn > 0 ? nn : 1) + 1, sizeof *wr);
+    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 2, sizeof *dps);
+    range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 8 + 4, sizeof *rd);
+    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 2 + 1, sizeof *wr);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
     const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + align - 1) / align) * align;
-    params = calloc((size_t)(nn > 0 ? nn : 1), (size_t)pstride);
+    params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
     if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
 
-    /* one dispatch per compute node */
+    /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
+    uint64_t scratch_total = 0;
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
         if (!n) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph node %d is NULL", i); goto fail; }
@@ -329,8 +358,27 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
         }
         nd++;
+        if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
+            dispatch *a = &dps[nd - 1], *c = &dps[nd];
+            *c = *a;
+            a->scratch_off = scratch_total;
+            c->scratch_off = scratch_total;
+            scratch_total += (a->scratch_size + align - 1) / align * align;
+            uint32_t *pc = (uint32_t *)((char *)params + (size_t)nd * pstride);
+            memcpy(pc, p, (size_t)pstride);
+            uint32_t rows = p[96] / a->fa_split;
+            pc[96] = rows;
+            fold_groups(rows, c->groups);
+            uint32_t specs[2] = { 2, 1 };
+            if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
+            nd++;
+        }
     }
     plan->n_dispatch = nd;
+    if (scratch_total > 0) {
+        void *smap;
+        if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
+    }
 
     /* parameter blocks: one host-visible buffer, written once */
     {
@@ -342,7 +390,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* descriptor sets */
     if (nd > 0) {
-        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * (VKP_NBIND + 1) };
+        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * VKP_NSET };
         VkDescriptorPoolCreateInfo pi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
             .maxSets = (uint32_t)nd, .poolSizeCount = 1, .pPoolSizes = &ps };
         VkResult r = d->fn.vkCreateDescriptorPool(d->dev, &pi, NULL, &plan->dpool);
@@ -350,7 +398,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     }
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
-    VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * (VKP_NBIND + 1), sizeof *bi);
+    VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
     VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1), sizeof *wds);
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
@@ -366,7 +414,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     }
     for (int i = 0; i < nd && !e; i++) {
         for (int s = 0; s < VKP_NBIND; s++) {
-            VkDescriptorBufferInfo *b = &bi[i * (VKP_NBIND + 1) + s];
+            VkDescriptorBufferInfo *b = &bi[i * VKP_NSET + s];
             const pyg_tensor *t = dps[i].slot[s];
             if (!t) { *b = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE }; continue; }
             const pyg_buffer *buf = NULL; uint64_t off = 0;
@@ -382,10 +430,13 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
             *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
-        bi[i * (VKP_NBIND + 1) + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
+        bi[i * VKP_NSET + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
+        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split
+            ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
+            : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         wds[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
-            .dstBinding = 0, .descriptorCount = VKP_NBIND + 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &bi[i * (VKP_NBIND + 1)] };
+            .dstBinding = 0, .descriptorCount = VKP_NSET, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &bi[i * VKP_NSET] };
     }
     if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd, wds, 0, NULL);
     if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;

@@ -50,6 +50,8 @@ enum {
 #define VKP_PARAM_WORDS 128
 #define VKP_SLOT_DST 4
 #define VKP_NBIND 5
+#define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials); dummy elsewhere */
+#define VKP_NSET (VKP_NBIND + 2)   /* bindings per descriptor set: tensors, parameters, scratch */
 
 typedef struct vkp_pipeline {
     int shader;
@@ -168,6 +170,7 @@ void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> ever
  * objects after signalling its semaphores, so a semaphore wait alone is not enough there. */
 void vkp_queue_idle(pyg_device *d);
 /* host-visible, mapped buffer (plan parameter blocks); caller destroys buffer and memory */
+pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 
 /* sanitizer mode (vk_validation.c): PYGGML_VULKAN_VALIDATION=1 at plugin_init */

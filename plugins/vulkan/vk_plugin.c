@@ -202,12 +202,12 @@ static pyg_error *device_open(pyg_device *d) {
         if ((d->mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && d->mem.memoryHeaps[i].size > d->heap_size)
             d->heap_size = d->mem.memoryHeaps[i].size;
 
-    VkDescriptorSetLayoutBinding b[VKP_NBIND + 1];
-    for (int i = 0; i <= VKP_NBIND; i++)
+    VkDescriptorSetLayoutBinding b[VKP_NSET];
+    for (int i = 0; i < VKP_NSET; i++)
         b[i] = (VkDescriptorSetLayoutBinding){ .binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT };
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-        .bindingCount = VKP_NBIND + 1, .pBindings = b };
+        .bindingCount = VKP_NSET, .pBindings = b };
     r = d->fn.vkCreateDescriptorSetLayout(d->dev, &dl, NULL, &d->dsl);
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateDescriptorSetLayout");
     VkPipelineLayoutCreateInfo pl = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
@@ -1016,6 +1016,11 @@ static const pyg_plugin_api g_api = {
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {
     if (host && host->struct_size >= offsetof(pyg_host_info, log_user_data) + sizeof(void *)) g_host = host;
     return &g_api;
+}
+
+/* device-local scratch (plan-internal partials) */
+pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map) {
+    return raw_buffer(d, size, 0, buf, mem, map, NULL);
 }
 
 /* host-visible, mapped scratch (plan parameter blocks) */

@@ -3,8 +3,13 @@
 // one score per thread, online softmax; each thread owns output dims d = t, t+64, ...
 // Masked-out keys (mask -inf) cost no K reads, and a chunk whose keys are all masked skips its
 // V pass: decode over a mostly empty KV cache reads only the cells in use.
+// MODE 1 (decode: few query rows, long KV): each workgroup takes one split of ex[3] keys and
+// writes its partial softmax state (max M, sum L, unnormalised acc[Dv]) to the plan's scratch;
+// MODE 2 merges a row's ex[2] partials into dst (one workgroup per row).
 #include "common.glsl"
 layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint MODE = 0u;
+layout(std430, binding = 6) buffer Scratch { float sc[]; };
 #define MAXD 512u
 shared float qs[MAXD];
 shared float ps[64];
@@ -26,14 +31,39 @@ float wg_reduce(float v, bool is_max) {
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;
+    uint nsplit = MODE == 0u ? 1u : ex_u(2u), split = 0u;
+    if (MODE == 1u) { split = w % nsplit; w /= nsplit; }
     uint nq = t_ne(0u, 1u), H = t_ne(0u, 2u);
     uint iq = w % nq; w /= nq;
     uint h = w % H; uint b = w / H;
     uint D = t_ne(0u, 0u), Dv = t_ne(2u, 0u), nkv = t_ne(1u, 1u);
-    uint hk = h / (H / t_ne(1u, 2u)), hv = h / (H / t_ne(2u, 2u));
-    uint bk = b % t_ne(1u, 3u), bv = b % t_ne(2u, 3u);
     uint t = gl_LocalInvocationID.x;
     const float NEG_INF = uintBitsToFloat(0xFF800000u);
+    uint RS = Dv + 2u;                                  // partial record: M, L, acc[Dv]
+    uint rec0 = ((b * H + h) * nq + iq) * nsplit;
+    if (MODE == 2u) {
+        float mx = NEG_INF;
+        for (uint s = 0u; s < nsplit; s++) mx = max(mx, sc[(rec0 + s) * RS]);
+        float l = 0.0;
+        for (uint s = 0u; s < nsplit; s++) {
+            float ms = sc[(rec0 + s) * RS];
+            l += ms == NEG_INF ? 0.0 : sc[(rec0 + s) * RS + 1u] * exp(ms - mx);
+        }
+        float inv = l > 0.0 ? 1.0 / l : 0.0;
+        for (uint d = t; d < Dv; d += 64u) {
+            float o = 0.0;
+            for (uint s = 0u; s < nsplit; s++) {
+                float ms = sc[(rec0 + s) * RS];
+                if (ms != NEG_INF) o += sc[(rec0 + s) * RS + 2u + d] * exp(ms - mx);
+            }
+            stf(t_at(4u, d, h, iq, b), t_type(4u), o * inv);
+        }
+        return;
+    }
+    uint jbeg = MODE == 1u ? split * ex_u(3u) : 0u;
+    uint jend = MODE == 1u ? min(nkv, jbeg + ex_u(3u)) : nkv;
+    uint hk = h / (H / t_ne(1u, 2u)), hv = h / (H / t_ne(2u, 2u));
+    uint bk = b % t_ne(1u, 3u), bv = b % t_ne(2u, 3u);
     uint qrow = t_row(0u, iq, h, b);
     for (uint d = t; d < D; d += 64u) qs[d] = ldf(0u, qrow + d * t_nb(0u, 0u), t_type(0u));
     barrier();
@@ -49,12 +79,12 @@ void main() {
     float M = NEG_INF, L = 0.0;
     float acc[MAXD / 64u];
     for (uint i = 0u; i < MAXD / 64u; i++) acc[i] = 0.0;
-    for (uint j0 = 0u; j0 < nkv; j0 += 64u) {
+    for (uint j0 = jbeg; j0 < jend; j0 += 64u) {
         uint j = j0 + t;
         float s = NEG_INF;
         float mv = 0.0;
-        if (j < nkv && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
-        if (j < nkv && mv != NEG_INF) {
+        if (j < jend && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
+        if (j < jend && mv != NEG_INF) {
             uint kr = t_row(1u, j, hk, bk);
             float dot = 0.0;
             if (kf16) {   // two halves per 32-bit load
@@ -78,7 +108,7 @@ void main() {
         float alpha = (M == NEG_INF) ? 0.0 : exp(M - mn);
         float psum = wg_reduce(pj, false);   // its barriers also publish ps[]
         L = L * alpha + psum;
-        uint jn = min(64u, nkv - j0);
+        uint jn = min(64u, jend - j0);
         for (uint i = 0u; i < MAXD / 64u; i++) {
             uint d = t + 64u * i;
             if (d >= Dv) break;
@@ -91,6 +121,16 @@ void main() {
         }
         M = mn;
         barrier();
+    }
+    if (MODE == 1u) {
+        uint r = (rec0 + split) * RS;
+        if (t == 0u) { sc[r] = M; sc[r + 1u] = L; }
+        for (uint i = 0u; i < MAXD / 64u; i++) {
+            uint d = t + 64u * i;
+            if (d >= Dv) break;
+            sc[r + 2u + d] = acc[i];
+        }
+        return;
     }
     float inv = L > 0.0 ? 1.0 / L : 0.0;
     // dst [Dv, H, n_q, B]
