@@ -164,12 +164,15 @@ def test_chain_both_ways(policy, n_copies):
 
 @pytest.mark.parametrize("visible", [1, 37, 64, 65, 300])
 @pytest.mark.parametrize("D,n_kv,n_q", [(64, 320, 1), (33, 333, 1), (64, 1000, 3), (64, 64, 1)])
-def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q):
+@pytest.mark.parametrize("split", ["0", "1"])
+def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, monkeypatch):
     """Decode attention spans the whole KV cache; the mask hides the cells not written yet. The
     kernel skips K reads of masked keys and whole masked 64-key chunks, and with few query rows
     splits the KV over workgroups (partials in plan scratch, then a combine pass): the result must
     not change (against float64 numpy), at chunk and split edges too, and where whole splits are
-    masked out. Odd D takes the 16-bit K path."""
+    masked out. Odd D takes the 16-bit K path. PYGGML_VULKAN_FA_SPLIT forces the split on or off
+    (by default it is off on CPU devices such as lavapipe, where it only adds overhead)."""
+    monkeypatch.setenv("PYGGML_VULKAN_FA_SPLIT", split)
     from pyggml.conformance import reference as R
     rng = np.random.default_rng(visible * 100 + D + n_kv)
     visible = min(visible, n_kv)

@@ -167,6 +167,14 @@ static uint32_t rows_per_wg(const pyg_device *d) {
     return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
 }
 
+/* KV-split flash attention: on by default except on CPU devices (lavapipe), where more
+ * workgroups only add overhead; PYGGML_VULKAN_FA_SPLIT=0/1 overrides (read per plan: tests). */
+static int fa_split_on(const pyg_device *d) {
+    const char *e = getenv("PYGGML_VULKAN_FA_SPLIT");
+    if (e && *e) return strcmp(e, "0") != 0;
+    return d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
 static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
@@ -268,7 +276,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         dp->fa_split = 0;
         /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
          * pass, so the device is busy and a masked-out split costs one mask read */
-        if (rows < 1024 && nkv > 64) {
+        if (rows < 1024 && nkv > 64 && fa_split_on(d)) {
             uint64_t cap = 4096 / rows, ns = (nkv + 63) / 64;
             if (cap < 2) cap = 2;
             if (ns > cap) ns = cap;
