@@ -2,9 +2,10 @@
 
 Without a GPU (here and in CI): cuBLAS is never a link-time dependency of the plugin; the
 host-side harness plugins/cuda/test/gemm_blas_host.cu checks the quant unit decoders the
-dequantize-to-f16 kernel uses (against dequant_one), the per-node plans, and -- through a fake
-libcublas that computes on host memory -- the batching/broadcast/stride logic of the GEMM calls,
-the search that opens libcublasLt beside libcublas, and the fallbacks (not found, switched off).
+dequantize-to-f16 kernel uses (against dequant_one), the per-node plans, whole nodes of every
+weight type with the conversion kernels' element functions run as host loops and the GEMM done by
+a fake libcublas (or a host model of our WMMA kernel), the search that opens libcublasLt beside
+libcublas, and the fallbacks (not found, switched off).
 With a CUDA device: mul_mat for N above the threshold for every weight type, broadcast batches
 and a non-contiguous src1, against numpy, on whichever GEMM path the machine has.
 """
@@ -41,7 +42,7 @@ def harness(tmp_path_factory):
         pytest.skip("nvcc or a C compiler not found")
     d = tmp_path_factory.mktemp("gemm_blas")
     exe = str(d / "gemm_blas_host")
-    r = subprocess.run([NVCC, "-std=c++17", "-I", os.path.join(ROOT, "include"), "-I",
+    r = subprocess.run([NVCC, "-O2", "-std=c++17", "-I", os.path.join(ROOT, "include"), "-I",
                         os.path.join(ROOT, "plugins", "cuda"), "-o", exe,
                         os.path.join(TEST_DIR, "gemm_blas_host.cu"), "-ldl"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -51,7 +52,7 @@ def harness(tmp_path_factory):
     r = subprocess.run([CC, "-shared", "-fPIC", "-DFAKE_LT", "-Wl,-soname,libcublasLt.so.13", "-o",
                         str(lib / "libcublasLt.so.13"), src], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([CC, "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o", str(lib / "libcublas.so.13"),
+    r = subprocess.run([CC, "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-O2", "-o", str(lib / "libcublas.so.13"),
                         src, str(lib / "libcublasLt.so.13")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return exe, str(lib / "libcublas.so.13")
@@ -85,6 +86,24 @@ def test_gemm_calls_through_fake_cublas(harness):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok gemm ") == 7, r.stdout
     assert "through cuBLAS 13.0.99" in r.stdout and fake in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("backend", ["cublas", "wmma"])
+def test_whole_nodes_on_the_host(harness, backend):
+    """Every weight type through gemm_blas_launch with the conversion kernels' element functions run
+    as host loops: plain, broadcast, transposed src1, transposed dst (staged), weights in chunks,
+    K not a multiple of 32, activations of 1e6 and 1e-7 (the f16 scale) -- against double precision
+    on the original weights. GEMM by the fake cuBLAS, or by the host model of our WMMA kernel
+    (which also checks that kernel's alignment/padding requirements)."""
+    exe, fake = harness
+    env = {"PYGGML_CUDA_BLAS_CHUNK_MB": "1"}
+    if backend == "cublas":
+        env["PYGGML_CUDA_BLAS_LIB"] = fake
+    else:
+        env.update(PYGGML_CUDA_BLAS="0", FAKE_MMA="1")
+    r = _run(exe, "pipeline", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok gemm ") == 40 and "ok pipeline" in r.stdout, r.stdout
 
 
 def test_fallbacks_are_logged(harness):

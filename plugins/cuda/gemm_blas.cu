@@ -422,7 +422,7 @@ struct gb_bsrc {
     int vec;                   /* 16-byte loads possible (nb0 == 4, aligned rows) */
 };
 
-__device__ __forceinline__ int64_t gb_load8(const gb_bsrc &s, int64_t g, float v[8]) {
+PYG_HD int64_t gb_load8(const gb_bsrc &s, int64_t g, float v[8]) {
     const int64_t kg = g % s.KG, col = g / s.KG;
     const int64_t nn = col % s.N, bt = col / s.N;
     const char *base = s.p + nn * s.nb1 + (bt % s.B2) * s.nb2 + (bt / s.B2) * s.nb3;
@@ -432,7 +432,6 @@ __device__ __forceinline__ int64_t gb_load8(const gb_bsrc &s, int64_t g, float v
         v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
         v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
     } else {
-#pragma unroll
         for (int t = 0; t < 8; t++) v[t] = k0 + t < s.K ? *(const float *)(base + (k0 + t) * s.nb0) : 0.0f;
     }
     return col * s.KG * 8 + k0; /* index of v[0] in the copy (row pitch Kp = 8 KG) */
@@ -473,8 +472,29 @@ PYG_HD uint16_t gb_to16(float v) {
     return f32_to_bf16_bits(v);
 }
 
-/* src1 -> [B3][B2][N][Kp] in the GEMM's type (k >= K zero). GB_F16: scaled by 1/s, s from the partial
- * maxima of k_gb_absmax; block 0 stores alpha = s, beta = 0 for the GEMM (device pointer mode). */
+/* Group g of src1 -> [B3][B2][N][Kp] in the GEMM's type (k >= K zero), times inv (f16: 1/s). */
+template <int MODE>
+PYG_HD void gb_convert_b_group(const gb_bsrc &s, int64_t g, float inv, void *out) {
+    float v[8];
+    const int64_t o = gb_load8(s, g, v); /* a multiple of 8: 16/32-byte aligned stores */
+    if (MODE == GB_TF32) {
+        float *d = (float *)out + o;
+        ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        uint16_t h[8];
+        for (int t = 0; t < 8; t++) h[t] = gb_to16<MODE>(v[t] * inv);
+        uint4 w;
+        w.x = h[0] | ((uint32_t)h[1] << 16);
+        w.y = h[2] | ((uint32_t)h[3] << 16);
+        w.z = h[4] | ((uint32_t)h[5] << 16);
+        w.w = h[6] | ((uint32_t)h[7] << 16);
+        *(uint4 *)((uint16_t *)out + o) = w;
+    }
+}
+
+/* GB_F16: s from the partial maxima of k_gb_absmax; block 0 stores alpha = s, beta = 0 for the GEMM
+ * (device pointer mode). */
 template <int MODE>
 __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t groups, const float *part,
                                                              int nparts, float *alpha_beta, void *out) {
@@ -491,25 +511,8 @@ __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_b(gb_bsrc s, int64_t 
             alpha_beta[1] = 0.0f;
         }
     }
-    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < groups; g += (int64_t)gridDim.x * GB_THREADS) {
-        float v[8];
-        const int64_t o = gb_load8(s, g, v); /* a multiple of 8: 16/32-byte aligned stores */
-        if (MODE == GB_TF32) {
-            float *d = (float *)out + o;
-            ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
-            ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
-        } else {
-            uint16_t h[8];
-#pragma unroll
-            for (int t = 0; t < 8; t++) h[t] = gb_to16<MODE>(v[t] * inv);
-            uint4 w;
-            w.x = h[0] | ((uint32_t)h[1] << 16);
-            w.y = h[2] | ((uint32_t)h[3] << 16);
-            w.z = h[4] | ((uint32_t)h[5] << 16);
-            w.w = h[6] | ((uint32_t)h[7] << 16);
-            *(uint4 *)((uint16_t *)out + o) = w;
-        }
-    }
+    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < groups; g += (int64_t)gridDim.x * GB_THREADS)
+        gb_convert_b_group<MODE>(s, g, inv, out);
 }
 
 /* 32 consecutive weights (unit u of a row) of a quantized row, as float. Host+device: the host test
@@ -564,48 +567,65 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, 
     }
 }
 
-/* One chunk of weight rows [m0, m0 + mc) of every dim-2 batch -> contiguous f16 [b2][mc][K]. */
+/* Unit g (32 weights) of one chunk of weight rows [m0, m0 + mc) of every dim-2 batch (`a` points at
+ * row m0) -> f16 [b2][mc][K]. */
+template <int T>
+PYG_HD void gb_dequant_unit(const char *a, int64_t nb1, int64_t nb2, int64_t mc, int64_t K, int64_t g,
+                            uint16_t *out) {
+    const int64_t uk = K / 32, u = g % uk, r = g / uk;
+    const uint8_t *row = (const uint8_t *)(a + (r / mc) * nb2 + (r % mc) * nb1);
+    float w[32];
+    gb_unit32<T>(row, u, w);
+    uint4 *d = (uint4 *)(out + r * K + u * 32);
+    for (int q = 0; q < 4; q++) {
+        uint4 v;
+        v.x = gb_to16<GB_F16>(w[8 * q + 0]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 1]) << 16);
+        v.y = gb_to16<GB_F16>(w[8 * q + 2]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 3]) << 16);
+        v.z = gb_to16<GB_F16>(w[8 * q + 4]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 5]) << 16);
+        v.w = gb_to16<GB_F16>(w[8 * q + 6]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 7]) << 16);
+        d[q] = v;
+    }
+}
+
 template <int T>
 __global__ void __launch_bounds__(GB_THREADS) k_gb_dequant_a(const char *a, int64_t nb1, int64_t nb2, int64_t mc,
                                                              int64_t K, int64_t units, uint16_t *out) {
-    const int64_t uk = K / 32;
-    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < units; g += (int64_t)gridDim.x * GB_THREADS) {
-        const int64_t u = g % uk, r = g / uk;
-        const uint8_t *row = (const uint8_t *)(a + (r / mc) * nb2 + (r % mc) * nb1);
-        float w[32];
-        gb_unit32<T>(row, u, w);
-        uint4 *d = (uint4 *)(out + r * K + u * 32);
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            uint4 v;
-            v.x = gb_to16<GB_F16>(w[8 * q + 0]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 1]) << 16);
-            v.y = gb_to16<GB_F16>(w[8 * q + 2]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 3]) << 16);
-            v.z = gb_to16<GB_F16>(w[8 * q + 4]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 5]) << 16);
-            v.w = gb_to16<GB_F16>(w[8 * q + 6]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 7]) << 16);
-            d[q] = v;
-        }
-    }
+    for (int64_t g = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; g < units; g += (int64_t)gridDim.x * GB_THREADS)
+        gb_dequant_unit<T>(a, nb1, nb2, mc, K, g, out);
 }
 
-/* Plain weights cuBLAS cannot read in place (strided rows, or f32 going to bf16): element-wise. */
+PYG_HD float gb_load_plain(const char *p, int type) {
+    if (type == PYG_TYPE_F16) return f16_bits_to_f32(*(const uint16_t *)p);
+    if (type == PYG_TYPE_BF16) return bf16_bits_to_f32(*(const uint16_t *)p);
+    return *(const float *)p;
+}
+
+/* Element e of plain weights cuBLAS/our kernel cannot read in place (strided rows, f32 going to
+ * bf16, K not a multiple of 32 for our kernel) -> [b2][mc][Kp], zeros past K. */
+template <int MODE>
+PYG_HD void gb_convert_a_elem(const tview &a, const char *base, int64_t mc, int64_t Kp, int64_t e, uint16_t *out) {
+    const int64_t k = e % Kp, r = e / Kp;
+    const char *row = base + (r / mc) * a.nb[2] + (r % mc) * a.nb[1];
+    out[e] = gb_to16<MODE>(k < a.ne[0] ? gb_load_plain(row + k * a.nb[0], a.type) : 0.0f);
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(GB_THREADS) k_gb_convert_a(tview a, const char *base, int64_t mc, int64_t Kp,
                                                              int64_t count, uint16_t *out) {
-    const int64_t K = a.ne[0];
-    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS) {
-        const int64_t k = e % Kp, r = e / Kp;
-        const char *row = base + (r / mc) * a.nb[2] + (r % mc) * a.nb[1];
-        out[e] = gb_to16<MODE>(k < K ? load_f(row + k * a.nb[0], a.type) : 0.0f);
-    }
+    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS)
+        gb_convert_a_elem<MODE>(a, base, mc, Kp, e, out);
 }
 
-/* Staged C [B3][B2][N][M] -> dst with its own strides. */
-__global__ void __launch_bounds__(GB_THREADS) k_gb_copy_c(const float *cs, tview d, int64_t count) {
+/* Element e of staged C [B3][B2][N][M] -> dst with its own strides. */
+PYG_HD void gb_copy_c_elem(const float *cs, const tview &d, int64_t e) {
     const int64_t M = d.ne[0], N = d.ne[1], B2 = d.ne[2];
-    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS) {
-        const int64_t m = e % M, col = e / M, nn = col % N, bt = col / N;
-        *(float *)(d.data + m * d.nb[0] + nn * d.nb[1] + (bt % B2) * d.nb[2] + (bt / B2) * d.nb[3]) = cs[e];
-    }
+    const int64_t m = e % M, col = e / M, nn = col % N, bt = col / N;
+    *(float *)(d.data + m * d.nb[0] + nn * d.nb[1] + (bt % B2) * d.nb[2] + (bt / B2) * d.nb[3]) = cs[e];
+}
+
+__global__ void __launch_bounds__(GB_THREADS) k_gb_copy_c(const float *cs, tview d, int64_t count) {
+    for (int64_t e = (int64_t)blockIdx.x * GB_THREADS + threadIdx.x; e < count; e += (int64_t)gridDim.x * GB_THREADS)
+        gb_copy_c_elem(cs, d, e);
 }
 
 static unsigned gb_blocks(int64_t items, int64_t cap) {
@@ -639,7 +659,7 @@ size_t gemm_blas_scratch_bytes(const pyg_tensor *n) {
         }                                                                                           \
     } while (0)
 
-static int convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c) {
+static int gpu_convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c) {
     gb_bsrc s;
     s.p = (const char *)b->data;
     s.nb0 = (int64_t)b->nb[0]; s.nb1 = (int64_t)b->nb[1]; s.nb2 = (int64_t)b->nb[2]; s.nb3 = (int64_t)b->nb[3];
@@ -662,8 +682,8 @@ static int convert_b(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c
 }
 
 /* Rows [m0, m0 + mc) of every dim-2 batch of weight batch i03 -> scratch [b2][mc][Kp], the GEMM's type. */
-static int convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t m0, int64_t mc, uint16_t *out,
-                     op_ctx *c) {
+static int gpu_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t m0, int64_t mc, uint16_t *out,
+                         op_ctx *c) {
     const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
     const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
     if (is_supported_quant(a->type)) { /* K % 32 == 0: Kp == K */
@@ -685,6 +705,23 @@ static int convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t
     }
     return check_launch(c, "mul_mat (GEMM: convert weights)");
 }
+
+static int gpu_copy_c(const pyg_tensor *n, const gb_plan &p, char *scr, op_ctx *c) {
+    const int64_t count = p.M * p.N * p.B2 * p.B3;
+    k_gb_copy_c<<<gb_blocks(count, 65535), GB_THREADS, 0, c->stream>>>((const float *)(scr + p.off_c), make_view(n),
+                                                                      count);
+    return check_launch(c, "mul_mat (GEMM: copy result)");
+}
+
+/* The steps around the GEMM calls, each a kernel launch; plugins/cuda/test/gemm_blas_host.cu swaps in
+ * host loops over the same element functions to run whole nodes on a machine without a GPU. */
+struct gb_steps {
+    int (*convert_b)(const pyg_tensor *b, const gb_plan &p, char *scr, op_ctx *c);
+    int (*convert_a)(const pyg_tensor *a, const gb_plan &p, int64_t i03, int64_t m0, int64_t mc, uint16_t *out,
+                     op_ctx *c);
+    int (*copy_c)(const pyg_tensor *n, const gb_plan &p, char *scr, op_ctx *c);
+};
+static gb_steps g_steps = { gpu_convert_b, gpu_convert_a, gpu_copy_c };
 
 /* The node's GEMMs (after the activations are converted): per weight batch i03 and chunk of rows,
  * per src1 dim-3 batch (and per broadcast sub-batch where they don't fold into N). */
@@ -709,7 +746,7 @@ static int run_gemms(const pyg_tensor *n, const gb_plan &p, char *scr, blas_hand
             const void *aptr;
             int64_t lda, sa;
             if (p.a_conv) {
-                if ((st = convert_a(a, p, i03, m0, mc, aconv, c)) != PYG_OK) return st;
+                if ((st = g_steps.convert_a(a, p, i03, m0, mc, aconv, c)) != PYG_OK) return st;
                 aptr = aconv;
                 lda = p.Kp;
                 sa = mc * p.Kp;
@@ -739,12 +776,7 @@ static int run_gemms(const pyg_tensor *n, const gb_plan &p, char *scr, blas_hand
             }
         }
     }
-    if (p.c_stage) {
-        const int64_t count = p.M * p.N * p.B2 * p.B3;
-        k_gb_copy_c<<<gb_blocks(count, 65535), GB_THREADS, 0, c->stream>>>((const float *)(scr + p.off_c),
-                                                                          make_view(n), count);
-        if ((st = check_launch(c, "mul_mat (GEMM: copy result)")) != PYG_OK) return st;
-    }
+    if (p.c_stage && (st = g_steps.copy_c(n, p, scr, c)) != PYG_OK) return st;
     return PYG_OK;
 }
 
@@ -764,7 +796,7 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
     char *scr = (char *)c->scratch;
     int st;
     if (backend == GB_MMA) {
-        if (p.b_conv && (st = convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
+        if (p.b_conv && (st = g_steps.convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
         return run_gemms(n, p, scr, NULL, c);
     }
     blas_dev &d = g_dev[c->device];
@@ -773,10 +805,10 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
     if (!h) { /* no handle on this device: our kernel, if the plan's scratch fits its layout */
         gb_plan q;
         if (!mma_gemm_available() || !gb_plan_make(n, &q, GB_MMA) || c->scratch_size < q.total) return GEMM_BLAS_DECLINED;
-        if (q.b_conv && (st = convert_b(n->src[1], q, scr, c)) != PYG_OK) return st;
+        if (q.b_conv && (st = g_steps.convert_b(n->src[1], q, scr, c)) != PYG_OK) return st;
         return run_gemms(n, q, scr, NULL, c);
     }
-    if (p.b_conv && (st = convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
+    if (p.b_conv && (st = g_steps.convert_b(n->src[1], p, scr, c)) != PYG_OK) return st;
     /* cublasSetStream resets the workspace to cuBLAS's own pool: set the workspace after it */
     GB_CALL(g_blas.set_stream(h, c->stream), "cublasSetStream");
     GB_CALL(g_blas.set_workspace(h, scr, GB_WORKSPACE), "cublasSetWorkspace");
