@@ -297,3 +297,28 @@ def test_cpy_between_shapes_and_set_rows_bf16_on_cuda():
     ref_b = np.zeros((5, 16), np.float32)
     ref_b[idx] = (_bf16_bits(r).astype(np.uint32) << 16).view(np.float32)
     assert np.array_equal(out_b, ref_b)
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+def test_grouped_decode_mat_vecs_on_cuda(qtype):
+    """Mat-vecs over one activation column (a layer's q/k/v, gate/up) run as one launch with the
+    column quantized once (PYGGML_CUDA_FUSE); every output must match its own weights, including
+    row counts that leave a block half full, and a consumer that reads all of them."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(11)
+    K, Ms = 512, (96, 30, 30, 64, 7)
+    x = rng.standard_normal((1, K)).astype(np.float32)
+    g = pg.Graph()
+    xi = g.input("x", x.shape, pg.f32)
+    outs, refs = [], []
+    for i, M in enumerate(Ms):
+        blocks = pg.quantize(rng.standard_normal((M, K)).astype(np.float32), qtype)
+        wd = pg.dequantize(blocks, qtype, (M, K)).astype(np.float64)
+        outs.append(pg.mul_mat(g.weight(f"w{i}", blocks, type=qtype, shape=(M, K)), xi))
+        refs.append(x.astype(np.float64) @ wd.T)
+    s = pg.Scheduler([dev])
+    for _ in range(3):                              # direct launches, capture, replay
+        got = s.compute(outs, {"x": x})
+        for o, r in zip(got, refs):
+            assert o.shape == r.shape and np.all(np.isfinite(o))
+            assert _nmse(o, r) < 5e-4

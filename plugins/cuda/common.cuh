@@ -260,6 +260,10 @@ int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
 size_t mul_mat_scratch_bytes(const pyg_tensor *node);
+/* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
+int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
+/* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */
+int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c);
 #define MMA_MIN_N 32 /* N from which mul_mat uses the tensor-core GEMM */
 int mul_mat_mma_usable(const pyg_tensor *node);
 int mul_mat_mma_launch(const pyg_tensor *node, op_ctx *c);

@@ -13,6 +13,7 @@ struct pyg_graph_plan {
     const pyg_graph *graph;
     int n_nodes;                  /* nodes that run a kernel */
     const pyg_tensor **nodes;
+    int *group;                   /* per node: nodes launched together from here (0: done by an earlier one) */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -83,6 +84,7 @@ void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
     }
     gpuGetLastError();
     free(p->nodes);
+    free(p->group);
     free(p);
 }
 
@@ -95,7 +97,13 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
     p->dev = dev;
     p->graph = graph;
     p->nodes = (const pyg_tensor **)calloc((size_t)graph->n_nodes + 1, sizeof(pyg_tensor *));
-    if (!p->nodes) { free(p); return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory"); }
+    p->group = (int *)calloc((size_t)graph->n_nodes + 1, sizeof(int));
+    if (!p->nodes || !p->group) {
+        free(p->nodes);
+        free(p->group);
+        free(p);
+        return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
+    }
     size_t scratch = 0;
     for (int i = 0; i < graph->n_nodes; i++) {
         const pyg_tensor *n = graph->nodes[i];
@@ -123,6 +131,13 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         if (need > scratch) scratch = need;
         p->nodes[p->n_nodes++] = n;
     }
+    /* adjacent decode mat-vecs over the same activation column: one launch (mul_mat.cu) */
+    for (int i = 0; i < p->n_nodes;) {
+        int g = 1;
+        while (i + g < p->n_nodes && g < 4 && mul_mat_can_group(p->nodes[i], p->nodes[i + g])) g++;
+        p->group[i] = g;
+        i += g;
+    }
     if (scratch) {
         gpuError_t e = gpuSetDevice(dev->index);
         if (e == gpuSuccess) e = gpuMalloc(&p->scratch, scratch);
@@ -148,7 +163,8 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.errlen = sizeof err;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
-        int st = launch_node(p->nodes[i], &c);
+        if (p->group[i] == 0) continue; /* launched with an earlier node */
+        int st = p->group[i] > 1 ? mul_mat_launch_group(p->nodes + i, p->group[i], &c) : launch_node(p->nodes[i], &c);
         if (st != PYG_OK)
             return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);
     }

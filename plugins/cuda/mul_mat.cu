@@ -393,6 +393,114 @@ static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
     return check_launch(c, "mul_mat (quantized mat-vec)");
 }
 
+/* ---------------------------------------------------------------- grouped decode mat-vecs
+ * Adjacent mul_mat nodes of a plan that multiply the same single activation column by different
+ * quantized weights of one type and K (a layer's q/k/v, its gate/up) run as one launch: the column
+ * is quantized once and the blocks of all the matrices form one grid, so a 16-layer decode issues
+ * 48 fewer quantize launches and 48 fewer mat-vec launches. PYGGML_CUDA_FUSE=0 turns it off. */
+#define MVQ_GROUP_MAX 4
+
+struct mvq_group_args {
+    const int8_t *yq;
+    const float *yds;
+    int64_t K;
+    int n;
+    const char *w[MVQ_GROUP_MAX];
+    int64_t nb01[MVQ_GROUP_MAX], M[MVQ_GROUP_MAX];
+    float *dst[MVQ_GROUP_MAX];
+    unsigned blk0[MVQ_GROUP_MAX + 1]; /* first block of each matrix; blk0[n] = grid size */
+};
+
+template <int T>
+__global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_group_args a) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE;
+    int g = 0;
+#pragma unroll
+    for (int i = 1; i < MVQ_GROUP_MAX; i++)
+        if (i < a.n && blockIdx.x >= a.blk0[i]) g = i;
+    const int64_t m = (int64_t)(blockIdx.x - a.blk0[g]) * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE;
+    if (m >= a.M[g]) return; /* whole warps only */
+    const char *row = a.w[g] + m * a.nb01[g];
+    float acc[1] = {0.0f};
+    const int64_t nu = mmvq<T>::units(a.K);
+#pragma unroll 2
+    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
+        mmvq<T>::template unit<1>(row, u, a.yq, a.yds, a.K, a.K / 16, 1, acc);
+    const float v = warp_sum(acc[0]);
+    if (lane == 0) a.dst[g][m] = v;
+}
+
+static int fuse_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PYGGML_CUDA_FUSE");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
+
+static int mmvq_single_column(const pyg_tensor *n) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    return n->op == PYG_OP_MUL_MAT && use_mmvq(n) && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 &&
+           a->ne[2] == 1 && a->ne[3] == 1 && n->nb[0] == sizeof(float);
+}
+
+int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
+    if (!fuse_enabled() || !mmvq_single_column(x) || !mmvq_single_column(y)) return 0;
+    const pyg_tensor *a0 = x->src[0], *b0 = x->src[1], *a1 = y->src[0], *b1 = y->src[1];
+    if (a0->type != a1->type || a0->ne[0] != a1->ne[0] || b0->type != b1->type || b0->data != b1->data) return 0;
+    for (int i = 0; i < 4; i++)
+        if (b0->ne[i] != b1->ne[i] || b0->nb[i] != b1->nb[i]) return 0;
+    return b1->data != x->data; /* y must not read what x writes */
+}
+
+int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
+    if (g <= 1) return mul_mat_launch(nodes[0], c);
+    if (g > MVQ_GROUP_MAX) {
+        snprintf(c->err, c->errlen, "mul_mat group of %d > %d", g, MVQ_GROUP_MAX);
+        return PYG_ERR_INTERNAL;
+    }
+    const pyg_tensor *a = nodes[0]->src[0], *b = nodes[0]->src[1];
+    const size_t need = mul_mat_scratch_bytes(nodes[0]);
+    if (!c->scratch || c->scratch_size < need) {
+        snprintf(c->err, c->errlen, "mul_mat: plan scratch too small (%zu < %zu)", c->scratch_size, need);
+        return PYG_ERR_INTERNAL;
+    }
+    const int64_t K = a->ne[0], nblk = K / 32;
+    mvq_group_args args;
+    args.yq = (const int8_t *)c->scratch;
+    args.yds = (const float *)((char *)c->scratch + align256((size_t)K));
+    args.K = K;
+    args.n = g;
+    k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
+                                                            (int64_t)b->nb[2] / 4, (int64_t)b->nb[3] / 4, K, 1, 1,
+                                                            nblk, (int8_t *)args.yq, (float *)args.yds);
+    int st = check_launch(c, "mul_mat group (quantize activations)");
+    if (st != PYG_OK) return st;
+    unsigned blocks = 0;
+    for (int i = 0; i < MVQ_GROUP_MAX; i++) {
+        const pyg_tensor *n = nodes[i < g ? i : g - 1];
+        args.w[i] = (const char *)n->src[0]->data;
+        args.nb01[i] = (int64_t)n->src[0]->nb[1];
+        args.M[i] = n->src[0]->ne[1];
+        args.dst[i] = (float *)n->data;
+        args.blk0[i] = blocks;
+        if (i < g) blocks += ceil_div_u(args.M[i], MVQ_ROWS);
+    }
+    args.blk0[MVQ_GROUP_MAX] = blocks;
+    const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
+    switch (a->type) {
+    case PYG_TYPE_Q4_0: k_mmvq_group<PYG_TYPE_Q4_0><<<blocks, th, 0, c->stream>>>(args); break;
+    case PYG_TYPE_Q8_0: k_mmvq_group<PYG_TYPE_Q8_0><<<blocks, th, 0, c->stream>>>(args); break;
+    case PYG_TYPE_Q4_K: k_mmvq_group<PYG_TYPE_Q4_K><<<blocks, th, 0, c->stream>>>(args); break;
+    case PYG_TYPE_Q6_K: k_mmvq_group<PYG_TYPE_Q6_K><<<blocks, th, 0, c->stream>>>(args); break;
+    default:
+        snprintf(c->err, c->errlen, "mmvq group: type %d", a->type);
+        return PYG_ERR_INTERNAL;
+    }
+    return check_launch(c, "mul_mat group (quantized mat-vec)");
+}
+
 template <int T>
 static void launch_matvec(const mv_args &args, dim3 grid, int nc, gpuStream_t s) {
     switch (nc) {
