@@ -175,7 +175,10 @@ def worker(args):
         _plugin.drain_log()
     except Exception:
         pass
-    json.dump({"path": args.worker, "call_overhead_s": overhead, "log": msgs, "results": rows},
+    used = "cuBLAS" if any("through cuBLAS" in m for m in msgs) else "built-in"
+    for r in rows:
+        r["gemm"] = used   # what the plugin said it uses for N >= its threshold
+    json.dump({"path": args.worker, "gemm": used, "call_overhead_s": overhead, "log": msgs, "results": rows},
               open(args.worker_out, "w"))
     return 0
 
@@ -231,7 +234,10 @@ def main(argv=None):
             print(f"bench_gemm: {path}: {part['error']}")
             doc["paths"][path] = {"error": part["error"]}
             continue
-        doc["paths"][path] = {"call_overhead_s": part["call_overhead_s"], "log": part["log"]}
+        doc["paths"][path] = {"gemm": part["gemm"], "call_overhead_s": part["call_overhead_s"], "log": part["log"]}
+        if path == "blas" and part["gemm"] != "cuBLAS":
+            print("bench_gemm: the 'blas' run did not get cuBLAS (see the plugin log above): its numbers are the "
+                  "built-in kernel's")
         for line in part["log"]:
             print(f"[{path:7s}] plugin: {line}")
         doc["results"].extend(part["results"])
