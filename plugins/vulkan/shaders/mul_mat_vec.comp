@@ -82,9 +82,10 @@ float dot_chunk(uint ra, uint c) {
     return acc;
 }
 
-// q4_0 / q8_0 with four lanes per 32-element block: neighbouring lanes read neighbouring bytes of
-// one block and neighbouring blocks go to neighbouring lane quads, so a subgroup's loads are
-// contiguous (coalesced on GPUs) instead of one 18/34-byte block per lane.
+// Quantized types with four lanes per 32-element chunk (a q4_0/q8_0 block, a K-quant sub-block):
+// neighbouring lanes read neighbouring bytes and y words and neighbouring chunks go to
+// neighbouring lane quads, so a subgroup's loads are contiguous (coalesced on GPUs) instead of
+// one chunk per lane. Each lane takes 8 of the chunk's 32 elements.
 float dot_quad(uint ra, uint rb, uint K, uint lane, uint ns) {
     uint qi = lane & 3u;
     float acc = 0.0;
@@ -103,6 +104,42 @@ float dot_quad(uint ra, uint rb, uint K, uint lane, uint ns) {
                      + (float((w1 >> 4) & 15u) - 8.0) * uintBitsToFloat(s1w[yh + 2u])
                      + (float(w1 >> 12) - 8.0) * uintBitsToFloat(s1w[yh + 3u]);
             acc += h16(b) * (lo + hi);
+        } else if (TY == TY_Q4_K) {
+            uint b = ra + (c >> 3) * 144u, sub = c & 7u;
+            uint sc, mn;
+            if (sub < 4u) {
+                sc = b8(b + 4u + sub) & 63u;
+                mn = b8(b + 8u + sub) & 63u;
+            } else {
+                uint a = b8(b + 8u + sub), lo = b8(b + 4u + sub), hi = b8(b + sub);
+                sc = (a & 15u) | ((hi >> 6) << 4);
+                mn = (a >> 4) | ((lo >> 6) << 4);
+            }
+            uint q = (b + 16u + 32u * (sub >> 1) + 8u * qi) >> 1, sh = (sub & 1u) * 4u;
+            uint y0 = y + 8u * qi;
+            float a = 0.0, ys = 0.0;
+            for (uint j = 0u; j < 4u; j++) {
+                uint w = uint(s0h[q + j]);
+                float ya = uintBitsToFloat(s1w[y0 + 2u * j]), yb = uintBitsToFloat(s1w[y0 + 2u * j + 1u]);
+                a += float((w >> sh) & 15u) * ya + float((w >> (8u + sh)) & 15u) * yb;
+                ys += ya + yb;
+            }
+            acc += h16(b) * float(sc) * a - h16(b + 2u) * float(mn) * ys;
+        } else if (TY == TY_Q6_K) {
+            uint b = ra + (c >> 3) * 210u, g = c & 7u, n = g >> 2, qq = g & 3u;
+            uint ql = (b + 64u * n + (qq & 1u) * 32u + 8u * qi) >> 1, qh = (b + 128u + 32u * n + 8u * qi) >> 1;
+            uint shl = qq >= 2u ? 4u : 0u, shh = 2u * qq;
+            uint y0 = y + 8u * qi;
+            float a = 0.0;
+            for (uint j = 0u; j < 4u; j++) {
+                uint wl = uint(s0h[ql + j]), wh = uint(s0h[qh + j]);
+                int q0 = int(((wl >> shl) & 15u) | (((wh >> shh) & 3u) << 4)) - 32;
+                int q1 = int(((wl >> (8u + shl)) & 15u) | (((wh >> (8u + shh)) & 3u) << 4)) - 32;
+                a += float(q0) * uintBitsToFloat(s1w[y0 + 2u * j]) + float(q1) * uintBitsToFloat(s1w[y0 + 2u * j + 1u]);
+            }
+            int s8 = int(b8(b + 192u + 8u * n + (qi >> 1) + 2u * qq));
+            s8 = s8 >= 128 ? s8 - 256 : s8;
+            acc += h16(b + 208u) * float(s8) * a;
         } else {   // TY_Q8_0
             uint b = ra + c * 34u, q = (b + 2u + 8u * qi) >> 1;
             uint y0 = y + 8u * qi;
@@ -135,7 +172,7 @@ void main() {
         uint i02 = i12 / (B2 / t_ne(0u, 2u)), i03 = i13 / (t_ne(1u, 3u) / t_ne(0u, 3u));
         uint ra = t_row(0u, m, i02, i03), rb = t_row(1u, n, i12, i13);
         float acc = 0.0;
-        if (fast && (TY == TY_Q4_0 || TY == TY_Q8_0) && (ns & 3u) == 0u) {
+        if (fast && (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K || TY == TY_Q6_K) && (ns & 3u) == 0u) {
             acc = dot_quad(ra, rb, K, lane, ns);
         } else if (fast) {   // host checked the fast-path layout
             for (uint c = lane; c < K / 32u; c += ns) {
