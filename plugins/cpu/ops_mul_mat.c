@@ -51,8 +51,8 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
     }
     p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= gemm_min_n(s0->type);
 #ifdef QUANT_HAVE_X86
-    p.qgemm = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0 && s1->ne[1] >= QGEMM_MIN_N &&
-              s0->ne[1] >= 8;
+    p.qgemm = simd && !reference && !p.generic && (s0->type == PYG_TYPE_Q4_0 || s0->type == PYG_TYPE_Q4_K) &&
+              s1->ne[1] >= QGEMM_MIN_N && s0->ne[1] >= 8;
     if (p.qgemm) p.use_gemm = 0;
     /* the q4_0 8-row kernels (GEMM, and mat-vec over repacked weights) read the block sums */
     p.aux = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0;
@@ -75,19 +75,24 @@ size_t cpu_mul_mat_thread_size(const pyg_tensor *node, int simd, int reference) 
     size_t s = (size_t)(node->src[0]->ne[0] + 16) * sizeof(float) * 2;
     if (p.use_gemm) s += cpu_gemm_wsize();
 #ifdef QUANT_HAVE_X86
-    if (p.qgemm) s += (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0X8_BLOCK + 64;
+    if (p.qgemm)
+        s += node->src[0]->type == PYG_TYPE_Q4_K ? (size_t)(node->src[0]->ne[0] / QK_SUPER) * QUANT_Q4_KX8_BLOCK + 64
+                                                  : (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0X8_BLOCK + 64;
 #endif
     return s;
 }
 
 #ifdef QUANT_HAVE_X86
-/* q4_0 prefill: work items are (batch, panel of 8 weight rows); a panel is repacked once into
- * this thread's scratch and met by every activation row, 4 at a time. Rows past the last full
- * panel (M % 8) go through the multi-row kernel. Which kernel computes an output depends only on
- * its position, so results do not depend on the thread count. */
-static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan *p, const cpu_rows *b) {
+/* q4_0 / q4_K prefill: work items are (batch, panel of 8 weight rows); a panel is the weight's
+ * repacked copy (repack.c) or repacked here once into this thread's scratch, and is met by every
+ * activation row, 4 at a time. Rows past the last full panel (M % 8) go through the multi-row
+ * kernel. Which kernel computes an output depends only on its position, so results do not depend
+ * on the thread count. */
+static void mul_mat_x8_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan *p, const cpu_rows *b) {
     const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
-    const int64_t K = s0->ne[0], M = s0->ne[1], nb = K / QK_32;
+    const int q4k = s0->type == PYG_TYPE_Q4_K;
+    const int64_t K = s0->ne[0], M = s0->ne[1], nb = K / (q4k ? QK_SUPER : QK_32);
+    const size_t gb = q4k ? QUANT_Q4_KX8_BLOCK : QUANT_Q4_0X8_BLOCK;
     const int64_t N = s1->ne[1], B2 = s1->ne[2], B3 = s1->ne[3];
     const int64_t r2 = B2 / s0->ne[2], r3 = B3 / s0->ne[3];
     const int64_t npc = (M + 7) / 8, nchunks = npc * B2 * B3;
@@ -104,7 +109,9 @@ static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_pla
         if (m0 + 8 <= M) {
             const char *pa = panel;
             if (ctx->repack) /* the weight's cached copy (src0 then has one batch) */
-                pa = (const char *)ctx->repack + (size_t)(m0 / 8) * (size_t)nb * QUANT_Q4_0X8_BLOCK;
+                pa = (const char *)ctx->repack + (size_t)(m0 / 8) * (size_t)nb * gb;
+            else if (q4k)
+                quant_q4_K_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             else
                 quant_q4_0_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             for (int64_t n = 0; n < N; n += 4) {
@@ -115,11 +122,16 @@ static void mul_mat_q4_0_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_pla
                 float *dst[4];
                 for (int k = 0; k < nc; k++) {
                     y[k] = ybase + (size_t)(n + k) * b->s1;
-                    dy[k] = aux + (size_t)(rbase + n + k) * nb * 2;
-                    s8[k] = (const int32_t *)(dy[k] + nb);
                     dst[k] = (float *)(dbase + (n + k) * (int64_t)node->nb[1]) + m0;
+                    if (!q4k) {
+                        dy[k] = aux + (size_t)(rbase + n + k) * nb * 2;
+                        s8[k] = (const int32_t *)(dy[k] + nb);
+                    }
                 }
-                quant_q4_0x8_gemm4_avx2(nb, pa, y, dy, s8, dst, nc);
+                if (q4k)
+                    quant_q4_Kx8_gemm4_avx2(nb, pa, y, dst, nc);
+                else
+                    quant_q4_0x8_gemm4_avx2(nb, pa, y, dy, s8, dst, nc);
             }
         } else {
             for (int64_t m = m0; m < M; m++) {
@@ -179,7 +191,7 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
     }
 #ifdef QUANT_HAVE_X86
     if (p.qgemm) {
-        mul_mat_q4_0_gemm(node, ctx, &p, &b);
+        mul_mat_x8_gemm(node, ctx, &p, &b);
         return;
     }
 #endif
@@ -226,6 +238,14 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
                 continue;
             }
 #ifdef QUANT_HAVE_X86
+            if (quant && N == 1 && ctx->repack && s0->type == PYG_TYPE_Q4_K) { /* mat-vec, repacked q4_K */
+                const int64_t nb = K / QK_SUPER;
+                const char *y = b.base + (size_t)i2 * b.s2 + (size_t)i3 * b.s3;
+                for (int64_t m = mb; m < me; m += 8)
+                    quant_q4_Kx8_gemv_avx2(nb, (const char *)ctx->repack + (size_t)(m / 8) * (size_t)nb * QUANT_Q4_KX8_BLOCK,
+                                           y, (float *)dbase + m);
+                continue;
+            }
             if (quant && N == 1 && ctx->repack) { /* mat-vec over the repacked q4_0 weight */
                 const int64_t nb = K / QK_32, bi_row = i2 + B2 * i3;
                 const float *dy = (const float *)(ctx->shared + p.vdt_row * (size_t)(B2 * B3)) + (size_t)bi_row * nb * 2;

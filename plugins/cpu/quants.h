@@ -168,6 +168,11 @@ void quant_q4_0x8_gemv_avx2(int64_t nb, const void *panel, const void *y, const 
                             float *dst);
 void quant_q4_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, const float *const *dy,
                              const int32_t *const *s8, float *const *dst, int nc);
+/* q4_K with 8 rows interleaved (layout in quants_avx2.c); activations are q8_K rows. */
+#define QUANT_Q4_KX8_BLOCK 1184
+void quant_q4_K_repack8_avx2(const void *x, size_t row_stride, int64_t nb, void *dst);
+void quant_q4_Kx8_gemv_avx2(int64_t nb, const void *panel, const void *y, float *dst);
+void quant_q4_Kx8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc);
 void quant_q8_0_block_sums_avx2(const void *y, int64_t nb, float *dy, int32_t *s8);
 #endif
 /* 1 when the AVX-512 F/BW/VL/DQ (+F16C, FMA) kernels may run; 2 when AVX512-VNNI is there too. */

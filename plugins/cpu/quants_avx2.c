@@ -658,3 +658,118 @@ AVX2 void quant_q8_0_block_sums_avx2(const void *vy, int64_t nb, float *dy, int3
     }
 }
 #endif /* QUANT_HAVE_X86 */
+
+/* ------------------------------------------------------------------ q4_K, 8 rows interleaved */
+/* As q4_0x8: 32-bit lane l = row l. Layout per super-block (QUANT_Q4_KX8_BLOCK bytes):
+ *   16 B  the 8 rows' f16 d          16 B  the 8 rows' f16 dmin
+ *   64 B  scales: byte 8j + l = six-bit scale j of row l (j < 8)
+ *   64 B  mins as pairs: byte 16p + 2l + k = min 2p+k of row l (p < 4, k < 2)
+ *   1024 B vectors i = 0..31: lane l = bytes 4i..4i+3 of row l's qs (chunk c = i / 8: low nibbles
+ *          are elements 64c + 4(i%8).., sub-block 2c; high nibbles 64c + 32 + 4(i%8).., 2c+1) */
+#ifdef QUANT_HAVE_X86
+static void k4_unpack_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xf) | ((q[j] >> 6) << 4);
+        mn[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+}
+
+AVX2 void quant_q4_K_repack8_avx2(const void *vx, size_t row_stride, int64_t nb, void *vdst) {
+    const char *base = vx;
+    char *dst = vdst;
+    for (int64_t b = 0; b < nb; b++, dst += QUANT_Q4_KX8_BLOCK) {
+        const blk_q4_K *r[8];
+        for (int l = 0; l < 8; l++) r[l] = (const blk_q4_K *)(base + (size_t)l * row_stride) + b;
+        for (int l = 0; l < 8; l++) {
+            memcpy(dst + 2 * l, &r[l]->d, 2);
+            memcpy(dst + 16 + 2 * l, &r[l]->dmin, 2);
+            uint8_t sc[8], mn[8];
+            k4_unpack_scales(r[l]->scales, sc, mn);
+            for (int j = 0; j < 8; j++) {
+                dst[32 + 8 * j + l] = (char)sc[j];
+                dst[96 + 16 * (j / 2) + 2 * l + (j % 2)] = (char)mn[j];
+            }
+        }
+        for (int c = 0; c < 8; c++) { /* 16-byte pieces: 4 dwords of each row, transposed */
+            __m128i a[8];
+            for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)(r[l]->qs + 16 * c));
+            __m128i o[2][4];
+            for (int half = 0; half < 2; half++) {
+                const __m128i *q = a + 4 * half;
+                const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
+                const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
+                o[half][0] = _mm_unpacklo_epi64(t0, t2);
+                o[half][1] = _mm_unpackhi_epi64(t0, t2);
+                o[half][2] = _mm_unpacklo_epi64(t1, t3);
+                o[half][3] = _mm_unpackhi_epi64(t1, t3);
+            }
+            for (int j = 0; j < 4; j++)
+                _mm256_storeu_si256((__m256i *)(dst + 160 + 32 * (4 * c + j)), _mm256_set_m128i(o[1][j], o[0][j]));
+        }
+    }
+}
+
+/* 8 unsigned bytes (one per row) as 16-bit lanes 2l and 2l+1 = byte l */
+AVX2 static inline __m256i dup8_epi16(const char *p) {
+    const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
+}
+
+#define QKX8_BCAST(p) ({ int32_t v_; memcpy(&v_, (p), 4); _mm256_set1_epi32(v_); })
+
+__attribute__((always_inline)) AVX2 static inline void q4_Kx8_tile(int64_t nb, const char *pa, const blk_q8_K *const *yc,
+                                                                  __m256 *acc, const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0xf);
+    for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_KX8_BLOCK) {
+        __m256i isum[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256() };
+        const char *qs = pa + 160;
+        for (int c = 0; c < 4; c++) {
+            for (int h = 0; h < 2; h++) { /* h = 0: low nibbles (sub-block 2c), 1: high (2c+1) */
+                __m256i p[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256() };
+                for (int g = 0; g < 8; g++) {
+                    const __m256i t = _mm256_loadu_si256((const __m256i *)(qs + 32 * (8 * c + g)));
+                    const __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(t, 4), m4) : _mm256_and_si256(t, m4);
+                    for (int k = 0; k < NC; k++)
+                        p[k] = _mm256_add_epi16(p[k], _mm256_maddubs_epi16(u, QKX8_BCAST(yc[k][b].qs + 64 * c + 32 * h + 4 * g)));
+                }
+                const __m256i sc = dup8_epi16(pa + 32 + 8 * (2 * c + h));
+                for (int k = 0; k < NC; k++) isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p[k], sc));
+            }
+        }
+        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pa));
+        const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pa + 16)));
+        for (int k = 0; k < NC; k++) {
+            /* sums of the 8 sub-blocks' activations, pairwise as 32-bit words (2p, 2p+1) */
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yc[k][b].bsums),
+                                              _mm_loadu_si128((const __m128i *)(yc[k][b].bsums + 8)));
+            __m256i msum = _mm256_setzero_si256();
+            for (int pp = 0; pp < 4; pp++) {
+                const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(pa + 96 + 16 * pp)));
+                const __m256i w = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(bs), _mm256_set1_epi32(pp));
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn, w));
+            }
+            const __m256 dy = _mm256_set1_ps(yc[k][b].d);
+            acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d8, dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(m8, dy), _mm256_cvtepi32_ps(msum), acc[k]);
+        }
+    }
+}
+#undef QKX8_BCAST
+
+AVX2 void quant_q4_Kx8_gemv_avx2(int64_t nb, const void *panel, const void *y, float *dst) {
+    const blk_q8_K *yc[1] = { y };
+    __m256 acc[1] = { _mm256_setzero_ps() };
+    q4_Kx8_tile(nb, panel, yc, acc, 1);
+    _mm256_storeu_ps(dst, acc[0]);
+}
+
+AVX2 void quant_q4_Kx8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc) {
+    const blk_q8_K *yc[4];
+    for (int c = 0; c < 4; c++) yc[c] = y[c < nc ? c : 0];
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    q4_Kx8_tile(nb, panel, yc, acc, 4);
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(dst[c], acc[c]);
+}
+#endif /* QUANT_HAVE_X86 */

@@ -1,7 +1,8 @@
 /* plugins/cpu/repack.c — weights kept a second time in a kernel-friendly layout.
  *
- * A q4_0 weight (a leaf flagged WEIGHT: "constant data uploaded once") that a MUL_MAT reads is
- * repacked once into 8-row interleaved blocks (quants.h, QUANT_Q4_0X8_BLOCK), which the AVX2
+ * A q4_0 or q4_K weight (a leaf flagged WEIGHT: "constant data uploaded once") that a MUL_MAT
+ * reads is repacked once into 8-row interleaved blocks (quants.h, QUANT_Q4_0X8_BLOCK,
+ * QUANT_Q4_KX8_BLOCK), which the AVX2
  * mat-vec and GEMM kernels read without horizontal sums. The copies live in one process-wide
  * cache keyed by the weight's address, type and shape, shared by every plan that uses the
  * weight (a model's prefill and decode graphs) and freed when the last plan lets go.
@@ -9,7 +10,7 @@
  * The host promises weights do not change, but a cheap check guards against memory reused for a
  * different weight at the same address: a hash of 64 words sampled across the tensor (first and
  * last included) is compared when a plan first takes the copy, and a mismatch repacks. Cost: the copy
- * doubles the memory of q4_0 weights; PYGGML_CPU_NO_REPACK=1 turns it off.
+ * doubles the memory of those weights; PYGGML_CPU_NO_REPACK=1 turns it off.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -45,9 +46,11 @@ int cpu_repack_eligible(const pyg_tensor *node, int isa) {
 #ifdef QUANT_HAVE_X86
     const pyg_tensor *w = node->src[0];
     if (repack_disabled() || isa != QUANT_ISA_AVX2 || node->op != PYG_OP_MUL_MAT || !w) return 0;
-    if (w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT) || w->type != PYG_TYPE_Q4_0) return 0;
-    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 8 != 0 || w->ne[0] % QK_32 != 0) return 0;
-    return w->nb[0] == sizeof(blk_q4_0) && w->nb[1] >= (uint64_t)(w->ne[0] / QK_32 * sizeof(blk_q4_0));
+    if (w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT)) return 0;
+    if (w->type != PYG_TYPE_Q4_0 && w->type != PYG_TYPE_Q4_K) return 0;
+    const pyg_type_traits *tr = pyg_type_get_traits(w->type);
+    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 8 != 0 || w->ne[0] % tr->block_size != 0) return 0;
+    return w->nb[0] == (uint64_t)tr->type_size && w->nb[1] >= (uint64_t)(w->ne[0] / tr->block_size * tr->type_size);
 #else
     (void)node, (void)isa;
     return 0;
@@ -55,7 +58,7 @@ int cpu_repack_eligible(const pyg_tensor *node, int isa) {
 }
 
 static uint64_t sample_hash(const pyg_tensor *w) {
-    const size_t row = (size_t)(w->ne[0] / QK_32) * sizeof(blk_q4_0);
+    const size_t row = pyg_type_row_size(w->type, w->ne[0]);
     const size_t span = (size_t)(w->ne[1] - 1) * (size_t)w->nb[1] + row;
     const unsigned char *p = w->data;
     uint64_t h = 0x9e3779b97f4a7c15ull ^ span;
@@ -102,15 +105,22 @@ const void *cpu_repack_get(cpu_repack *r, const pyg_tensor *w) {
     if (r->ready && r->check == h) {
         out = r->data;
     } else {
-        const int64_t nb = r->ne0 / QK_32, groups = r->ne1 / 8;
+        const int q4k = r->type == PYG_TYPE_Q4_K;
+        const int64_t nb = r->ne0 / (q4k ? QK_SUPER : QK_32), groups = r->ne1 / 8;
+        const size_t gb = q4k ? QUANT_Q4_KX8_BLOCK : QUANT_Q4_0X8_BLOCK;
         if (!r->data) {
             void *d = NULL;
-            if (posix_memalign(&d, CPU_ALIGN, (size_t)(groups * nb) * QUANT_Q4_0X8_BLOCK) == 0) r->data = d;
+            if (posix_memalign(&d, CPU_ALIGN, (size_t)(groups * nb) * gb) == 0) r->data = d;
         }
         if (r->data) {
-            for (int64_t g = 0; g < groups; g++)
-                quant_q4_0_repack8_avx2((const char *)w->data + (size_t)(8 * g) * (size_t)r->nb1, (size_t)r->nb1, nb,
-                                        (char *)r->data + (size_t)(g * nb) * QUANT_Q4_0X8_BLOCK);
+            for (int64_t g = 0; g < groups; g++) {
+                const char *src = (const char *)w->data + (size_t)(8 * g) * (size_t)r->nb1;
+                char *dst = (char *)r->data + (size_t)(g * nb) * gb;
+                if (q4k)
+                    quant_q4_K_repack8_avx2(src, (size_t)r->nb1, nb, dst);
+                else
+                    quant_q4_0_repack8_avx2(src, (size_t)r->nb1, nb, dst);
+            }
             r->check = h;
             r->ready = 1;
             out = r->data;
