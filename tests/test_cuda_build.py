@@ -322,3 +322,26 @@ def test_grouped_decode_mat_vecs_on_cuda(qtype):
         for o, r in zip(got, refs):
             assert o.shape == r.shape and np.all(np.isfinite(o))
             assert _nmse(o, r) < 5e-4
+
+
+@pytest.mark.parametrize("rows", [1, 5, 300])
+def test_fused_rms_norm_times_weight_on_cuda(rows):
+    """rms_norm followed by mul(norm, weight row) runs as one kernel; both the product and the norm
+    itself (a second consumer) must come out right."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(rows)
+    n = 2048
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    wv = rng.standard_normal(n).astype(np.float32)
+    g = pg.Graph()
+    xi = g.input("x", x.shape, pg.f32)
+    nrm = pg.rms_norm(xi, eps=1e-5)
+    y = pg.mul(nrm, g.weight("w", wv))
+    z = pg.add(nrm, xi)
+    s = pg.Scheduler([dev])
+    x64 = x.astype(np.float64)
+    ref_n = x64 / np.sqrt(np.mean(x64 ** 2, axis=-1, keepdims=True) + 1e-5)
+    for _ in range(3):
+        got_y, got_z = s.compute([y, z], {"x": x})
+        assert _nmse(got_y, ref_n * wv) < 1e-7
+        assert _nmse(got_z, ref_n + x64) < 1e-7

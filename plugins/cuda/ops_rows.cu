@@ -36,6 +36,30 @@ __global__ void k_norm(tview d, tview s, float eps) {
         store_f(drow + i * d.nb[0], d.type, (load_f(srow + i * s.nb[0], s.type) - mean) * inv);
 }
 
+/* rms_norm followed by a mul with a weight row (the model's norm * weight): one kernel writes both
+ * the normalised row and its product with the weight, saving a launch per norm. */
+__global__ void k_rms_mul(tview d, tview s, float eps, tview md, const float *w) {
+    __shared__ float sh[32];
+    int64_t i1, i2, i3;
+    row_idx(s, blockIdx.x, &i1, &i2, &i3);
+    const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
+    char *mrow = md.data + i1 * md.nb[1] + i2 * md.nb[2] + i3 * md.nb[3];
+    const int64_t n = s.ne[0];
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = load_f(srow + i * s.nb[0], s.type);
+        acc += x * x;
+    }
+    const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = load_f(srow + i * s.nb[0], s.type) * inv;
+        store_f(drow + i * d.nb[0], d.type, v);
+        /* the mul rounds the stored norm (as the unfused pair does when the norm is not f32) */
+        store_f(mrow + i * md.nb[0], md.type, load_f(drow + i * d.nb[0], d.type) * w[i]);
+    }
+}
+
 __global__ void k_soft_max(tview d, tview s, tview m, int has_mask, float scale, float max_bias) {
     __shared__ float sh[32];
     int64_t i1, i2, i3;
@@ -138,6 +162,42 @@ static unsigned threads_for(int64_t n, unsigned max) {
  * trips, not eight (rms_norm over 2048 floats: 3.7 us per call with 256 threads on the H200). */
 static unsigned row_threads(int64_t n, int64_t rows, int n_sm) {
     return threads_for(n, rows < (int64_t)n_sm ? 1024u : 256u);
+}
+
+static int fuse_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PYGGML_CUDA_FUSE");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
+
+int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul) {
+    if (!fuse_enabled() || norm->op != PYG_OP_RMS_NORM || mul->op != PYG_OP_MUL || mul->src[0] != norm) return 0;
+    const pyg_tensor *w = mul->src[1];
+    if (!w || w->type != PYG_TYPE_F32 || !pyg_tensor_is_contiguous(w) || w->ne[0] != norm->ne[0] || w->ne[1] != 1 ||
+        w->ne[2] != 1 || w->ne[3] != 1)
+        return 0;
+    if (!is_plain_float(mul->type) || !same_shape(mul, norm) || w->data == norm->data) return 0;
+    /* the planner may put mul's output on the norm's bytes: fine element by element when the layouts
+     * are identical (each thread rereads its own element), a race otherwise */
+    const char *d0 = (const char *)norm->data, *m0 = (const char *)mul->data;
+    const size_t dn = pyg_tensor_nbytes(norm), mn = pyg_tensor_nbytes(mul);
+    if (d0 < m0 + mn && m0 < d0 + dn) {
+        if (d0 != m0 || mul->type != norm->type) return 0;
+        for (int i = 0; i < 4; i++)
+            if (mul->nb[i] != norm->nb[i]) return 0;
+    }
+    return rows_supports(norm);
+}
+
+int rows_launch_fused_mul(const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
+    const tview d = make_view(norm), s = make_view(norm->src[0]), md = make_view(mul);
+    const unsigned rows = (unsigned)pyg_tensor_nrows(norm->src[0]);
+    k_rms_mul<<<rows, row_threads(s.ne[0], rows, c->n_sm), 0, c->stream>>>(d, s, pyg_op_param_f32(norm->op_params, 0),
+                                                                            md, (const float *)mul->src[1]->data);
+    return check_launch(c, "rms_norm * weight");
 }
 
 int rows_launch(const pyg_tensor *n, op_ctx *c) {
