@@ -265,6 +265,51 @@ _mm_case("mul_mat-f32-nc-w", (13, 67), (5, 67), nc_w=True)
 _mm_case("mul_mat-f16-nc-x", (33, 64), (17, 64), "f16", nc_x=True)
 
 
+# quantized and bf16 weights at GEMM sizes (N >= 32: the GPU plugins' tensor-core/cuBLAS paths),
+# strided activations and broadcast batches
+def _bf16_bits(a):
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _mmw_case(name, wshape, xshape, wdt, nc_x=False):
+    """mul_mat with quantized or bf16 weights: the reference uses the dequantized (rounded) weights,
+    so only the kernel's own error is measured. Weight batches broadcast over x's outer axes."""
+    def build(rng):
+        g = pg.Graph()
+        wf = rng.standard_normal(wshape).astype(np.float32)
+        k = wshape[-1]
+        if wdt == "bf16":
+            bits = _bf16_bits(wf)
+            w = g.weight("w", bits, type="bf16", shape=wshape)
+            w64 = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        else:
+            flat = wf.reshape(-1, k)
+            blocks = pg.quantize(flat, wdt)
+            w = g.weight("w", blocks, type=wdt, shape=wshape)
+            w64 = pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape)
+        x, fx = _input(g, "x", _rand(rng, xshape), nc_x)
+        xv = _f64(_arr(fx, "x", nc_x))
+        wb = w64.reshape((1,) * (4 - w64.ndim) + w64.shape)
+        xb = xv.reshape((1,) * (4 - xv.ndim) + xv.shape)
+        wb = np.repeat(np.repeat(wb, xb.shape[0] // wb.shape[0], axis=0), xb.shape[1] // wb.shape[1], axis=1)
+        ref = np.einsum("abnk,abmk->abnm", xb, wb)
+        return [pg.mul_mat(w, x)], fx, [ref.reshape(xv.shape[:-1] + (wshape[-2],))]
+    CASES.append(Case(name, "mul_mat", build, NMSE_MATMUL))
+
+
+# prefill-sized N (>= 32: the cuBLAS / tensor-core GEMM), every weight type
+for _wdt in ("q4_0", "q8_0", "q4_K", "q6_K", "bf16"):
+    _mmw_case(f"mul_mat-{_wdt}-gemm", (96, 256), (64, 256), _wdt)
+    _mmw_case(f"mul_mat-{_wdt}-gemm-nc-x", (64, 256), (40, 256), _wdt, nc_x=True)      # src1 transposed view
+    _mmw_case(f"mul_mat-{_wdt}-gemm-batch", (2, 48, 256), (2, 6, 33, 256), _wdt)       # r2 = 3, r3 = 2
+_mm_case("mul_mat-f32-gemm-nc-x", (96, 256), (64, 256), nc_x=True)
+_mm_case("mul_mat-f32-gemm-nc-w", (96, 256), (64, 256), nc_w=True)    # transposed weights (converted)
+_mm_case("mul_mat-f32-gemm-batch", (2, 48, 128), (2, 6, 40, 128))     # r2 = 3 over 4-D, r3 = 1
+_mm_case("mul_mat-f16-gemm-batch", (2, 1, 48, 128), (2, 4, 40, 128), "f16")   # b2 = 1: full broadcast
+_mm_case("mul_mat-f16-gemm-nc-x", (64, 128), (48, 128), "f16", nc_x=True)
+
+
 def _getrows_case(name, tshape, ishape, tdt="f32"):
     def build(rng):
         g = pg.Graph()
