@@ -194,6 +194,34 @@ def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, mon
     assert nmse(got, ref) <= 5e-4
 
 
+@pytest.mark.parametrize("fuse", ["0", "1"])
+@pytest.mark.parametrize("wshape", [(48,), (3, 48), (1, 48)])
+def test_rms_norm_mul_fusion(fuse, wshape, monkeypatch, caplog):
+    """rms_norm followed by a mul of its result runs as one dispatch that still writes both nodes
+    (the norm is an output here too): both match float64, and the plan has one dispatch fewer."""
+    import logging
+    from pyggml._plugin import drain_log
+    monkeypatch.setenv("PYGGML_VULKAN_FUSE", fuse)
+    rng = np.random.default_rng(len(wshape) + 7 * int(fuse))
+    xv = rng.standard_normal((3, 48)).astype(np.float32)
+    wv = rng.standard_normal(wshape).astype(np.float32)
+    g = pg.Graph()
+    x = g.input("x", xv.shape)
+    w = g.input("w", wv.shape)
+    nrm = pg.rms_norm(x, eps=1e-5)
+    y = pg.mul(nrm, w)
+    s = pg.Scheduler([VK], poison=True)
+    with caplog.at_level(logging.DEBUG, logger="pyggml"):
+        got_n, got_y = s.compute([nrm, y], {"x": xv, "w": wv})
+        drain_log()
+    ref_n = xv / np.sqrt(np.mean(xv.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-5)
+    assert nmse(got_n, ref_n) <= 1e-7
+    assert nmse(got_y, ref_n * wv) <= 1e-7
+    plans = [r.getMessage() for r in caplog.records if "plan for graph" in r.getMessage()]
+    fused = fuse == "1" and os.environ.get("PYGGML_VULKAN_SUBGROUPS") != "0"   # needs the subgroup kernel
+    assert plans and plans[-1].split(": ")[2].startswith("1 dispatches" if fused else "2 dispatches"), plans
+
+
 # ---------------------------------------------------------------- run statistics
 
 def _three_inputs():

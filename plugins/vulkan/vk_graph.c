@@ -112,7 +112,7 @@ typedef struct dispatch {
     VkPipeline pipe;
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
-    int writes_slot4;
+    int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
     int op;
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
@@ -173,6 +173,30 @@ static int fa_split_on(const pyg_device *d) {
     const char *e = getenv("PYGGML_VULKAN_FA_SPLIT");
     if (e && *e) return strcmp(e, "0") != 0;
     return d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+/* rms_norm followed by a mul of its result (x_norm * w, w broadcast): one dispatch that writes
+ * both nodes (every node is still written, R9), one barrier stage less per layer norm in
+ * decode. Needs the subgroup row kernel. PYGGML_VULKAN_FUSE=0 turns fusion off (tests). */
+static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
+    const char *e = getenv("PYGGML_VULKAN_FUSE");
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
+    if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
+    return vkp_supports_op((pyg_device *)d, m);
+}
+
+static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_tensor *m, dispatch *dp, uint32_t *p) {
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = n->src[0];
+    dp->slot[1] = m->src[1];
+    dp->slot[3] = n;
+    dp->slot[VKP_SLOT_DST] = m;
+    dp->writes_slot3 = 1;
+    memcpy(&p[80], n->op_params, sizeof n->op_params);
+    p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
+    uint32_t rpw = rows_per_wg(d);
+    fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
 }
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
@@ -353,7 +377,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        if ((e = build(d, n, &dps[nd], p))) goto fail;
+        const pyg_tensor *next = NULL;
+        for (int j = i + 1; j < nn && g->nodes[j]; j++)
+            if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) { next = g->nodes[j]; break; }
+        if (fusable(d, n, next)) {
+            build_fused_norm_mul(d, n, next, &dps[nd], p);
+            uint32_t specs[2] = { 0, rows_per_wg(d) };
+            if ((e = vkp_get_pipeline(d, VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
+            while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
+        } else if ((e = build(d, n, &dps[nd], p))) {
+            goto fail;
+        }
         dps[nd].op = n->op;
         for (int s = 0; s < VKP_NBIND; s++) {
             const pyg_tensor *t = dps[nd].slot[s];
@@ -483,17 +517,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         for (int i = 0; i < nd; i++) {
-            range myr[4]; int nmyr = 0; range myw = { 0 };
+            range myr[4], myw[2]; int nmyr = 0, nmyw = 0;
             for (int s = 0; s < VKP_NBIND; s++) {
                 const pyg_tensor *t = dps[i].slot[s];
                 if (!t) continue;
                 const pyg_buffer *buf = NULL; uint64_t off = 0;
                 resolve(t, &buf, &off);
                 range rg = { buf, off, off + pyg_tensor_nbytes(t) };
-                if (s == VKP_SLOT_DST) myw = rg; else myr[nmyr++] = rg;
-                if (plan->acc) { plan->acc_write[plan->n_acc] = s == VKP_SLOT_DST; plan->acc[plan->n_acc++] = rg; }
+                int w = s == VKP_SLOT_DST || (s == 3 && dps[i].writes_slot3);
+                if (w) myw[nmyw++] = rg; else myr[nmyr++] = rg;
+                if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = rg; }
             }
-            int hazard = overlaps(wr, nwr, &myw) || overlaps(rd, nrd, &myw);
+            int hazard = 0;
+            for (int k = 0; k < nmyw && !hazard; k++) hazard = overlaps(wr, nwr, &myw[k]) || overlaps(rd, nrd, &myw[k]);
             for (int k = 0; k < nmyr && !hazard; k++) hazard = overlaps(wr, nwr, &myr[k]);
             if (hazard && !d->drop_barriers) {
                 VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -504,7 +540,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 nrd = nwr = 0;
             }
             for (int k = 0; k < nmyr; k++) rd[nrd++] = myr[k];
-            wr[nwr++] = myw;
+            for (int k = 0; k < nmyw; k++) wr[nwr++] = myw[k];
             d->fn.vkCmdBindPipeline(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, dps[i].pipe);
             d->fn.vkCmdBindDescriptorSets(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &sets[i], 0, NULL);
             d->fn.vkCmdDispatch(plan->cb, dps[i].groups[0], dps[i].groups[1], dps[i].groups[2]);

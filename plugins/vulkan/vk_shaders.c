@@ -38,6 +38,9 @@ VKP_SPV(flash_attn)
 VKP_SPV(rows_sg)
 #include "rows_sg.spv.h"
 ;
+VKP_SPV(norm_mul)
+#include "norm_mul.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -53,6 +56,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT, mul_mat)
     VKP_CASE(VKP_SH_FLASH_ATTN, flash_attn)
     VKP_CASE(VKP_SH_ROWS_SG, rows_sg)
+    VKP_CASE(VKP_SH_NORM_MUL, norm_mul)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE
