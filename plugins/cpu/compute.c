@@ -228,7 +228,7 @@ static int plan_size_scratch(cpu_plan *p, char *err, size_t errlen) {
     size_t pt = 0, sh = 0;
     for (int i = 0; i < p->n; i++) {
         size_t a, b;
-        node_scratch(p->graph->nodes[p->index[i]], p->simd, p->opt.reference, &a, &b);
+        node_scratch(p->graph->nodes[p->index[i]], p->simd, p->opt.kernels == CPU_KERNELS_REFERENCE, &a, &b);
         if (a > pt) pt = a;
         if (b > sh) sh = b;
     }
@@ -252,13 +252,19 @@ static int plan_size_scratch(cpu_plan *p, char *err, size_t errlen) {
     return 0;
 }
 
-int cpu_isa_available(void) { return quant_isa_best(); }
-
-/* the quantized kernels' level for these options */
-static int plan_isa(const cpu_options *opt) {
-    if (opt->reference) return QUANT_ISA_REFERENCE;
+int cpu_kernels_available(void) {
     const int best = quant_isa_best();
-    return opt->isa > 0 && opt->isa < best ? opt->isa : best;
+    return best == QUANT_ISA_AVX512 ? CPU_KERNELS_AVX512 : best == QUANT_ISA_AVX2 ? CPU_KERNELS_AVX2 : CPU_KERNELS_REFERENCE;
+}
+
+/* the quantized kernels' level (QUANT_ISA_*) for these options */
+static int plan_isa(const cpu_options *opt) {
+    const int best = quant_isa_best();
+    switch (opt->kernels) {
+    case CPU_KERNELS_REFERENCE: return QUANT_ISA_REFERENCE;
+    case CPU_KERNELS_AVX2: return best < QUANT_ISA_AVX2 ? best : QUANT_ISA_AVX2;
+    default: return best; /* auto, avx512 (plugin.c refuses avx512 where the CPU lacks it) */
+    }
 }
 
 int cpu_default_threads(void) {
@@ -272,7 +278,7 @@ int cpu_plan_set_options(cpu_plan *plan, const cpu_options *opt, char *err, size
         return PYG_ERR_INVALID_ARGUMENT;
     }
     plan->opt = *opt;
-    plan->simd = !opt->reference && cpu_have_avx2();
+    plan->simd = opt->kernels != CPU_KERNELS_REFERENCE && cpu_have_avx2();
     plan->isa = plan_isa(opt);
     return plan_size_scratch(plan, err, errlen);
 }
@@ -306,7 +312,7 @@ int cpu_plan_create(const pyg_graph *graph, const cpu_options *opt, cpu_plan **o
     if (!p) goto oom;
     p->graph = graph;
     p->opt = *opt;
-    p->simd = !opt->reference && cpu_have_avx2();
+    p->simd = opt->kernels != CPU_KERNELS_REFERENCE && cpu_have_avx2();
     p->isa = plan_isa(opt);
     p->index = malloc(sizeof(int32_t) * (size_t)(graph->n_nodes + 1));
     p->fn = malloc(sizeof(cpu_op_fn) * (size_t)(graph->n_nodes + 1));
@@ -357,7 +363,7 @@ static void run_nodes(void *arg, int ith, int nth) {
     cpu_ctx ctx = {
         .ith = ith,
         .nth = nth,
-        .reference = p->opt.reference,
+        .reference = p->opt.kernels == CPU_KERNELS_REFERENCE,
         .simd = p->simd,
         .isa = p->isa,
         .wdata = p->work + p->per_thread * (size_t)ith,

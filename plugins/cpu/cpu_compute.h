@@ -13,16 +13,18 @@ typedef struct cpu_plan cpu_plan;
 
 typedef struct cpu_options {
     int n_threads;  /* >= 1 */
-    int reference;  /* 1: plain scalar reference kernels only */
-    int isa;        /* 0: the best the CPU has; else the highest CPU_ISA_* level to use (the
-                       quantized mul_mat kernels: avx2 forces the AVX2 path on an AVX-512 CPU) */
+    int kernels;    /* CPU_KERNELS_*: 0 auto, 1 plain scalar reference kernels only, 2 / 3 the
+                       quantized mul_mat kernels at most at the AVX2 / AVX-512 level (avx2 forces
+                       the AVX2 path on an AVX-512 CPU) */
 } cpu_options;
 
-#define CPU_ISA_AUTO 0
-#define CPU_ISA_AVX2 1   /* = QUANT_ISA_AVX2 */
-#define CPU_ISA_AVX512 2 /* = QUANT_ISA_AVX512 */
-/* Highest CPU_ISA_* level this CPU runs (0: neither AVX2 nor AVX-512: scalar kernels). */
-int cpu_isa_available(void);
+#define CPU_KERNELS_AUTO 0
+#define CPU_KERNELS_REFERENCE 1
+#define CPU_KERNELS_AVX2 2
+#define CPU_KERNELS_AVX512 3
+/* Highest level this CPU runs: CPU_KERNELS_AVX512, CPU_KERNELS_AVX2, or CPU_KERNELS_REFERENCE
+ * (neither: scalar kernels only). */
+int cpu_kernels_available(void);
 
 /* 1 when the CPU kernels compute this node (op, types, shapes, strides). */
 int cpu_supports_op(const pyg_tensor *node);

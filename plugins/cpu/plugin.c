@@ -98,8 +98,7 @@ static void device_init_once(void) {
     char model[128];
     read_cpu_model(model, sizeof model);
     g_dev.opt.n_threads = cpu_default_threads();
-    g_dev.opt.reference = 0;
-    g_dev.opt.isa = CPU_ISA_AUTO;
+    g_dev.opt.kernels = CPU_KERNELS_AUTO;
     g_dev.generation = 1;
     snprintf(g_dev.description, sizeof g_dev.description, "%s (%d threads)", model, g_dev.opt.n_threads);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -167,25 +166,25 @@ static pyg_error *api_device_set_option(pyg_device *dev, const char *key, const 
         return NULL;
     }
     if (strcmp(key, "kernels") == 0) {
-        int ref = 0, isa = CPU_ISA_AUTO;
-        const int have = cpu_isa_available();
+        int k;
+        const int have = cpu_kernels_available();
         if (strcmp(value, "auto") == 0) {
+            k = CPU_KERNELS_AUTO;
         } else if (strcmp(value, "reference") == 0) {
-            ref = 1;
+            k = CPU_KERNELS_REFERENCE;
         } else if (strcmp(value, "avx2") == 0 || strcmp(value, "avx512") == 0) {
-            isa = value[3] == '2' ? CPU_ISA_AVX2 : CPU_ISA_AVX512;
-            if (have < isa)
+            k = value[3] == '2' ? CPU_KERNELS_AVX2 : CPU_KERNELS_AVX512;
+            if (have < k)
                 return make_error(PYG_ERR_UNSUPPORTED,
                                   "cpu: kernels '%s': this CPU lacks %s", value,
-                                  isa == CPU_ISA_AVX2 ? "AVX2+FMA+F16C (or PYGGML_CPU_NO_AVX2 is set)"
-                                                      : "AVX-512 F/BW/VL/DQ");
+                                  k == CPU_KERNELS_AVX2 ? "AVX2+FMA+F16C (or PYGGML_CPU_NO_AVX2 is set)"
+                                                        : "AVX-512 F/BW/VL/DQ");
         } else {
             return make_error(PYG_ERR_INVALID_ARGUMENT,
                               "cpu: option kernels wants 'auto', 'reference', 'avx2' or 'avx512', got '%.64s'", value);
         }
         pthread_mutex_lock(&g_dev.lock);
-        g_dev.opt.reference = ref;
-        g_dev.opt.isa = isa;
+        g_dev.opt.kernels = k;
         g_dev.generation++;
         pthread_mutex_unlock(&g_dev.lock);
         return NULL;
