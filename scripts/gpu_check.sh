@@ -8,6 +8,7 @@
 #
 #   make gpu-check                      # or: bash scripts/gpu_check.sh
 #   GPU_CHECK_TESTS="tests/test_ops.py -k cuda" make gpu-check   # a subset
+#   GPU_CHECK_MAKE="ext pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-cpu.so"  # build less
 #   GPU_CHECK_BENCH=0 make gpu-check    # tests only
 #   GPU_CHECK_SANITIZER=1 make gpu-check  # also compute-sanitizer memcheck over the cuda op suite
 #   GPU_CHECK_MODELS="synth:1b:q4_0 synth:7b:q4_0" make gpu-check      # model benches on cuda:0,cpu
@@ -40,7 +41,7 @@ COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unkn
 export GPU_CHECK_COMMIT=$COMMIT
 DIRTY=$(git status --porcelain 2>/dev/null | grep -v '^??' | wc -l)
 
-if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! ldconfig -p | grep -q "libvulkan.so.1 "; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
     if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
@@ -54,7 +55,7 @@ if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
 
 say "make all"
 t0=$(date +%s)
-make -k -j"$(nproc)" all >"$OUT_DIR/build.log" 2>&1   # -k: one broken plugin must not stop the rest
+make -k -j"$(nproc)" ${GPU_CHECK_MAKE:-all} >"$OUT_DIR/build.log" 2>&1   # -k: one broken plugin must not stop the rest
 BUILD_RC=$?
 BUILD_S=$(( $(date +%s) - t0 ))
 tail -5 "$OUT_DIR/build.log"
@@ -65,6 +66,16 @@ if [ ! -f pyggml/plugins/libpyggml-vulkan.so ] && [ -f .gl/libpyggml-vulkan.so ]
     say "installed the carried libpyggml-vulkan.so (no glslc here)"
 fi
 $PY -m pyggml devices 2>&1 | tee "$OUT_DIR/devices.txt"
+
+# Synthetic models the benches need, written in the background while the tests run (16 cores).
+PREP_PID=
+MODELS_ALL="${GPU_CHECK_MODELS:-} ${GPU_CHECK_VULKAN_MODELS:-}"
+if [ -n "${MODELS_ALL// /}" ]; then
+    say "writing synthetic models in the background: $MODELS_ALL"
+    $PY -c "import sys; from pyggml.bench_model import resolve_model
+for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS_ALL >"$OUT_DIR/models.log" 2>&1 &
+    PREP_PID=$!
+fi
 
 say "pytest $TESTS"
 t0=$(date +%s)
@@ -112,6 +123,10 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     timeout 180 $PY plugins/cuda/bench_matvec.py --out "$OUT_DIR" --results "$RESULTS" 2>&1 | tee "$OUT_DIR/bench.log"
     BENCH_RC=$?
     BENCH_JSON=$(grep -o "cuda-matvec-[0-9T]*\.json" "$OUT_DIR/bench.log" | head -1)
+fi
+
+if [ -n "$PREP_PID" ]; then
+    t0=$(date +%s); wait $PREP_PID; say "synthetic models ready (waited $(( $(date +%s) - t0 ))s): $(tr '\n' ' ' <"$OUT_DIR/models.log")"
 fi
 
 # Model benchmark (llama-bench conventions) on the GPU: GPU_CHECK_MODELS lists synth:SHAPE:WTYPE
