@@ -275,6 +275,39 @@ def test_runstats_cpu_vulkan_split():
         s.close()
 
 
+# ---------------------------------------------------------------- profiling
+
+_PROFILE_SCRIPT = """
+import logging, numpy as np, pyggml as pg
+from pyggml._plugin import drain_log
+lines = []
+class H(logging.Handler):
+    def emit(self, r): lines.append(r.getMessage())
+logging.getLogger("pyggml").addHandler(H()); logging.getLogger("pyggml").setLevel(logging.INFO)
+g = pg.Graph(); x = g.input("x", (3, 64))
+y = pg.silu(pg.rms_norm(x, eps=1e-5))
+s = pg.Scheduler(["VK"])
+for _ in range(3):
+    s.compute(y, {"x": np.ones((3, 64), np.float32)})
+pg.get_device("VK").set_option("profile_report", "1"); drain_log()
+print("\\n".join(l for l in lines if "profile" in l))
+"""
+
+
+def test_profile_report():
+    """PYGGML_VULKAN_PROFILE=1: per-compute host counters (one submission per compute: the input
+    write rides on the plan's) and GPU time per op from timestamps."""
+    env = dict(os.environ, PYGGML_VULKAN_PROFILE="1", PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT.replace("VK", VK)], capture_output=True,
+                       text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "3 plan computes, 3 submits" in out, out
+    assert "per plan compute: 1.00 submits, 1.00 recordings" in out, out
+    gpu = [l for l in out.splitlines() if "profile gpu:" in l and "dispatches" in l]
+    assert any("rms_norm" in l for l in gpu) and any("silu" in l for l in gpu), out
+
+
 # ---------------------------------------------------------------- sanitizer mode
 
 def _layer_present():

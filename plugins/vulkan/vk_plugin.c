@@ -501,11 +501,10 @@ static void stream_destroy_impl(pyg_stream *s) {
 }
 
 /* A command buffer of this stream that no pending submission uses, begun for one submission. */
-static uint64_t g_rec_t0;   /* profiling: when the current recording began */
 
 static pyg_error *begin_cmd(pyg_stream *s, vkp_cmd **out) {
     pyg_device *d = s->dev;
-    if (VKP_PROF) { g_rec_t0 = vkp_now_ns(); vkp_prof.recordings++; }
+    uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     uint64_t done = completed(s);
     vkp_cmd *c = NULL;
     for (int i = 0; i < s->n_cmds; i++)
@@ -527,6 +526,7 @@ static pyg_error *begin_cmd(pyg_stream *s, vkp_cmd **out) {
     VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
     VkResult r = d->fn.vkBeginCommandBuffer(c->cb, &bi);
+    if (VKP_PROF) { vkp_prof.recordings++; vkp_prof.record_ns += vkp_now_ns() - t0; }
     if (r != VK_SUCCESS) { c->busy_until = 0; return vkp_vk_err(r, "vkBeginCommandBuffer"); }
     *out = c;
     return NULL;
@@ -590,9 +590,10 @@ static pyg_error *submit_impl(pyg_stream *s, VkCommandBuffer cb, VkSemaphore ext
     int open = s->open;
     if (open >= 0) {   /* the queued copies go first; the barrier orders them before what follows */
         s->open = -1;
+        uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
         vkp_full_barrier(d, s->cmds[open].cb);
         VkResult re = d->fn.vkEndCommandBuffer(s->cmds[open].cb);
-        if (VKP_PROF) { vkp_prof.commands++; vkp_prof.record_ns += vkp_now_ns() - g_rec_t0; }
+        if (VKP_PROF) { vkp_prof.commands++; vkp_prof.record_ns += vkp_now_ns() - t0; }
         if (re != VK_SUCCESS) { s->cmds[open].busy_until = 0; return vkp_vk_err(re, "vkEndCommandBuffer"); }
         cbs[ncb++] = s->cmds[open].cb;
     }
@@ -672,10 +673,11 @@ static pyg_error *write_async_impl(pyg_stream *s, pyg_buffer *dst, uint64_t off,
         if (VKP_PROF) { vkp_prof.writes++; vkp_prof.write_bytes += n; vkp_prof.memcpy_ns += vkp_now_ns() - t0; }
         VkCommandBuffer cb;
         if ((e = open_cmd(s, &cb))) return e;
+        t0 = VKP_PROF ? vkp_now_ns() : 0;
         open_access(s, dst->buf, off, off + n, 1);
         VkBufferCopy reg = { .srcOffset = 0, .dstOffset = off, .size = n };
         s->dev->fn.vkCmdCopyBuffer(cb, st->buf, dst->buf, 1, &reg);
-        if (VKP_PROF) vkp_prof.commands++;
+        if (VKP_PROF) { vkp_prof.commands++; vkp_prof.record_ns += vkp_now_ns() - t0; }
         st->busy_until = s->value + 1;   /* the submission that will carry the open buffer */
         vkp_val_queued(dst, off, off + n, 1, s->vid, s->value + 1);
         s->open_bytes += n;
