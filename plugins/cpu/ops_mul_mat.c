@@ -1,9 +1,11 @@
 /* plugins/cpu/ops_mul_mat.c — MUL_MAT for every weight type with cpu_type_funcs.
  *
  * Phase 1 converts each src1 row once into src0's vec_dot_type (or gathers strided f32 rows)
- * into the node's shared scratch; a barrier; phase 2 either runs the packed f32 GEMM (AVX2,
- * batches of >= gemm_min_n rows) or vec_dot per (row of src0, row of src1), the src0 row
- * staying in cache while it meets every src1 row. src0 broadcasts over dims 2, 3 as in ggml:
+ * into the node's shared scratch (q4_0: plus per-block float scales and sums); a barrier; phase 2
+ * runs one of: the q4_0 / q4_K integer GEMM over 8-row interleaved panels (batches >= 8), the
+ * packed f32 GEMM (AVX2, batches of >= gemm_min_n rows), 8-row interleaved mat-vec over a
+ * repacked weight (repack.c), 4-row mat-vec, one row against up to 4 columns, or vec_dot per
+ * (row of src0, row of src1), the src0 rows staying in cache while they meet every src1 row. src0 broadcasts over dims 2, 3 as in ggml:
  * batch i2 of src1 uses batch i2 / (ne12 / ne02) of src0. */
 #include "cpu_internal.h"
 #include "quants.h"

@@ -207,9 +207,9 @@ typedef struct quant_mm_kernels {
 } quant_mm_kernels;
 /* The kernels of a quantized type for an instruction-set level (QUANT_ISA_*); a level the CPU
  * lacks, or a type without kernels at that level, falls back to the next lower level. Returns 0
- * and fills *k, or -1 for types that are not quantized. Every kernel of one set gives, for a
- * given (row, activation row), the same bits whichever of them computes it is NOT guaranteed:
- * callers pick kernels by position only (never by thread count). */
+ * and fills *k, or -1 for types that are not quantized. dot, rows4 and multi may round
+ * differently for the same (row, activation row): callers choose among them by the output's
+ * position only, never by the thread count. */
 int quant_mm_kernels_get(int32_t type, int isa, quant_mm_kernels *k);
 /* Highest QUANT_ISA_* level this CPU runs (PYGGML_CPU_NO_AVX2=1 gives REFERENCE). */
 int quant_isa_best(void);
