@@ -23,7 +23,16 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-OUT_DIR=${OUT:-$ROOT/bench/results/tmp}
+# Under the device tool, $OUT returns at most 8 files: work in a scratch folder and keep $OUT to
+# results.tar.gz (repacked after every phase, so a run cut short still returns what it measured)
+# plus the logs worth reading at once.
+if [ -n "${OUT:-}" ]; then OUT_DIR=$(mktemp -d /tmp/gpu-check.XXXXXX); else OUT_DIR=$ROOT/bench/results/tmp; fi
+pack() {
+    [ -n "${OUT:-}" ] || return 0
+    tar czf "$OUT/results.tar.gz" -C "$OUT_DIR" . 2>/dev/null || true
+    for f in pytest.log model.log; do [ -f "$OUT_DIR/$f" ] && cp "$OUT_DIR/$f" "$OUT/"; done
+    return 0
+}
 RESULTS=$ROOT/bench/results
 mkdir -p "$OUT_DIR" "$RESULTS"
 PY=${PYTHON:-python3}
@@ -84,6 +93,11 @@ timeout 330 $PY -X faulthandler -m pytest -q -rA -p no:cacheprovider $TESTS >"$O
 TEST_RC=$?
 TEST_S=$(( $(date +%s) - t0 ))
 grep -E "^(FAILED|ERROR)" "$OUT_DIR/pytest.log" | head -40
+if grep -qE "^(FAILED|ERROR).*(grouped|fused)" "$OUT_DIR/pytest.log"; then
+    export PYGGML_CUDA_FUSE=0     # the benches must not measure a wrong answer
+    say "fusion tests failed: benches run with PYGGML_CUDA_FUSE=0"
+fi
+pack
 TEST_SUMMARY=$(tail -1 "$OUT_DIR/pytest.log")
 say "pytest rc=$TEST_RC in ${TEST_S}s: $TEST_SUMMARY"
 if [ $TEST_RC -ge 128 ]; then   # a crash: where (faulthandler's stack), and which file alone reproduces it
@@ -123,6 +137,7 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     timeout 180 $PY plugins/cuda/bench_matvec.py --out "$OUT_DIR" --results "$RESULTS" 2>&1 | tee "$OUT_DIR/bench.log"
     BENCH_RC=$?
     BENCH_JSON=$(grep -o "cuda-matvec-[0-9T]*\.json" "$OUT_DIR/bench.log" | head -1)
+    pack
 fi
 
 if [ -n "$PREP_PID" ]; then
@@ -140,6 +155,7 @@ if [ -n "${GPU_CHECK_MODELS:-}" ]; then
         say "model bench $m on cuda:0,cpu (CUDA graphs on)"
         timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
             | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
+        pack
         if [ $first = 1 ] || [ "${GPU_CHECK_GRAPHS_OFF:-first}" = all ]; then
             say "model bench $m on cuda:0,cpu (CUDA graphs off)"
             PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 3 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
@@ -156,12 +172,14 @@ if [ -n "${GPU_CHECK_VULKAN_MODELS:-}" ]; then
         say "model bench $m on vulkan:0"
         timeout 200 $PY -m pyggml bench -m "$m" -d vulkan:0 -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>>"$OUT_DIR/model-vk.err" \
             | tee -a "$OUT_DIR/model.log" || VK_MODEL_RC=$?
+        pack
     done
     tail -3 "$OUT_DIR/model-vk.err" 2>/dev/null
 fi
 if [ -n "${GPU_CHECK_EXTRA:-}" ]; then     # any further command (e.g. a GEMM benchmark), output kept
     say "extra: $GPU_CHECK_EXTRA"
     timeout 200 bash -c "$GPU_CHECK_EXTRA" 2>&1 | tee "$OUT_DIR/extra.log"
+    pack
 fi
 
 SUMMARY="$RESULTS/gpu-check-$STAMP.json"
@@ -181,5 +199,6 @@ json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(doc, indent=1))
 EOF
 cp "$SUMMARY" "$OUT_DIR/" 2>/dev/null || true
-(cd "$OUT_DIR" && tar czf results.tar.gz --exclude=results.tar.gz ./*.json ./*.log ./*.txt ./*.err 2>/dev/null) || true
+[ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/"
+pack
 [ $BUILD_RC -eq 0 ] && [ $TEST_RC -eq 0 ]
