@@ -194,16 +194,18 @@ def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, mon
     assert nmse(got, ref) <= 5e-4
 
 
-@pytest.mark.parametrize("fuse", ["0", "1"])
-@pytest.mark.parametrize("wshape", [(48,), (3, 48), (1, 48)])
-def test_rms_norm_mul_fusion(fuse, wshape, monkeypatch, caplog):
+@pytest.mark.parametrize("fuse,wg", [("0", "0"), ("1", "0"), ("1", "1")])
+@pytest.mark.parametrize("wshape", [(48,), (3, 48), (1, 48), (700,)])
+def test_rms_norm_mul_fusion(fuse, wg, wshape, monkeypatch, caplog):
     """rms_norm followed by a mul of its result runs as one dispatch that still writes both nodes
-    (the norm is an output here too): both match float64, and the plan has one dispatch fewer."""
+    (the norm is an output here too): both match float64, and the plan has one dispatch fewer.
+    wg=1: the workgroup-per-row kernel GPUs use (PYGGML_VULKAN_NORM_WG; off on lavapipe)."""
     import logging
     from pyggml._plugin import drain_log
     monkeypatch.setenv("PYGGML_VULKAN_FUSE", fuse)
+    monkeypatch.setenv("PYGGML_VULKAN_NORM_WG", wg)
     rng = np.random.default_rng(len(wshape) + 7 * int(fuse))
-    xv = rng.standard_normal((3, 48)).astype(np.float32)
+    xv = rng.standard_normal((3, wshape[-1])).astype(np.float32)
     wv = rng.standard_normal(wshape).astype(np.float32)
     g = pg.Graph()
     x = g.input("x", xv.shape)

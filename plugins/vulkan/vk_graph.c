@@ -186,6 +186,14 @@ static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m
     return vkp_supports_op((pyg_device *)d, m);
 }
 
+/* The workgroup-per-row variant (norm_mul_wg.comp): on by default except on CPU devices;
+ * PYGGML_VULKAN_NORM_WG=0/1 overrides (read per plan: tests). */
+static int norm_wg_on(const pyg_device *d) {
+    const char *e = getenv("PYGGML_VULKAN_NORM_WG");
+    if (e && *e) return strcmp(e, "0") != 0;
+    return d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
 static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_tensor *m, dispatch *dp, uint32_t *p) {
     memset(dp->slot, 0, sizeof dp->slot);
     dp->slot[0] = n->src[0];
@@ -195,7 +203,7 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
     dp->writes_slot3 = 1;
     memcpy(&p[80], n->op_params, sizeof n->op_params);
     p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
-    uint32_t rpw = rows_per_wg(d);
+    uint32_t rpw = norm_wg_on(d) ? 1 : rows_per_wg(d);
     fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
 }
 
@@ -383,7 +391,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if (fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
             uint32_t specs[2] = { 0, rows_per_wg(d) };
-            if ((e = vkp_get_pipeline(d, VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
+            if ((e = vkp_get_pipeline(d, norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;

@@ -40,7 +40,7 @@ typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
 /* Shaders (one SPIR-V module each, embedded at build time). */
 enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
-    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_COUNT
+    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
 

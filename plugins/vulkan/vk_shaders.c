@@ -41,6 +41,9 @@ VKP_SPV(rows_sg)
 VKP_SPV(norm_mul)
 #include "norm_mul.spv.h"
 ;
+VKP_SPV(norm_mul_wg)
+#include "norm_mul_wg.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -57,6 +60,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_FLASH_ATTN, flash_attn)
     VKP_CASE(VKP_SH_ROWS_SG, rows_sg)
     VKP_CASE(VKP_SH_NORM_MUL, norm_mul)
+    VKP_CASE(VKP_SH_NORM_MUL_WG, norm_mul_wg)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE
