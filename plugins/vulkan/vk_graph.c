@@ -132,6 +132,7 @@ struct pyg_graph_plan {
     VkDeviceMemory smem;
     VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
     int *ops;                       /* profiling: op of each dispatch */
+    uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
 };
 
@@ -355,6 +356,7 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     free(plan->acc_write);
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     free(plan->ops);
+    free(plan->bytes);
     free(plan);
 }
 
@@ -510,8 +512,13 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };
             plan->ops = calloc((size_t)nd, sizeof *plan->ops);
-            if (plan->ops && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
-                for (int i = 0; i < nd; i++) plan->ops[i] = dps[i].op;
+            plan->bytes = calloc((size_t)nd, sizeof *plan->bytes);
+            if (plan->ops && plan->bytes && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
+                for (int i = 0; i < nd; i++) {
+                    plan->ops[i] = dps[i].op;
+                    for (int s = 0; s < VKP_NBIND; s++)
+                        if (dps[i].slot[s]) plan->bytes[i] += pyg_tensor_nbytes(dps[i].slot[s]);
+                }
                 d->fn.vkCmdResetQueryPool(plan->cb, plan->qpool, 0, (uint32_t)nd + 1);
                 d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, plan->qpool, 0);
             } else {
@@ -586,7 +593,8 @@ static void profile_collect(pyg_graph_plan *plan) {
     if (d->fn.vkGetQueryPoolResults(d->dev, plan->qpool, 0, n, n * sizeof *ts, ts, sizeof *ts,
                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
         for (uint32_t i = 1; i < n; i++)
-            vkp_prof_add_gpu(plan->ops[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0);
+            vkp_prof_add_gpu(plan->ops[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0,
+                             plan->bytes[i - 1]);
     free(ts);
 }
 

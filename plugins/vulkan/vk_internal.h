@@ -201,7 +201,7 @@ extern int vkp_prof_on;                     /* -1 until read from the environmen
 extern vkp_prof_counters vkp_prof;          /* updated without locks: approximate under threads */
 int vkp_profiling(void);
 uint64_t vkp_now_ns(void);
-void vkp_prof_add_gpu(int op, uint64_t ns);
+void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes);   /* bytes: operands touched */
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)
 

@@ -14,7 +14,7 @@
 int vkp_prof_on = -1;
 vkp_prof_counters vkp_prof;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT];
+static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT], g_gpu_bytes[PYG_OP_COUNT];
 
 int vkp_profiling(void) {
     if (vkp_prof_on < 0) {
@@ -30,10 +30,11 @@ uint64_t vkp_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void vkp_prof_add_gpu(int op, uint64_t ns) {
+void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes) {
     if (op < 0 || op >= PYG_OP_COUNT) return;
     pthread_mutex_lock(&g_mu);
     g_gpu_ns[op] += ns;
+    g_gpu_bytes[op] += bytes;
     g_gpu_n[op]++;
     pthread_mutex_unlock(&g_mu);
 }
@@ -44,12 +45,14 @@ pyg_error *vkp_prof_report(void) {
     if (!vkp_profiling()) return vkp_err(PYG_ERR_UNSUPPORTED, "profiling is off: set PYGGML_VULKAN_PROFILE=1 before the plugin initialises");
     vkp_prof_counters c = vkp_prof;
     memset(&vkp_prof, 0, sizeof vkp_prof);
-    uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT];
+    uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT], gb[PYG_OP_COUNT];
     pthread_mutex_lock(&g_mu);
     memcpy(gns, g_gpu_ns, sizeof gns);
     memcpy(gn, g_gpu_n, sizeof gn);
+    memcpy(gb, g_gpu_bytes, sizeof gb);
     memset(g_gpu_ns, 0, sizeof g_gpu_ns);
     memset(g_gpu_n, 0, sizeof g_gpu_n);
+    memset(g_gpu_bytes, 0, sizeof g_gpu_bytes);
     pthread_mutex_unlock(&g_mu);
     uint64_t n = c.plan_computes ? c.plan_computes : 1;
     vkp_log(PYG_LOG_INFO, "profile: %llu plan computes, %llu submits (%.1f us host), %llu command buffers recorded "
@@ -67,9 +70,10 @@ pyg_error *vkp_prof_report(void) {
     for (int i = 0; i < PYG_OP_COUNT; i++) tot += gns[i];
     for (int i = 0; i < PYG_OP_COUNT; i++)
         if (gn[i])
-            vkp_log(PYG_LOG_INFO, "profile gpu: %-16s %6llu dispatches %10.1f us total %8.2f us each %5.1f%%",
+            vkp_log(PYG_LOG_INFO, "profile gpu: %-16s %6llu dispatches %10.1f us total %8.2f us each %5.1f%% %8.1f GB/s",
                     pyg_op_name(i), (unsigned long long)gn[i], US(gns[i]), US(gns[i]) / (double)gn[i],
-                    tot ? 100.0 * (double)gns[i] / (double)tot : 0.0);
+                    tot ? 100.0 * (double)gns[i] / (double)tot : 0.0,
+                    gns[i] ? (double)gb[i] / (double)gns[i] : 0.0);
     if (tot) vkp_log(PYG_LOG_INFO, "profile gpu: total %.1f us, %.1f us per plan compute", US(tot), US(tot) / n);
     return NULL;
 }
