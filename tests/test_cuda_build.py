@@ -345,3 +345,31 @@ def test_fused_rms_norm_times_weight_on_cuda(rows):
         got_y, got_z = s.compute([y, z], {"x": x})
         assert _nmse(got_y, ref_n * wv) < 1e-7
         assert _nmse(got_z, ref_n + x64) < 1e-7
+
+
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_fused_add_rms_norm_times_weight_on_cuda(rows):
+    """add -> rms_norm -> mul(norm, weight row) (a residual add and the next norm) runs as one
+    kernel; the sum (used again later, as the residual is), the norm and the product must all be
+    right, also when the graph is replayed."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(rows + 1)
+    n = 2048
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    y = rng.standard_normal((rows, n)).astype(np.float32)
+    wv = rng.standard_normal(n).astype(np.float32)
+    g = pg.Graph()
+    xi, yi = g.input("x", x.shape, pg.f32), g.input("y", y.shape, pg.f32)
+    s_ = pg.add(xi, pg.silu(yi))                    # the addend is a fresh node, as a mat-vec's output is
+    nrm = pg.rms_norm(s_, eps=1e-5)
+    h = pg.mul(nrm, g.weight("w", wv))
+    later = pg.add(s_, pg.scale(h, 0.5))            # the sum lives on, as the residual stream does
+    sched = pg.Scheduler([dev])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    ref_s = x64 + y64 / (1 + np.exp(-y64))
+    ref_n = ref_s / np.sqrt(np.mean(ref_s ** 2, axis=-1, keepdims=True) + 1e-5)
+    for _ in range(3):
+        got_h, got_l, got_n = sched.compute([h, later, nrm], {"x": x, "y": y})
+        assert _nmse(got_h, ref_n * wv) < 1e-7
+        assert _nmse(got_n, ref_n) < 1e-7
+        assert _nmse(got_l, ref_s + 0.5 * ref_n * wv) < 1e-7

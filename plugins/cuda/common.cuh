@@ -259,6 +259,9 @@ int rows_supports(const pyg_tensor *node);
 /* rms_norm immediately followed by mul(norm, weight row): one kernel (plan-time fusion) */
 int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul);
 int rows_launch_fused_mul(const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c);
+/* add, then rms_norm of the sum, then mul(norm, weight row): one kernel (all contiguous f32 rows) */
+int rows_can_fuse_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul);
+int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c);
 int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);

@@ -132,10 +132,12 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         p->nodes[p->n_nodes++] = n;
     }
     /* adjacent decode mat-vecs over the same activation column: one launch (mul_mat.cu) */
-    /* and rms_norm followed by mul(norm, weight row): one kernel (ops_rows.cu) */
+    /* and rms_norm followed by mul(norm, weight row), with the add before it when the norm reads
+     * the sum: one kernel (ops_rows.cu) */
     for (int i = 0; i < p->n_nodes;) {
         int g = 1;
-        if (i + 1 < p->n_nodes && rows_can_fuse_mul(p->nodes[i], p->nodes[i + 1])) g = 2;
+        if (i + 2 < p->n_nodes && rows_can_fuse_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2])) g = 3;
+        else if (i + 1 < p->n_nodes && rows_can_fuse_mul(p->nodes[i], p->nodes[i + 1])) g = 2;
         else
             while (i + g < p->n_nodes && g < 4 && mul_mat_can_group(p->nodes[i], p->nodes[i + g])) g++;
         p->group[i] = g;
@@ -167,9 +169,11 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */
-        int st = p->group[i] == 1                           ? launch_node(p->nodes[i], &c)
-                 : p->nodes[i]->op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
-                                                      : mul_mat_launch_group(p->nodes + i, p->group[i], &c);
+        const int op = p->nodes[i]->op;
+        int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
+                 : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
+                 : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
+                                         : mul_mat_launch_group(p->nodes + i, p->group[i], &c);
         if (st != PYG_OK)
             return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);
     }

@@ -60,6 +60,28 @@ __global__ void k_rms_mul(tview d, tview s, float eps, tview md, const float *w)
     }
 }
 
+/* add -> rms_norm -> mul(norm, weight row) (the residual add and the next norm): one block per
+ * row; all tensors are contiguous f32 rows of one shape (checked at plan time), so any bytes the
+ * planner shares between them map row to row, and the barrier inside block_sum orders every read
+ * of the sources before any write of the norm. */
+__global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float *nrm, float *prod, const float *w,
+                              int64_t n, float eps) {
+    __shared__ float sh[32];
+    const int64_t off = (int64_t)blockIdx.x * n;
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = a[off + i] + b[off + i];
+        sum[off + i] = v;
+        acc += v * v;
+    }
+    const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = sum[off + i] * inv;
+        nrm[off + i] = v;
+        prod[off + i] = v * w[i];
+    }
+}
+
 __global__ void k_soft_max(tview d, tview s, tview m, int has_mask, float scale, float max_bias) {
     __shared__ float sh[32];
     int64_t i1, i2, i3;
@@ -190,6 +212,26 @@ int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul) {
             if (mul->nb[i] != norm->nb[i]) return 0;
     }
     return rows_supports(norm);
+}
+
+static int f32_rows_like(const pyg_tensor *t, const pyg_tensor *ref) {
+    return t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && same_shape(t, ref);
+}
+
+int rows_can_fuse_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul) {
+    if (!fuse_enabled() || add->op != PYG_OP_ADD || norm->src[0] != add || !rows_can_fuse_mul(norm, mul)) return 0;
+    const pyg_tensor *a = add->src[0], *b = add->src[1];
+    return b && f32_rows_like(add, add) && f32_rows_like(a, add) && f32_rows_like(b, add) && f32_rows_like(norm, add) &&
+           f32_rows_like(mul, add);
+}
+
+int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
+    const int64_t n = add->ne[0];
+    const unsigned rows = (unsigned)pyg_tensor_nrows(add);
+    k_add_rms_mul<<<rows, row_threads(n, rows, c->n_sm), 0, c->stream>>>(
+        (float *)add->data, (const float *)add->src[0]->data, (const float *)add->src[1]->data, (float *)norm->data,
+        (float *)mul->data, (const float *)mul->src[1]->data, n, pyg_op_param_f32(norm->op_params, 0));
+    return check_launch(c, "add + rms_norm * weight");
 }
 
 int rows_launch_fused_mul(const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
