@@ -147,11 +147,21 @@ def machine_info():
                     break
     except OSError:
         pass
+    # a copy of the tree on another machine may carry a stale .git: the caller's word comes first
+    info["commit"] = os.environ.get("PYGGML_COMMIT") or os.environ.get("GPU_CHECK_COMMIT")
+    if not info["commit"]:
+        try:
+            info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+        except OSError:
+            info["commit"] = None
     try:
-        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                        cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
-    except OSError:
-        info["commit"] = None
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip().splitlines()
+        if gpu:
+            info["gpu"] = gpu[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
     return info
 
 
