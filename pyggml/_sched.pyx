@@ -429,6 +429,24 @@ class Scheduler:
         self._plans = {}
         self._leaf_mem = {}
 
+    def forget(self, graph):
+        """Release the plans and the weight/state memory this scheduler holds for `graph` (a Graph
+        or one of its tensors), after waiting for its queues. Plans are otherwise kept for reuse
+        until close(): a scheduler that runs many one-off graphs should forget each one."""
+        cdef _Stream st
+        cdef pyg_error *err
+        uid = graph.graph.uid if isinstance(graph, Tensor) else graph.uid
+        for st in (self._streams or {}).values():
+            if st.s != NULL:
+                with nogil:
+                    err = st.dev.plugin.api.stream_synchronize(st.s)
+                if err != NULL:
+                    st.dev.plugin.api.error_destroy(err)
+        for k in [k for k in self._plans if k[0] == uid]:
+            del self._plans[k]
+        for k in [k for k in self._leaf_mem if k[0] == uid]:
+            del self._leaf_mem[k]
+
     def __del__(self):
         if _exiting:
             return

@@ -28,7 +28,11 @@ def quantize(array, type, n_threads=None):
     shape2 = (int(np.prod(a.shape[:-1], dtype=np.int64)), a.shape[-1])
     g = Graph("quantize")
     x = g.input("x", shape2, f32)
-    out = _sched(n_threads).compute(cont(x, t), {"x": a.reshape(shape2)})
+    s = _sched(n_threads)
+    try:
+        out = s.compute(cont(x, t), {"x": a.reshape(shape2)})
+    finally:
+        s.forget(g)                 # one-off graph: keep no plan (its arena held the whole input)
     return out.reshape(a.shape[:-1] + (out.shape[-1],)) if t.is_quantized else out.reshape(a.shape)
 
 
@@ -44,5 +48,9 @@ def dequantize(blocks, type, shape, n_threads=None):
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     g = Graph("dequantize")
     w = g.weight("w", np.ascontiguousarray(blocks).view(np.uint8).reshape(-1), type=t, shape=(rows, shape[-1]))
-    out = _sched(n_threads).compute(cont(w, f32))
+    s = _sched(n_threads)
+    try:
+        out = s.compute(cont(w, f32))
+    finally:
+        s.forget(g)
     return out.reshape(shape)

@@ -438,3 +438,14 @@ def test_pg_mul_mat(pg, name, n_rows):
     assert out.shape == ref.shape and np.all(np.isfinite(out))
     nmse = float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
     assert nmse < 5e-4, f"{name} N={n_rows}: NMSE {nmse:.3g}"
+
+
+def test_quantize_keeps_no_plans():
+    """quantize/dequantize build one-off graphs: their scheduler must not keep a plan (and the
+    arena holding the whole input) per call -- a 7b synth once grew to 32 GiB that way."""
+    import pyggml as pyg
+    import pyggml.quant as q
+    x = np.random.default_rng(5).standard_normal((64, 256)).astype(np.float32)
+    for _ in range(5):
+        pyg.dequantize(pyg.quantize(x, "q4_0"), "q4_0", x.shape)
+    assert q._scheds and all(not s._plans and not s._leaf_mem for s in q._scheds.values())

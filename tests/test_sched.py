@@ -131,3 +131,23 @@ def test_unknown_option_is_rejected():
     dev = pg.get_device("cpu")
     with pytest.raises(pg.UnsupportedError, match="no_such_option"):
         dev.set_option("no_such_option", "1")
+
+
+def test_forget_releases_a_graphs_plans_and_weights():
+    rng = np.random.default_rng(2)
+    g = pg.Graph()
+    w = g.weight("w", rng.standard_normal((8, 16)).astype(np.float32))
+    x = g.input("x", (2, 16))
+    y = pg.mul_mat(w, x)
+    s = pg.Scheduler(["cpu"])
+    feeds = {"x": rng.standard_normal((2, 16)).astype(np.float32)}
+    ref = s.compute(y, feeds)
+    other = pg.Graph()
+    z = pg.scale(other.input("x", (3,)), 2.0)
+    s.compute(z, {"x": np.ones(3, np.float32)})
+    assert len(s._plans) == 2 and s._leaf_mem
+    s.forget(g)
+    assert len(s._plans) == 1 and not s._leaf_mem     # the other graph's plan stays
+    np.testing.assert_array_equal(s.compute(y, feeds), ref)   # planned and uploaded again
+    s.forget(y)                                       # a tensor names its graph too
+    assert len(s._plans) == 1
