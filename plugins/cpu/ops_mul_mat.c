@@ -209,7 +209,15 @@ void cpu_op_mul_mat(const pyg_tensor *node, cpu_ctx *ctx) {
      * dynamically over (batch, block); with few src0 rows the src1 rows are split instead, in
      * groups of 4 so that the kernel computing a given (row, column) never depends on the thread
      * count (rows4/multi and dot may round differently) */
-    const int64_t MB = N == 1 ? 32 : 16;
+    /* mat-vec: long runs of rows (up to 512, a multiple of 8, about 4 chunks per thread) keep each
+     * thread's weight stream sequential for the hardware prefetcher (measured: 14336x4096 mat-vec
+     * 75-87% -> 95-107% of the triad going from 32 to 512 rows); the chunk size never changes which
+     * kernel computes a row (groups of 4/8 rows stay aligned to multiples of 8) */
+    int64_t MB = 16;
+    if (N == 1) {
+        MB = M / (4 * ctx->nth) / 8 * 8;
+        MB = MB < 32 ? 32 : MB > 512 ? 512 : MB;
+    }
     const int split_m = M >= 4 * ctx->nth || M * 4 >= N;
     int64_t n_lo = 0, n_hi = N;
     const int64_t nblk = (M + MB - 1) / MB, nchunks = split_m ? nblk * B2 * B3 : B2 * B3;
