@@ -9,13 +9,15 @@
 #include "cpu_internal.h"
 
 #define FA_KB 64 /* keys per block */
+#define FA_QT 8  /* queries per task: a block's K/V rows are converted once for all of them */
 
 static inline int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 size_t cpu_flash_attn_thread_size(const pyg_tensor *node) {
     const pyg_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const int64_t D = q->ne[0], Dv = v->ne[0], n_kv = k->ne[1], group = q->ne[2] / k->ne[2];
-    const int64_t floats = group * (pad16(D) + pad16(Dv) + FA_KB + pad16(n_kv) + 16) +
+    const int64_t rows = group * FA_QT;
+    const int64_t floats = rows * (pad16(D) + pad16(Dv) + FA_KB + pad16(n_kv) + 16) +
                            FA_KB * (pad16(D) + pad16(Dv)) + pad16(Dv) + 64;
     return (size_t)floats * sizeof(float);
 }
@@ -33,52 +35,58 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
     const int k_f16 = k->type == PYG_TYPE_F16 && k->nb[0] == 2, k_f32 = k->type == PYG_TYPE_F32 && k->nb[0] == 4;
     const int v_f16 = v->type == PYG_TYPE_F16 && v->nb[0] == 2, v_f32 = v->type == PYG_TYPE_F32 && v->nb[0] == 4;
     const int mask_per_head = mask && mask->ne[2] > 1;
+    const int64_t rows_max = group * FA_QT; /* (query of the tile, head of the group) rows per task */
 
-    /* scratch: per head of the group q row, accumulator, block scores, mask row, max, sum */
+    /* scratch, per row: q, accumulator, block scores, mask row, max, sum; then a block of K and V */
     float *w = (float *)ctx->wdata;
-    float *qs = w;                          w += group * pad16(D);
-    float *acc = w;                         w += group * pad16(Dv);
-    float *sc = w;                          w += group * FA_KB;
-    float *mrows = w;                       w += group * pad16(n_kv);
-    float *mx = w;                          w += group * 8;
-    float *sum = w;                         w += group * 8;
+    float *qs = w;                          w += rows_max * pad16(D);
+    float *acc = w;                         w += rows_max * pad16(Dv);
+    float *sc = w;                          w += rows_max * FA_KB;
+    float *mrows = w;                       w += rows_max * pad16(n_kv);
+    float *mx = w;                          w += rows_max * 8;
+    float *sum = w;                         w += rows_max * 8;
     float *kblk = w;                        w += FA_KB * pad16(D);  /* a block of K rows as f32 */
     float *vblk = w;                        w += FA_KB * pad16(Dv); /* the same for V */
     float *ob = w;
     const float *krow[FA_KB], *vrow[FA_KB];
-    const float *qr[group > 0 ? group : 1], *mr[group > 0 ? group : 1];
-    float slope[group > 0 ? group : 1];
+    const float *qr[rows_max > 0 ? rows_max : 1], *mr[rows_max > 0 ? rows_max : 1];
+    float slope[rows_max > 0 ? rows_max : 1];
 
-    /* tasks handed out one at a time; consecutive tasks are neighbouring queries of one KV head */
-    const int64_t n_tasks = n_q * H_kv * B;
+    /* a task is (tile of FA_QT consecutive queries, KV head, batch): each K/V row of a block is
+     * converted once and meets every query of the tile and every head of the group. A row's result
+     * does not depend on the tiling: keys masked for it get weight 0 exactly. */
+    const int64_t n_tiles = (n_q + FA_QT - 1) / FA_QT;
+    const int64_t n_tasks = n_tiles * H_kv * B;
     for (int64_t t = cpu_next_chunk(ctx); t < n_tasks; t = cpu_next_chunk(ctx)) {
-        const int64_t iq = t % n_q, hk = (t / n_q) % H_kv, b = t / (H_kv * n_q);
+        const int64_t iq0 = (t % n_tiles) * FA_QT, hk = (t / n_tiles) % H_kv, b = t / (H_kv * n_tiles);
+        const int64_t nq = n_q - iq0 < FA_QT ? n_q - iq0 : FA_QT, rows = nq * group;
         const int64_t bk = b % k->ne[3], bv = b % v->ne[3];
-        for (int64_t g = 0; g < group; g++) {
-            const int64_t h = hk * group + g;
-            qr[g] = cpu_load_row(q, iq, h, b, qs + g * pad16(D));
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t iq = iq0 + r / group, g = r % group, h = hk * group + g;
+            qr[r] = cpu_load_row(q, iq, h, b, qs + r * pad16(D));
             if (mask) {
                 if (g == 0 || mask_per_head)
-                    mr[g] = cpu_load_row(mask, iq, h % mask->ne[2], b % mask->ne[3], mrows + g * pad16(n_kv));
+                    mr[r] = cpu_load_row(mask, iq, h % mask->ne[2], b % mask->ne[3], mrows + r * pad16(n_kv));
                 else
-                    mr[g] = mr[0];
-                slope[g] = cpu_alibi_slope(max_bias, h, H);
+                    mr[r] = mr[r - g];
+                slope[r] = cpu_alibi_slope(max_bias, h, H);
             } else {
-                mr[g] = NULL;
-                slope[g] = 0.0f;
+                mr[r] = NULL;
+                slope[r] = 0.0f;
             }
-            mx[g] = -INFINITY;
-            sum[g] = 0.0f;
-            memset(acc + g * pad16(Dv), 0, (size_t)Dv * sizeof(float));
+            mx[r] = -INFINITY;
+            sum[r] = 0.0f;
+            memset(acc + r * pad16(Dv), 0, (size_t)Dv * sizeof(float));
         }
         for (int64_t j0 = 0; j0 < n_kv; j0 += FA_KB) {
             const int64_t nb = n_kv - j0 < FA_KB ? n_kv - j0 : FA_KB;
-            /* keys masked (-inf) for every head of the group are skipped without touching K/V:
-             * a decode step over a mostly empty KV cache reads only the filled part */
+            /* keys masked (-inf) for every row of the task are skipped without touching K/V:
+             * a decode step over a mostly empty KV cache reads only the filled part, a causal
+             * prefill tile only the keys up to its last query */
             int64_t live = 0;
             for (int64_t jj = 0; jj < nb; jj++) {
                 int any = !mask;
-                for (int64_t g = 0; g < group && !any; g++) any = mr[g][j0 + jj] != -INFINITY;
+                for (int64_t r = 0; r < rows && !any; r++) any = mr[r][j0 + jj] != -INFINITY;
                 if (!any) {
                     krow[jj] = vrow[jj] = NULL;
                     continue;
@@ -103,44 +111,41 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
                     vrow[nl] = vrow[jj];
                     nl++;
                 }
-            /* scores */
-            for (int64_t g = 0; g < group; g++) {
-                float *s = sc + g * FA_KB;
-                vo->dots(D, s, qr[g], krow, nl);
-                for (int64_t l = 0; l < nl; l++) {
+            for (int64_t r = 0; r < rows; r++) {
+                float *s = sc + r * FA_KB;
+                /* this row's live keys in the block: only those are dotted (a causal tile's
+                 * earlier queries see a prefix of the tile's keys) */
+                int64_t nr = nl;
+                if (mr[r])
+                    while (nr > 0 && mr[r][j0 + idx[nr - 1]] == -INFINITY) nr--;
+                if (nr == 0) continue;
+                /* scores */
+                vo->dots(D, s, qr[r], krow, nr);
+                for (int64_t l = 0; l < nr; l++) {
                     float x = s[l] * scale;
                     if (softcap != 0.0f) x = softcap * tanhf(x);
-                    s[l] = mr[g] ? x + slope[g] * mr[g][j0 + idx[l]] : x;
+                    s[l] = mr[r] ? x + slope[r] * mr[r][j0 + idx[l]] : x;
                 }
-            }
-            /* online softmax update, once per block and head */
-            for (int64_t g = 0; g < group; g++) {
-                float *s = sc + g * FA_KB;
-                const float bm = vo->max(nl, s);
-                if (bm == -INFINITY) { /* the whole block is masked for this head: zero weights */
-                    memset(s, 0, (size_t)nl * sizeof(float));
-                    continue;
+                /* online softmax update, once per block and row */
+                const float bm = vo->max(nr, s);
+                if (bm == -INFINITY) continue; /* the whole block is masked for this row */
+                if (bm > mx[r]) {
+                    const float rr = mx[r] == -INFINITY ? 0.0f : expf(mx[r] - bm);
+                    if (rr != 1.0f) vo->scale(Dv, acc + r * pad16(Dv), acc + r * pad16(Dv), rr, 0.0f);
+                    sum[r] *= rr;
+                    mx[r] = bm;
                 }
-                if (bm > mx[g]) {
-                    const float r = mx[g] == -INFINITY ? 0.0f : expf(mx[g] - bm);
-                    if (r != 1.0f) vo->scale(Dv, acc + g * pad16(Dv), acc + g * pad16(Dv), r, 0.0f);
-                    sum[g] *= r;
-                    mx[g] = bm;
-                }
-                sum[g] += vo->exp_sum(nl, s, s, mx[g]); /* s now holds the weights */
-            }
-            /* accumulate V */
-            for (int64_t g = 0; g < group; g++) {
-                if (mx[g] == -INFINITY) continue;
-                vo->wsum(Dv, acc + g * pad16(Dv), sc + g * FA_KB, vrow, nl);
+                sum[r] += vo->exp_sum(nr, s, s, mx[r]); /* s now holds the weights */
+                /* accumulate V */
+                vo->wsum(Dv, acc + r * pad16(Dv), s, vrow, nr);
             }
         }
-        for (int64_t g = 0; g < group; g++) {
-            const int64_t h = hk * group + g;
-            const float inv = sum[g] > 0.0f ? 1.0f / sum[g] : 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t iq = iq0 + r / group, h = hk * group + r % group;
+            const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
             float *direct = cpu_row_f32_direct(node, h, iq, b);
             float *o = direct ? direct : ob;
-            vo->scale(Dv, o, acc + g * pad16(Dv), inv, 0.0f);
+            vo->scale(Dv, o, acc + r * pad16(Dv), inv, 0.0f);
             if (!direct) cpu_store_row(node, h, iq, b, o);
         }
     }
