@@ -266,6 +266,16 @@ int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
 size_t mul_mat_scratch_bytes(const pyg_tensor *node);
+/* Plan-time fusion (graph.cu groups nodes; mul_mat.cu and ops_rows.cu launch the groups) unless
+ * PYGGML_CUDA_FUSE=0. Read once per library. */
+static inline int cuda_fuse_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PYGGML_CUDA_FUSE");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */

@@ -430,15 +430,6 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_gro
     if (lane == 0) a.dst[g][m] = v;
 }
 
-static int fuse_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CUDA_FUSE");
-        v = !(e && strcmp(e, "0") == 0);
-    }
-    return v;
-}
-
 static int mmvq_single_column(const pyg_tensor *n) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     return n->op == PYG_OP_MUL_MAT && use_mmvq(n) && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 &&
@@ -446,7 +437,7 @@ static int mmvq_single_column(const pyg_tensor *n) {
 }
 
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
-    if (!fuse_enabled() || !mmvq_single_column(x) || !mmvq_single_column(y)) return 0;
+    if (!cuda_fuse_enabled() || !mmvq_single_column(x) || !mmvq_single_column(y)) return 0;
     const pyg_tensor *a0 = x->src[0], *b0 = x->src[1], *a1 = y->src[0], *b1 = y->src[1];
     if (a0->type != a1->type || a0->ne[0] != a1->ne[0] || b0->type != b1->type || b0->data != b1->data) return 0;
     for (int i = 0; i < 4; i++)

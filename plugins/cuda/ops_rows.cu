@@ -186,17 +186,8 @@ static unsigned row_threads(int64_t n, int64_t rows, int n_sm) {
     return threads_for(n, rows < (int64_t)n_sm ? 1024u : 256u);
 }
 
-static int fuse_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CUDA_FUSE");
-        v = !(e && strcmp(e, "0") == 0);
-    }
-    return v;
-}
-
 int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul) {
-    if (!fuse_enabled() || norm->op != PYG_OP_RMS_NORM || mul->op != PYG_OP_MUL || mul->src[0] != norm) return 0;
+    if (!cuda_fuse_enabled() || norm->op != PYG_OP_RMS_NORM || mul->op != PYG_OP_MUL || mul->src[0] != norm) return 0;
     const pyg_tensor *w = mul->src[1];
     if (!w || w->type != PYG_TYPE_F32 || !pyg_tensor_is_contiguous(w) || w->ne[0] != norm->ne[0] || w->ne[1] != 1 ||
         w->ne[2] != 1 || w->ne[3] != 1)
@@ -219,7 +210,7 @@ static int f32_rows_like(const pyg_tensor *t, const pyg_tensor *ref) {
 }
 
 int rows_can_fuse_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul) {
-    if (!fuse_enabled() || add->op != PYG_OP_ADD || norm->src[0] != add || !rows_can_fuse_mul(norm, mul)) return 0;
+    if (!cuda_fuse_enabled() || add->op != PYG_OP_ADD || norm->src[0] != add || !rows_can_fuse_mul(norm, mul)) return 0;
     const pyg_tensor *a = add->src[0], *b = add->src[1];
     return b && f32_rows_like(add, add) && f32_rows_like(a, add) && f32_rows_like(b, add) && f32_rows_like(norm, add) &&
            f32_rows_like(mul, add);
