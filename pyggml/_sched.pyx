@@ -24,7 +24,7 @@ from pyggml import _plugin
 from pyggml._alloc import plan_arena, align_up
 from pyggml import _program as P
 from pyggml.errors import GraphError, ShapeError, TypeMismatchError, UnsupportedError, PyggmlError
-from pyggml.graph import Tensor, FLAG_INPUT, FLAG_WEIGHT, FLAG_STATE, VIEW_OPS
+from pyggml.graph import Graph, Tensor, FLAG_INPUT, FLAG_WEIGHT, FLAG_STATE, VIEW_OPS
 from pyggml import ops as _ops
 
 _graph_ids = itertools.count(1)
@@ -435,7 +435,12 @@ class Scheduler:
         until close(): a scheduler that runs many one-off graphs should forget each one."""
         cdef _Stream st
         cdef pyg_error *err
-        uid = graph.graph.uid if isinstance(graph, Tensor) else graph.uid
+        if isinstance(graph, Tensor):
+            uid = graph.graph.uid
+        elif isinstance(graph, Graph):
+            uid = graph.uid
+        else:
+            raise TypeError(f"forget: expected a Graph or a Tensor, got {type(graph).__name__}")
         for st in (self._streams or {}).values():
             if st.s != NULL:
                 with nogil:

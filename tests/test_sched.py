@@ -151,3 +151,8 @@ def test_forget_releases_a_graphs_plans_and_weights():
     np.testing.assert_array_equal(s.compute(y, feeds), ref)   # planned and uploaded again
     s.forget(y)                                       # a tensor names its graph too
     assert len(s._plans) == 1
+
+
+def test_forget_rejects_what_is_not_a_graph():
+    with pytest.raises(TypeError, match="Graph or a Tensor"):
+        pg.Scheduler(["cpu"]).forget("graph")
