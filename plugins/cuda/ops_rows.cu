@@ -52,18 +52,18 @@ __global__ void k_rms_mul(tview d, tview s, float eps, tview md, const float *w)
         acc += x * x;
     }
     const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = load_f(srow + i * s.nb[0], s.type) * inv;
-        store_f(drow + i * d.nb[0], d.type, v);
-        /* the mul rounds the stored norm (as the unfused pair does when the norm is not f32) */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        store_f(drow + i * d.nb[0], d.type, load_f(srow + i * s.nb[0], s.type) * inv);
+    __syncthreads(); /* the row's source is read for the last time above: the product may lie on it */
+    /* the mul reads the stored norm (so it rounds as the unfused pair does when the norm is not f32) */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         store_f(mrow + i * md.nb[0], md.type, load_f(drow + i * d.nb[0], d.type) * w[i]);
-    }
 }
 
 /* add -> rms_norm -> mul(norm, weight row) (the residual add and the next norm): one block per
- * row; all tensors are contiguous f32 rows of one shape (checked at plan time), so any bytes the
- * planner shares between them map row to row, and the barrier inside block_sum orders every read
- * of the sources before any write of the norm. */
+ * row; all tensors are contiguous f32 rows of one shape and pairwise disjoint or identical
+ * (checked at plan time), so shared bytes map element to element, and the barrier inside block_sum
+ * orders every read of the sources before any write of the norm. */
 __global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float *nrm, float *prod, const float *w,
                               int64_t n, float eps) {
     __shared__ float sh[32];
@@ -186,6 +186,19 @@ static unsigned row_threads(int64_t n, int64_t rows, int n_sm) {
     return threads_for(n, rows < (int64_t)n_sm ? 1024u : 256u);
 }
 
+/* A fused kernel writes a later node's output while it still reads an earlier node's input. The
+ * planner frees an input after its last node, so a later output may lie on its bytes at any
+ * offset: fusing is safe only where the two are disjoint or start at the same byte with the same
+ * layout (then each element is read before its own thread overwrites it). */
+static int fusable_alias(const pyg_tensor *out, const pyg_tensor *in) {
+    const char *o = (const char *)out->data, *i = (const char *)in->data;
+    if (o + pyg_tensor_nbytes(out) <= i || i + pyg_tensor_nbytes(in) <= o) return 1;
+    if (o != i || out->type != in->type) return 0;
+    for (int d = 0; d < 4; d++)
+        if (out->nb[d] != in->nb[d] || out->ne[d] != in->ne[d]) return 0;
+    return 1;
+}
+
 int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul) {
     if (!cuda_fuse_enabled() || norm->op != PYG_OP_RMS_NORM || mul->op != PYG_OP_MUL || mul->src[0] != norm) return 0;
     const pyg_tensor *w = mul->src[1];
@@ -193,15 +206,10 @@ int rows_can_fuse_mul(const pyg_tensor *norm, const pyg_tensor *mul) {
         w->ne[2] != 1 || w->ne[3] != 1)
         return 0;
     if (!is_plain_float(mul->type) || !same_shape(mul, norm) || w->data == norm->data) return 0;
-    /* the planner may put mul's output on the norm's bytes: fine element by element when the layouts
-     * are identical (each thread rereads its own element), a race otherwise */
-    const char *d0 = (const char *)norm->data, *m0 = (const char *)mul->data;
-    const size_t dn = pyg_tensor_nbytes(norm), mn = pyg_tensor_nbytes(mul);
-    if (d0 < m0 + mn && m0 < d0 + dn) {
-        if (d0 != m0 || mul->type != norm->type) return 0;
-        for (int i = 0; i < 4; i++)
-            if (mul->nb[i] != norm->nb[i]) return 0;
-    }
+    /* mul's output against the norm's output, and against the norm's input: with one row (one
+     * block) a barrier separates the last read of the input from the first write of the product;
+     * with more rows another block may still be reading */
+    if (!fusable_alias(mul, norm) || (pyg_tensor_nrows(norm) > 1 && !fusable_alias(mul, norm->src[0]))) return 0;
     return rows_supports(norm);
 }
 
@@ -212,8 +220,17 @@ static int f32_rows_like(const pyg_tensor *t, const pyg_tensor *ref) {
 int rows_can_fuse_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul) {
     if (!cuda_fuse_enabled() || add->op != PYG_OP_ADD || norm->src[0] != add || !rows_can_fuse_mul(norm, mul)) return 0;
     const pyg_tensor *a = add->src[0], *b = add->src[1];
-    return b && f32_rows_like(add, add) && f32_rows_like(a, add) && f32_rows_like(b, add) && f32_rows_like(norm, add) &&
-           f32_rows_like(mul, add);
+    if (!b || !f32_rows_like(add, add) || !f32_rows_like(a, add) || !f32_rows_like(b, add) || !f32_rows_like(norm, add) ||
+        !f32_rows_like(mul, add))
+        return 0;
+    /* the sum, the norm and the product against everything the kernel reads before writing them;
+     * with one row (one block) the barrier in block_sum already puts every read of a and b before
+     * any write of the norm or the product */
+    if (!fusable_alias(add, a) || !fusable_alias(add, b) || !fusable_alias(norm, add) || !fusable_alias(mul, add) ||
+        !fusable_alias(mul, norm))
+        return 0;
+    return pyg_tensor_nrows(add) == 1 || (fusable_alias(norm, a) && fusable_alias(norm, b) && fusable_alias(mul, a) &&
+                                          fusable_alias(mul, b));
 }
 
 int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
