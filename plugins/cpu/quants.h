@@ -156,6 +156,10 @@ int quant_cpu_has_avx2(void);
 QUANT_AVX512_DECL(avx512bw) QUANT_AVX512_DECL(avx512vnni)
 #undef QUANT_AVX512_DECL
 void quant_vec_dot_rows4_q4_0_q8_0_avx2(int64_t n, float *s, const void *x, size_t x_stride, const void *y);
+/* q8_0, 8 rows interleaved (quants_avx2.c): per block 8 float scales, then 8 vectors of 8 rows x 4 quants */
+#define QUANT_Q8_0X8_BLOCK (32 + 256)
+void quant_q8_0_repack8_avx2(const void *x, size_t row_stride, int64_t nb, void *dst);
+void quant_q8_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc);
 /* q4_0 with 8 rows interleaved (quants_avx2.c), for mat-vec and GEMM. repack8: 8 weight rows
  * (row_stride bytes apart), nb blocks, into nb * QUANT_Q4_0X8_BLOCK bytes: per block the 8 rows'
  * f16 scales, then 4 x 32 bytes where 32-bit lane l of vector j is bytes 4j..4j+3 of row l's

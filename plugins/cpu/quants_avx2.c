@@ -10,6 +10,7 @@
 #pragma GCC optimize("fp-contract=off") /* the quantizers here must round exactly like quants_ref.c */
 #endif
 #include <math.h>
+#include <string.h>
 #include "quants.h"
 
 #ifdef QUANT_HAVE_X86
@@ -641,6 +642,51 @@ AVX2 void quant_q4_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *con
     }
     __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
     q4_0x8_tile(nb, panel, yc, d4, s4, acc, 4);
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(dst[c], acc[c]);
+}
+
+/* ------------------------------------------------------------------ q8_0, 8 rows interleaved
+ * Per block (QUANT_Q8_0X8_BLOCK bytes): the 8 rows' scales as floats (32 B), then 8 vectors:
+ * vector g, 32-bit lane l = quants 4g..4g+3 of row l. One 4-byte group of an activation block,
+ * broadcast, meets the same group of all 8 rows in one maddubs. */
+AVX2 void quant_q8_0_repack8_avx2(const void *x, size_t row_stride, int64_t nb, void *dst) {
+    for (int64_t b = 0; b < nb; b++) {
+        char *out = (char *)dst + (size_t)b * QUANT_Q8_0X8_BLOCK;
+        float *d = (float *)out;
+        int8_t *q = (int8_t *)(out + 32);
+        for (int r = 0; r < 8; r++) {
+            const blk_q8_0 *blk = (const blk_q8_0 *)((const char *)x + (size_t)r * row_stride) + b;
+            d[r] = f16(blk->d);
+            for (int g = 0; g < 8; g++) memcpy(q + (g * 8 + r) * 4, blk->qs + 4 * g, 4);
+        }
+    }
+}
+
+/* dst[c][0..7] = the 8 panel rows . activation row c (q8_0 blocks), c < nc <= 4 */
+AVX2 void quant_q8_0x8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc) {
+    const blk_q8_0 *yr[4];
+    for (int c = 0; c < 4; c++) yr[c] = (const blk_q8_0 *)y[c < nc ? c : 0]; /* past nc: column 0, not stored */
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t b = 0; b < nb; b++) {
+        const char *blk = (const char *)panel + (size_t)b * QUANT_Q8_0X8_BLOCK;
+        const __m256 dw = _mm256_loadu_ps((const float *)blk);
+        __m256i sum[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256() };
+        for (int g = 0; g < 8; g++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * g));
+            const __m256i aw = _mm256_sign_epi8(w, w); /* |w| as unsigned bytes (quants are >= -127) */
+            for (int c = 0; c < 4; c++) {
+                int32_t g4;
+                memcpy(&g4, yr[c][b].qs + 4 * g, 4);
+                const __m256i yv = _mm256_sign_epi8(_mm256_set1_epi32(g4), w); /* y with w's sign */
+                sum[c] = _mm256_add_epi32(sum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, yv), ones));
+            }
+        }
+        for (int c = 0; c < 4; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(f16(yr[c][b].d))), _mm256_cvtepi32_ps(sum[c]),
+                                     acc[c]);
+    }
     for (int c = 0; c < nc; c++) _mm256_storeu_ps(dst[c], acc[c]);
 }
 
