@@ -417,36 +417,32 @@ class Scheduler:
     def close(self):
         """Wait for every queue of this scheduler, then release plans and memory. Idempotent;
         also run when the scheduler is garbage-collected."""
+        self._wait_queues()
+        self._plans = {}
+        self._leaf_mem = {}
+
+    def _wait_queues(self):
+        """Block until every stream of this scheduler is idle (errors are dropped: used on release)."""
         cdef _Stream st
         cdef pyg_error *err
-        streams = getattr(self, "_streams", None) or {}
-        for st in streams.values():
+        for st in (getattr(self, "_streams", None) or {}).values():
             if st.s != NULL:
                 with nogil:
                     err = st.dev.plugin.api.stream_synchronize(st.s)
                 if err != NULL:
                     st.dev.plugin.api.error_destroy(err)
-        self._plans = {}
-        self._leaf_mem = {}
 
     def forget(self, graph):
         """Release the plans and the weight/state memory this scheduler holds for `graph` (a Graph
         or one of its tensors), after waiting for its queues. Plans are otherwise kept for reuse
         until close(): a scheduler that runs many one-off graphs should forget each one."""
-        cdef _Stream st
-        cdef pyg_error *err
         if isinstance(graph, Tensor):
             uid = graph.graph.uid
         elif isinstance(graph, Graph):
             uid = graph.uid
         else:
             raise TypeError(f"forget: expected a Graph or a Tensor, got {type(graph).__name__}")
-        for st in (self._streams or {}).values():
-            if st.s != NULL:
-                with nogil:
-                    err = st.dev.plugin.api.stream_synchronize(st.s)
-                if err != NULL:
-                    st.dev.plugin.api.error_destroy(err)
+        self._wait_queues()
         for k in [k for k in self._plans if k[0] == uid]:
             del self._plans[k]
         for k in [k for k in self._leaf_mem if k[0] == uid]:

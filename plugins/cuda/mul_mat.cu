@@ -346,21 +346,30 @@ static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gp
     }
 }
 
-static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
-    const pyg_tensor *a = n->src[0], *b = n->src[1];
+/* Quantize n's activation columns into plan scratch (int8 quants, then the (d, s) pairs). */
+static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, float **yds) {
+    const pyg_tensor *b = n->src[1];
     const size_t need = mul_mat_scratch_bytes(n);
     if (!c->scratch || c->scratch_size < need) {
         snprintf(c->err, c->errlen, "mul_mat: plan scratch too small (%zu < %zu)", c->scratch_size, need);
         return PYG_ERR_INTERNAL;
     }
-    const int64_t K = a->ne[0], cols = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t K = n->src[0]->ne[0], cols = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t nblk = cols * (K / 32);
-    int8_t *yq = (int8_t *)c->scratch;
-    float *yds = (float *)((char *)c->scratch + align256((size_t)(cols * K)));
+    *yq = (int8_t *)c->scratch;
+    *yds = (float *)((char *)c->scratch + align256((size_t)(cols * K)));
     k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
                                                             (int64_t)b->nb[2] / 4, (int64_t)b->nb[3] / 4, K,
-                                                            (int)b->ne[1], b->ne[2], nblk, yq, yds);
-    int st = check_launch(c, "mul_mat (quantize activations)");
+                                                            (int)b->ne[1], b->ne[2], nblk, *yq, *yds);
+    return check_launch(c, "mul_mat (quantize activations)");
+}
+
+static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    const int64_t K = a->ne[0];
+    int8_t *yq;
+    float *yds;
+    int st = quantize_activations(n, c, &yq, &yds);
     if (st != PYG_OK) return st;
     mvq_args args;
     args.w = (const char *)a->data;
@@ -451,23 +460,16 @@ int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
         snprintf(c->err, c->errlen, "mul_mat group of %d > %d", g, MVQ_GROUP_MAX);
         return PYG_ERR_INTERNAL;
     }
-    const pyg_tensor *a = nodes[0]->src[0], *b = nodes[0]->src[1];
-    const size_t need = mul_mat_scratch_bytes(nodes[0]);
-    if (!c->scratch || c->scratch_size < need) {
-        snprintf(c->err, c->errlen, "mul_mat: plan scratch too small (%zu < %zu)", c->scratch_size, need);
-        return PYG_ERR_INTERNAL;
-    }
-    const int64_t K = a->ne[0], nblk = K / 32;
-    mvq_group_args args;
-    args.yq = (const int8_t *)c->scratch;
-    args.yds = (const float *)((char *)c->scratch + align256((size_t)K));
-    args.K = K;
-    args.n = g;
-    k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
-                                                            (int64_t)b->nb[2] / 4, (int64_t)b->nb[3] / 4, K, 1, 1,
-                                                            nblk, (int8_t *)args.yq, (float *)args.yds);
-    int st = check_launch(c, "mul_mat group (quantize activations)");
+    const pyg_tensor *a = nodes[0]->src[0];
+    int8_t *yq;
+    float *yds;
+    int st = quantize_activations(nodes[0], c, &yq, &yds); /* the one column all of them share */
     if (st != PYG_OK) return st;
+    mvq_group_args args;
+    args.yq = yq;
+    args.yds = yds;
+    args.K = a->ne[0];
+    args.n = g;
     unsigned blocks = 0;
     for (int i = 0; i < MVQ_GROUP_MAX; i++) {
         const pyg_tensor *n = nodes[i < g ? i : g - 1];
