@@ -7,13 +7,10 @@
  * activations add an NMSE of about 3e-5 (the mul_mat threshold is 5e-4), as ggml's q8_1 path does.
  *
  * Host+device: plugins/cuda/test/dequant_host.cu checks every unit against a double-precision dot
- * on the CPU. Units (per row of K weights), taken by consecutive lanes so that a warp's loads cover
- * consecutive bytes (a unit per lane over whole blocks made every 2-byte load instruction touch 5 or
- * more cache lines, and the L1 request rate, not HBM, limited the kernel):
- *   q4_0, q8_0: a quarter block (4 lanes per block).
- *   q4_K: 16 of the 128 nibble bytes (8 lanes per block), plus the block head.
+ * on the CPU. Units (per row of K weights):
+ *   q4_0, q8_0: one block (32 weights) against one y block.
+ *   q4_K: (block, g): 32 bytes of nibbles = sub-blocks 2g (low) and 2g+1 (high), 64 weights.
  *   q6_K: (block, half n, l-half lh): 4 runs of 16 weights, each half a y block, one scale each.
- * UNROLL: units a lane has in flight in the kernel loop (smaller units need more to keep HBM busy).
  */
 #ifndef PYG_CUDA_MMVQ_CUH
 #define PYG_CUDA_MMVQ_CUH
@@ -77,122 +74,99 @@ PYG_HD void q8_block(const float *y, int8_t *q, float *ds) {
  * at yds + c*sd (float pairs, one per 32 activations). Adds into acc[c] for c < ncols. */
 template <int T> struct mmvq;
 
-/* (d, s) of y block b of a column: one 8-byte load (yds is 8-byte aligned, its stride even). */
-PYG_HD float2 ld_ds(const float *yds, int64_t b) { return *(const float2 *)(yds + 2 * b); }
-
-/* Byte k (runtime, < 12) of the q4_K scale field held in three words, without a local array
- * (a dynamically indexed array would go to local memory). */
-PYG_HD int q4k_sbyte(uint32_t s0, uint32_t s1, uint32_t s2, int k) {
-    const uint32_t w = k < 4 ? s0 : k < 8 ? s1 : s2;
-    return (int)((w >> (8 * (k & 3))) & 0xff);
-}
-
-/* q4_0: four lanes per block, a unit is 4 quant bytes (weights 4q..4q+3 in the low nibbles,
- * 16+4q.. in the high ones): a warp's loads cover 8 consecutive blocks, so each 2-byte load
- * instruction touches 2 cache lines instead of 5 with a block per lane. The -8 offset term uses the
- * whole block's sum and is added by the block's first lane only. */
 template <> struct mmvq<PYG_TYPE_Q4_0> {
-    static constexpr int UNROLL = 8;
-    static PYG_HD int64_t units(int64_t K) { return K / 8; }
-    template <int NC>
-    static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
-                            int ncols, float *acc) {
-        const int64_t b = u >> 2;
-        const int q = (int)(u & 3);
-        const uint8_t *blk = (const uint8_t *)row + b * 18;
-        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
-        const uint32_t w = ld_u32_a2(blk + 2 + 4 * q);
-        PYGQ_UNROLL
-        for (int c = 0; c < NC; c++) {
-            if (c >= ncols) break;
-            const int8_t *y = yq + c * sq + b * 32 + 4 * q;
-            const float2 ds = ld_ds(yds + c * sd, b);
-            int s = dp4a_s8((int)(w & 0x0f0f0f0fu), ld_i32(y), 0);
-            s = dp4a_s8((int)((w >> 4) & 0x0f0f0f0fu), ld_i32(y + 16), s);
-            acc[c] += dw * (ds.x * (float)s - (q == 0 ? 8.0f * ds.y : 0.0f));
-        }
-    }
-};
-
-/* q8_0: four lanes per block, a unit is 8 quant bytes. */
-template <> struct mmvq<PYG_TYPE_Q8_0> {
-    static constexpr int UNROLL = 4;
-    static PYG_HD int64_t units(int64_t K) { return K / 8; }
-    template <int NC>
-    static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
-                            int ncols, float *acc) {
-        const int64_t b = u >> 2;
-        const int q = (int)(u & 3);
-        const uint8_t *blk = (const uint8_t *)row + b * 34;
-        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
-        const uint32_t w0 = ld_u32_a2(blk + 2 + 8 * q), w1 = ld_u32_a2(blk + 6 + 8 * q);
-        PYGQ_UNROLL
-        for (int c = 0; c < NC; c++) {
-            if (c >= ncols) break;
-            const int2 yv = *(const int2 *)(yq + c * sq + b * 32 + 8 * q);
-            const int s = dp4a_s8((int)w1, yv.y, dp4a_s8((int)w0, yv.x, 0));
-            acc[c] += dw * yds[c * sd + 2 * b] * (float)s;
-        }
-    }
-};
-
-/* q4_K: eight lanes per block, a unit is 16 bytes of nibbles (j = 2g + h: weights 64g+16h+t in the
- * low nibbles, sub-block 2g, and 64g+32+16h+t in the high ones, sub-block 2g+1, t < 16), read as one
- * 16-byte load; the block's 16-byte head (d, dmin, the 12 scale bytes) is one more 16-byte load, the
- * same address for the block's 8 lanes. A warp's loads cover 4 consecutive blocks. The min term
- * needs the sum of the unit's own 16 activations: one dp4a against ones per word. */
-template <> struct mmvq<PYG_TYPE_Q4_K> {
-    static constexpr int UNROLL = 4;
     static PYG_HD int64_t units(int64_t K) { return K / 32; }
     template <int NC>
     static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
                             int ncols, float *acc) {
-        const int64_t b = u >> 3;
-        const int j = (int)(u & 7), g = j >> 1, h = j & 1;
-        const uint8_t *blk = (const uint8_t *)row + b * Q4_K_BYTES;
-        const uint4 hd = *(const uint4 *)blk;                         /* 16-byte aligned: checked on the host */
-        const uint4 qv = *(const uint4 *)(blk + 16 + 16 * j);
-        const uint32_t w[4] = { qv.x, qv.y, qv.z, qv.w };
-        const float d = f16_bits_to_f32((uint16_t)(hd.x & 0xffff)), dmin = f16_bits_to_f32((uint16_t)(hd.x >> 16));
-        int s0, m0, s1, m1;
-        if (g < 2) { /* sub-blocks 2g, 2g+1 < 4: 6-bit fields in bytes j and j + 4 */
-            s0 = q4k_sbyte(hd.y, hd.z, hd.w, 2 * g) & 63;
-            m0 = q4k_sbyte(hd.y, hd.z, hd.w, 2 * g + 4) & 63;
-            s1 = q4k_sbyte(hd.y, hd.z, hd.w, 2 * g + 1) & 63;
-            m1 = q4k_sbyte(hd.y, hd.z, hd.w, 2 * g + 5) & 63;
-        } else {
-            const int k0 = 2 * g, k1 = 2 * g + 1;
-            const int a0 = q4k_sbyte(hd.y, hd.z, hd.w, k0 + 4), a1 = q4k_sbyte(hd.y, hd.z, hd.w, k1 + 4);
-            s0 = (a0 & 0x0f) | ((q4k_sbyte(hd.y, hd.z, hd.w, k0 - 4) >> 6) << 4);
-            m0 = (a0 >> 4) | ((q4k_sbyte(hd.y, hd.z, hd.w, k0) >> 6) << 4);
-            s1 = (a1 & 0x0f) | ((q4k_sbyte(hd.y, hd.z, hd.w, k1 - 4) >> 6) << 4);
-            m1 = (a1 >> 4) | ((q4k_sbyte(hd.y, hd.z, hd.w, k1) >> 6) << 4);
+        const uint8_t *blk = (const uint8_t *)row + u * 18;
+        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
+        uint32_t w[4];
+        PYGQ_UNROLL
+        for (int i = 0; i < 4; i++) w[i] = ld_u32_a2(blk + 2 + 4 * i);
+        PYGQ_UNROLL
+        for (int c = 0; c < NC; c++) {
+            if (c >= ncols) break;
+            const int8_t *y = yq + c * sq + u * 32;
+            const float *ds = yds + c * sd + 2 * u;
+            int ya[4], yb[4];
+            ld_y16(y, ya);
+            ld_y16(y + 16, yb);
+            int s = 0;
+            PYGQ_UNROLL
+            for (int i = 0; i < 4; i++) {
+                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
+                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
+            }
+            acc[c] += dw * (ds[0] * (float)s - 8.0f * ds[1]);
         }
+    }
+};
+
+template <> struct mmvq<PYG_TYPE_Q8_0> {
+    static PYG_HD int64_t units(int64_t K) { return K / 32; }
+    template <int NC>
+    static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
+                            int ncols, float *acc) {
+        const uint8_t *blk = (const uint8_t *)row + u * 34;
+        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
+        uint32_t w[8];
+        PYGQ_UNROLL
+        for (int i = 0; i < 8; i++) w[i] = ld_u32_a2(blk + 2 + 4 * i);
+        PYGQ_UNROLL
+        for (int c = 0; c < NC; c++) {
+            if (c >= ncols) break;
+            const int8_t *y = yq + c * sq + u * 32;
+            int yv[8];
+            ld_y16(y, yv);
+            ld_y16(y + 16, yv + 4);
+            int s = 0;
+            PYGQ_UNROLL
+            for (int i = 0; i < 8; i++) s = dp4a_s8((int)w[i], yv[i], s);
+            acc[c] += dw * yds[c * sd + 2 * u] * (float)s;
+        }
+    }
+};
+
+template <> struct mmvq<PYG_TYPE_Q4_K> {
+    static PYG_HD int64_t units(int64_t K) { return K / 64; }
+    template <int NC>
+    static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
+                            int ncols, float *acc) {
+        const int64_t b = u >> 2;
+        const int g = (int)(u & 3);
+        const uint8_t *blk = (const uint8_t *)row + b * Q4_K_BYTES;
+        const uint4 qa = *(const uint4 *)(blk + 16 + 32 * g);      /* 16-byte aligned: checked on the host */
+        const uint4 qb = *(const uint4 *)(blk + 16 + 32 * g + 16);
+        const uint32_t w[8] = { qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w };
+        const float d = f16_bits_to_f32(*(const uint16_t *)blk), dmin = f16_bits_to_f32(*(const uint16_t *)(blk + 2));
+        int s0, m0, s1, m1;
+        q4k_scale_min(blk + 4, 2 * g, &s0, &m0);
+        q4k_scale_min(blk + 4, 2 * g + 1, &s1, &m1);
         const int64_t yb = 8 * b + 2 * g; /* y block of the low nibbles; +1 for the high ones */
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
-            const int8_t *ya = yq + c * sq + yb * 32 + 16 * h;
-            int yl[4], yh[4];
+            const int8_t *ya = yq + c * sq + yb * 32;
+            const float *ds = yds + c * sd + 2 * yb;
+            int yl[8], yh[8];
             ld_y16(ya, yl);
+            ld_y16(ya + 16, yl + 4);
             ld_y16(ya + 32, yh);
-            int lo = 0, hi = 0, sl = 0, sh = 0;
+            ld_y16(ya + 48, yh + 4);
+            int lo = 0, hi = 0;
             PYGQ_UNROLL
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 8; i++) {
                 lo = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), yl[i], lo);
                 hi = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yh[i], hi);
-                sl = dp4a_s8(0x01010101, yl[i], sl);
-                sh = dp4a_s8(0x01010101, yh[i], sh);
             }
-            const float dl = yds[c * sd + 2 * yb], dh = yds[c * sd + 2 * yb + 2];
-            acc[c] += d * ((float)s0 * dl * (float)lo + (float)s1 * dh * (float)hi) -
-                      dmin * ((float)m0 * dl * (float)sl + (float)m1 * dh * (float)sh);
+            acc[c] += d * ((float)s0 * ds[0] * (float)lo + (float)s1 * ds[2] * (float)hi) -
+                      dmin * ((float)m0 * ds[1] + (float)m1 * ds[3]);
         }
     }
 };
 
 template <> struct mmvq<PYG_TYPE_Q6_K> {
-    static constexpr int UNROLL = 2;
     static PYG_HD int64_t units(int64_t K) { return K / 64; }
     template <int NC>
     static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
 #pragma unroll
         for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     const int64_t nu = mmvq<T>::units(a.K);
-#pragma unroll (mmvq<T>::UNROLL)
+#pragma unroll 2
     for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE) {
 #pragma unroll
         for (int r = 0; r < R; r++) mmvq<T>::template unit<NC>(row[r], u, yq, yds, a.K, a.K / 16, a.ncols, acc[r]);
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_gro
     const char *row = a.w[g] + m * a.nb01[g];
     float acc[1] = {0.0f};
     const int64_t nu = mmvq<T>::units(a.K);
-#pragma unroll (mmvq<T>::UNROLL)
+#pragma unroll 2
     for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
         mmvq<T>::template unit<1>(row, u, a.yq, a.yds, a.K, a.K / 16, 1, acc);
     const float v = warp_sum(acc[0]);
