@@ -42,19 +42,21 @@ struct fa_args {
 /* q (shared memory, D floats) . one K row. The vector paths load 128 bytes of the row at a time,
  * unrolled with the tail predicated, so a D=64 f16 row is in flight at once (a plain loop over the
  * run-time D issued the loads one round trip at a time: ~17 us per decode call). */
-#define FA_DOT_CHUNK 8 /* 16-byte loads in flight per lane */
+/* CH: 16-byte loads in flight per lane (16 in the split-kv decode layout: a D=128 f16 row in one
+ * round trip; 8 in the per-query layout, whose register budget sets its occupancy). */
+template <int CH>
 __device__ __forceinline__ float fa_dot(const float *qs, const char *kr, const fa_args &a) {
     float s = 0.0f;
     if (a.kvec) {
         const int per16 = a.kvec == 1 ? 8 : 4; /* elements per 16 bytes */
         const int n16 = a.D / per16;
-        for (int c0 = 0; c0 < n16; c0 += FA_DOT_CHUNK) {
-            uint4 u[FA_DOT_CHUNK];
+        for (int c0 = 0; c0 < n16; c0 += CH) {
+            uint4 u[CH];
 #pragma unroll
-            for (int c = 0; c < FA_DOT_CHUNK; c++)
+            for (int c = 0; c < CH; c++)
                 if (c0 + c < n16) u[c] = ((const uint4 *)kr)[c0 + c];
 #pragma unroll
-            for (int c = 0; c < FA_DOT_CHUNK; c++) {
+            for (int c = 0; c < CH; c++) {
                 if (c0 + c >= n16) break;
                 const uint32_t w4[4] = {u[c].x, u[c].y, u[c].z, u[c].w};
                 const float *qc = qs + (c0 + c) * per16;
@@ -77,10 +79,10 @@ __device__ __forceinline__ float fa_dot(const float *qs, const char *kr, const f
 }
 
 /* acc[lane's dims] += p_j * V row j for the tile's nv rows (p_j lives in lane j). The rows are
- * loaded 8 at a time before any shuffle: a load placed after a shuffle waits for it, and one
- * round trip per row made a 32-key tile cost ~16 us on the H200 (ncu: long-scoreboard stalls). */
-#define FA_V_BATCH 8
-template <int DPL>
+ * loaded FA_V_BATCH at a time (8; 16 in the decode layout with DPL <= 4) before any shuffle: a
+ * load placed after a shuffle waits for it, and one round trip per row made a 32-key tile cost
+ * ~16 us on the H200 (ncu: long-scoreboard stalls). */
+template <int DPL, int FA_V_BATCH>
 __device__ __forceinline__ void fa_acc_v(float *acc, float p, const char *vt, int nv, int lane, const fa_args &a) {
     for (int j0 = 0; j0 < nv; j0 += FA_V_BATCH) {
         float vv[FA_V_BATCH][DPL];
@@ -122,8 +124,10 @@ __device__ __forceinline__ void fa_acc_v(float *acc, float p, const char *vt, in
     }
 }
 
-template <int DPL>
+/* DEC: the split-kv (decode) layout, with more loads in flight per lane; else per-query warps. */
+template <int DPL, bool DEC>
 __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
+    constexpr int CH = DEC && DPL <= 4 ? 16 : 8, VB = DEC && DPL <= 4 ? 16 : 8;
     __shared__ float sq[FA_WARPS][FA_MAX_D];
     const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
     const int h = blockIdx.x;
@@ -170,7 +174,7 @@ __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
         if (warp_max(live ? 1.0f : 0.0f) == 0.0f) continue; /* the whole tile is masked */
         float s = -INFINITY;
         if (live) {
-            s = fa_dot(sq[w], kb + (int64_t)j * a.k.nb[1], a) * a.scale;
+            s = fa_dot<CH>(sq[w], kb + (int64_t)j * a.k.nb[1], a) * a.scale;
             if (a.softcap != 0.0f) s = a.softcap * tanhf(s / a.softcap);
             if (mrow) s += slope * mv;
         }
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
         m = mn;
 #pragma unroll
         for (int i = 0; i < DPL; i++) acc[i] *= corr;
-        fa_acc_v<DPL>(acc, p, vb + (int64_t)t * a.v.nb[1], min(FA_TILE, t_end - t), lane, a);
+        fa_acc_v<DPL, VB>(acc, p, vb + (int64_t)t * a.v.nb[1], min(FA_TILE, t_end - t), lane, a);
     }
 
     if (a.per_query_warps) { /* each warp owns its query row: write it */
@@ -329,9 +333,15 @@ int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
     const unsigned gy = a.per_query_warps ? (unsigned)((a.n_q + FA_WARPS - 1) / FA_WARPS) : (unsigned)a.n_q;
     const dim3 grid((unsigned)a.H, gy, (unsigned)(a.B * a.nsplit));
     const unsigned th = FA_WARPS * PYG_WARP_SIZE;
-    if (dmax <= 64) k_fattn<2><<<grid, th, 0, c->stream>>>(a);
-    else if (dmax <= 128) k_fattn<4><<<grid, th, 0, c->stream>>>(a);
-    else k_fattn<8><<<grid, th, 0, c->stream>>>(a);
+    if (a.per_query_warps) {
+        if (dmax <= 64) k_fattn<2, false><<<grid, th, 0, c->stream>>>(a);
+        else if (dmax <= 128) k_fattn<4, false><<<grid, th, 0, c->stream>>>(a);
+        else k_fattn<8, false><<<grid, th, 0, c->stream>>>(a);
+    } else {
+        if (dmax <= 64) k_fattn<2, true><<<grid, th, 0, c->stream>>>(a);
+        else if (dmax <= 128) k_fattn<4, true><<<grid, th, 0, c->stream>>>(a);
+        else k_fattn<8, true><<<grid, th, 0, c->stream>>>(a);
+    }
     int st = check_launch(c, "flash_attn_ext");
     if (st != PYG_OK || a.nsplit == 1) return st;
     k_fattn_merge<<<dim3((unsigned)a.H, (unsigned)a.n_q, (unsigned)a.B), 128, 0, c->stream>>>(a);

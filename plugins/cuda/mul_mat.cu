@@ -164,7 +164,7 @@ __global__ void k_quantize_y(const float *y, int64_t ys1, int64_t ys2, int64_t y
 /* Each warp dots R consecutive rows with the same activation units: the y loads (from L1) are
  * shared by the R rows (the unit functions inline, and the compiler keeps the loaded words), and
  * each lane has R independent weight loads in flight. */
-template <int T, int NC, int R>
+template <int T, int NC, int R, int U = 2>
 __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
     const int lane = threadIdx.x % PYG_WARP_SIZE;
     const int64_t m0 = ((int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE) * R;
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
 #pragma unroll
         for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     const int64_t nu = mmvq<T>::units(a.K);
-#pragma unroll 2
+#pragma unroll U
     for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE) {
 #pragma unroll
         for (int r = 0; r < R; r++) mmvq<T>::template unit<NC>(row[r], u, yq, yds, a.K, a.K / 16, a.ncols, acc[r]);
@@ -331,12 +331,26 @@ static int mmvq_rows_per_warp(void) {
     return v;
 }
 
+/* Units a lane has in flight for one column: PYGGML_CUDA_MMVQ_UNROLL (1, 2 or 4; default 2), an
+ * experiment switch for bench_matvec. */
+static int mmvq_unroll(void) {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("PYGGML_CUDA_MMVQ_UNROLL");
+        v = (e && (!strcmp(e, "1") || !strcmp(e, "4"))) ? atoi(e) : 2;
+    }
+    return v;
+}
+
 template <int T>
 static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gpuStream_t s) {
     const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
     const int R = nc == 1 ? mmvq_rows_per_warp() : 1;
     const dim3 grid(ceil_div_u(M, MVQ_ROWS * R), gy, 1);
-    switch (nc * 8 + R) {
+    const int U = nc == 1 && R == 1 ? mmvq_unroll() : 2;
+    switch (nc * 8 + R + (U == 2 ? 0 : U == 1 ? 100 : 200)) {
+    case 100 + 8 + 1: k_mmvq<T, 1, 1, 1><<<grid, th, 0, s>>>(args); break;
+    case 200 + 8 + 1: k_mmvq<T, 1, 1, 4><<<grid, th, 0, s>>>(args); break;
     case 8 + 1: k_mmvq<T, 1, 1><<<grid, th, 0, s>>>(args); break;
     case 8 + 2: k_mmvq<T, 1, 2><<<grid, th, 0, s>>>(args); break;
     case 8 + 4: k_mmvq<T, 1, 4><<<grid, th, 0, s>>>(args); break;

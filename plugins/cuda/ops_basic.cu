@@ -104,17 +104,22 @@ __global__ void k_get_rows(tview d, tview s, tview idx) {
     }
 }
 
-/* dst[:, idx[i1, i2 % ., i3 % .], i2, i3] = src[:, i1, i2, i3]; rows with an out-of-range index are skipped. */
+/* dst[:, idx[i1, i2 % ., i3 % .], i2, i3] = src[:, i1, i2, i3]; rows with an out-of-range index are skipped.
+ * Grid: (src row, chunk of blockDim.x elements), one element per thread: a decode step writes one
+ * long row (a 7b KV row: 4096 values), and one block looping over it issued its load->convert->store
+ * chains one round trip after another (7.9 us per call on the H200; load_f's type switch keeps the
+ * compiler from hoisting the loads). */
 __global__ void k_set_rows(tview d, tview s, tview idx) {
     int64_t i1, i2, i3;
     row_index(s, blockIdx.x, &i1, &i2, &i3);
+    const int64_t i0 = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (i0 >= s.ne[0]) return;
     const int64_t r = load_index(idx.data + i1 * idx.nb[0] + (i2 % idx.ne[1]) * idx.nb[1] + (i3 % idx.ne[2]) * idx.nb[2],
                                  idx.type);
     if (r < 0 || r >= d.ne[1]) return;
     char *drow = d.data + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
-    for (int64_t i0 = threadIdx.x; i0 < s.ne[0]; i0 += blockDim.x)
-        store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
+    store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
 }
 
 /* One block per row of src; dst is i32 with one element per row, in row order. */
@@ -192,7 +197,8 @@ int basic_supports(const pyg_tensor *n) {
     case PYG_OP_SET_ROWS:
         if (!b || !c || !is_index_type(c->type) || !is_plain_float(a->type) || !is_plain_float(b->type)) return 0;
         return b->ne[0] == a->ne[0] && c->ne[0] == b->ne[1] && b->ne[2] == a->ne[2] && b->ne[3] == a->ne[3] &&
-               b->ne[2] % c->ne[1] == 0 && b->ne[3] % c->ne[2] == 0 && c->ne[3] == 1;
+               b->ne[2] % c->ne[1] == 0 && b->ne[3] % c->ne[2] == 0 && c->ne[3] == 1 &&
+               b->ne[0] <= 65535LL * ROW_THREADS; /* grid.y chunks of a row */
     case PYG_OP_ARGMAX:
         return n->type == PYG_TYPE_I32 && is_plain_float(a->type) && pyg_tensor_is_contiguous(n) &&
                pyg_tensor_nelements(n) == pyg_tensor_nrows(a);
@@ -255,7 +261,13 @@ int basic_launch(const pyg_tensor *n, op_ctx *c) {
         const tview idx = make_view(n->src[2]);
         const unsigned r1 = (unsigned)pyg_tensor_nrows(n->src[1]);
         /* the node aliases src[0]: write through src[0]'s layout */
-        k_set_rows<<<r1, row_threads(n->src[1]->ne[0]), 0, c->stream>>>(a, b, idx);
+        const unsigned t1 = row_threads(n->src[1]->ne[0]);
+        const int64_t chunks = (n->src[1]->ne[0] + t1 - 1) / t1;
+        if (chunks > 65535) {
+            snprintf(c->err, c->errlen, "set_rows: rows of %lld elements are too long", (long long)n->src[1]->ne[0]);
+            return PYG_ERR_UNSUPPORTED;
+        }
+        k_set_rows<<<dim3(r1, (unsigned)chunks), t1, 0, c->stream>>>(a, b, idx);
         break;
     }
     case PYG_OP_ARGMAX: {
