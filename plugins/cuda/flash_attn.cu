@@ -157,8 +157,17 @@ __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
                                  (int64_t)(b % a.mask.ne[3]) * a.mask.nb[3]
                            : NULL;
     const float slope = a.has_mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
-    if (active)
-        for (int d = lane; d < a.D; d += PYG_WARP_SIZE) sq[w][d] = load_f(qp + (int64_t)d * a.q.nb[0], a.q.type);
+    if (active) { /* q is f32 (flash_attn_supports): all of a lane's loads first, one round trip */
+        float qv[FA_MAX_D / PYG_WARP_SIZE];
+#pragma unroll
+        for (int i = 0; i < FA_MAX_D / PYG_WARP_SIZE; i++) {
+            const int d = lane + PYG_WARP_SIZE * i;
+            qv[i] = d < a.D ? *(const float *)(qp + (int64_t)d * a.q.nb[0]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < FA_MAX_D / PYG_WARP_SIZE; i++)
+            if (lane + PYG_WARP_SIZE * i < a.D) sq[w][lane + PYG_WARP_SIZE * i] = qv[i];
+    }
     __syncthreads(); /* every warp reaches this: the loop below is where inactive warps drop out */
 
     float acc[DPL];

@@ -49,6 +49,23 @@ PYG_HD uint32_t ld_u32_a2(const uint8_t *p) { /* 4 bytes from a 2-byte aligned a
 
 PYG_HD int ld_i32(const int8_t *p) { return *(const int *)p; } /* 4-byte aligned */
 
+/* A block of 2 + 4*NW bytes (an f16 scale, then NW words of quants) at a 2-byte aligned address,
+ * read as NW + 1 aligned words from the 4-byte boundary at or below it, the same instructions in
+ * every lane (no divergence), and realigned in registers: half the load instructions of 2-byte
+ * loads, each touching the same cache lines. The last word may extend 2 bytes past the block,
+ * never past its 4-byte word (so never into another page). */
+template <int NW>
+PYG_HD void ld_block_a2(const uint8_t *blk, uint16_t *d, uint32_t *q) {
+    const uint32_t *a = (const uint32_t *)((uintptr_t)blk & ~(uintptr_t)3);
+    const bool odd = ((uintptr_t)blk & 2) != 0; /* the block starts 2 bytes into a word */
+    uint32_t w[NW + 1];
+    PYGQ_UNROLL
+    for (int i = 0; i <= NW; i++) w[i] = a[i];
+    *d = (uint16_t)(odd ? w[0] >> 16 : w[0] & 0xffffu);
+    PYGQ_UNROLL
+    for (int i = 0; i < NW; i++) q[i] = odd ? w[i + 1] : (uint32_t)((((uint64_t)w[i + 1] << 32) | w[i]) >> 16);
+}
+
 /* 16 activation quants as 4 words, from a 16-byte aligned address (one vector load). */
 PYG_HD void ld_y16(const int8_t *p, int *w) {
     const int4 v = *(const int4 *)p;
@@ -70,6 +87,25 @@ PYG_HD void q8_block(const float *y, int8_t *q, float *ds) {
     ds[1] = d * (float)sum;
 }
 
+/* Byte k (< 12, run-time) of the q4_K scale field held in three words, without a local array (a
+ * dynamically indexed array would live in local memory). */
+PYG_HD int q4k_sbyte(uint32_t s0, uint32_t s1, uint32_t s2, int k) {
+    const uint32_t w = k < 4 ? s0 : k < 8 ? s1 : s2;
+    return (int)((w >> (8 * (k & 3))) & 0xffu);
+}
+
+/* q4k_scale_min on the scale field held in three words. */
+PYG_HD void q4k_scale_min_w(uint32_t s0, uint32_t s1, uint32_t s2, int j, int *s, int *m) {
+    if (j < 4) {
+        *s = q4k_sbyte(s0, s1, s2, j) & 63;
+        *m = q4k_sbyte(s0, s1, s2, j + 4) & 63;
+    } else {
+        const int hi = q4k_sbyte(s0, s1, s2, j + 4);
+        *s = (hi & 0x0f) | ((q4k_sbyte(s0, s1, s2, j - 4) >> 6) << 4);
+        *m = (hi >> 4) | ((q4k_sbyte(s0, s1, s2, j) >> 6) << 4);
+    }
+}
+
 /* One unit of row `row` against NC int8 columns: column c's quants at yq + c*sq, its (d, s) pairs
  * at yds + c*sd (float pairs, one per 32 activations). Adds into acc[c] for c < ncols. */
 template <int T> struct mmvq;
@@ -79,11 +115,10 @@ template <> struct mmvq<PYG_TYPE_Q4_0> {
     template <int NC>
     static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
                             int ncols, float *acc) {
-        const uint8_t *blk = (const uint8_t *)row + u * 18;
-        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
+        uint16_t dh;
         uint32_t w[4];
-        PYGQ_UNROLL
-        for (int i = 0; i < 4; i++) w[i] = ld_u32_a2(blk + 2 + 4 * i);
+        ld_block_a2<4>((const uint8_t *)row + u * 18, &dh, w);
+        const float dw = f16_bits_to_f32(dh);
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
@@ -108,11 +143,10 @@ template <> struct mmvq<PYG_TYPE_Q8_0> {
     template <int NC>
     static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
                             int ncols, float *acc) {
-        const uint8_t *blk = (const uint8_t *)row + u * 34;
-        const float dw = f16_bits_to_f32(*(const uint16_t *)blk);
+        uint16_t dh;
         uint32_t w[8];
-        PYGQ_UNROLL
-        for (int i = 0; i < 8; i++) w[i] = ld_u32_a2(blk + 2 + 4 * i);
+        ld_block_a2<8>((const uint8_t *)row + u * 34, &dh, w);
+        const float dw = f16_bits_to_f32(dh);
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
@@ -139,10 +173,13 @@ template <> struct mmvq<PYG_TYPE_Q4_K> {
         const uint4 qa = *(const uint4 *)(blk + 16 + 32 * g);      /* 16-byte aligned: checked on the host */
         const uint4 qb = *(const uint4 *)(blk + 16 + 32 * g + 16);
         const uint32_t w[8] = { qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w };
-        const float d = f16_bits_to_f32(*(const uint16_t *)blk), dmin = f16_bits_to_f32(*(const uint16_t *)(blk + 2));
+        /* the block head (d, dmin, 12 scale bytes) as one 16-byte load, the fields taken from
+         * registers: byte loads of the scales were 4-6 more load instructions per unit */
+        const uint4 hd = *(const uint4 *)blk;
+        const float d = f16_bits_to_f32((uint16_t)(hd.x & 0xffffu)), dmin = f16_bits_to_f32((uint16_t)(hd.x >> 16));
         int s0, m0, s1, m1;
-        q4k_scale_min(blk + 4, 2 * g, &s0, &m0);
-        q4k_scale_min(blk + 4, 2 * g + 1, &s1, &m1);
+        q4k_scale_min_w(hd.y, hd.z, hd.w, 2 * g, &s0, &m0);
+        q4k_scale_min_w(hd.y, hd.z, hd.w, 2 * g + 1, &s1, &m1);
         const int64_t yb = 8 * b + 2 * g; /* y block of the low nibbles; +1 for the high ones */
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {

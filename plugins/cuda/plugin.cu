@@ -350,8 +350,11 @@ static pyg_error *buffer_alloc(pyg_device *dev, uint64_t size, uint32_t flags, p
     SET_DEVICE(dev);
     pyg_buffer *b = (pyg_buffer *)calloc(1, sizeof *b);
     if (!b) return &g_oom_error;
-    const size_t n = size ? (size_t)size : PYG_CUDA_ALIGNMENT; /* never hand out NULL */
-    if ((uint64_t)n != (size ? size : PYG_CUDA_ALIGNMENT)) {
+    /* never hand out NULL; whole 4-byte words: the mat-vec reads a 2-byte aligned block as aligned
+     * words, the last one up to 2 bytes past a tensor that ends the buffer */
+    const uint64_t want = size ? (size + 3) / 4 * 4 : PYG_CUDA_ALIGNMENT;
+    const size_t n = (size_t)want;
+    if ((uint64_t)n != want || want < size) {
         free(b);
         return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "buffer_alloc: %llu bytes do not fit size_t",
                               (unsigned long long)size);
