@@ -18,6 +18,7 @@ def main():
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--devices", default="cuda:0,cpu")
     ap.add_argument("--n-ctx", type=int, default=512)
+    ap.add_argument("--prefill", type=int, default=0, help="profile prefills of this many tokens instead")
     a = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -27,6 +28,17 @@ def main():
     m.prefill([1, 2, 3, 4])
     for i in range(4):
         m.decode(5 + i)
+    if a.prefill:
+        toks = [1 + i % 1000 for i in range(a.prefill)]
+        m.reset() if hasattr(m, "reset") else None
+        m.prefill(toks)                     # plan + warm
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(a.steps):
+                if hasattr(m, "reset"):
+                    m.reset()
+                m.prefill(toks)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+        return
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(a.steps):
             m.decode(10 + i)

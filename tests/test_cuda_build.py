@@ -373,3 +373,80 @@ def test_fused_add_rms_norm_times_weight_on_cuda(rows):
         assert _nmse(got_h, ref_n * wv) < 1e-7
         assert _nmse(got_n, ref_n) < 1e-7
         assert _nmse(got_l, ref_s + 0.5 * ref_n * wv) < 1e-7
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_K"])
+def test_prequantized_decode_activations_on_cuda(qtype):
+    """A decode layer's shape: add -> rms_norm -> mul feeds a group of mat-vecs, and swiglu feeds
+    the down mat-vec; the norm and the swiglu launches also write their row as the int8 activation
+    blocks the next mat-vec reads (plan-time fusion). Every output, including the rows the fused
+    launches write as floats, must match a float64 reference, also on capture and replay."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(21)
+    n, f = 512, 768
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    y = rng.standard_normal((1, n)).astype(np.float32)
+    wv = rng.standard_normal(n).astype(np.float32)
+    g = pg.Graph()
+    xi, yi = g.input("x", x.shape, pg.f32), g.input("y", y.shape, pg.f32)
+    s_ = pg.add(xi, pg.silu(yi))
+    h = pg.mul(pg.rms_norm(s_, eps=1e-5), g.weight("w", wv))
+
+    def weight(name, rows, cols):
+        blocks = pg.quantize((rng.standard_normal((rows, cols)) * 0.5).astype(np.float32), qtype)
+        return g.weight(name, blocks, type=qtype, shape=(rows, cols)), pg.dequantize(blocks, qtype, (rows, cols))
+
+    (wq, dq), (wg, dg), (wu, du), (wd, dd) = weight("q", n, n), weight("g", f, n), weight("u", f, n), weight("d", n, f)
+    q = pg.mul_mat(wq, h)
+    sw = pg.swiglu(pg.mul_mat(wg, h), pg.mul_mat(wu, h))
+    down = pg.mul_mat(wd, sw)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    rs = x64 + y64 / (1 + np.exp(-y64))
+    rh = rs / np.sqrt(np.mean(rs ** 2, axis=-1, keepdims=True) + 1e-5) * wv
+    gg, uu = rh @ dg.T.astype(np.float64), rh @ du.T.astype(np.float64)
+    rsw = gg / (1 + np.exp(-gg)) * uu
+    sched = pg.Scheduler([dev])
+    for _ in range(3):                              # direct launches, capture, replay
+        got_h, got_q, got_sw, got_d = sched.compute([h, q, sw, down], {"x": x, "y": y})
+        assert _nmse(got_h, rh) < 1e-7
+        assert _nmse(got_q, rh @ dq.T.astype(np.float64)) < 5e-4
+        assert _nmse(got_sw, rsw) < 5e-4
+        assert _nmse(got_d, rsw @ dd.T.astype(np.float64)) < 5e-4
+
+
+@pytest.mark.parametrize("mode", ["normal", "neox"])
+def test_paired_ropes_and_cache_writes_on_cuda(mode):
+    """A layer's q and k ropes (same parameters and positions) run as one launch, and so do its K
+    and V cache writes; each must give what the CPU plugin gives for the same graph, and a rope
+    whose input the other one's output may not overwrite stays correct on replay."""
+    pg, dev = _cuda_device()
+    rng = np.random.default_rng(3)
+    T, H, Hk, D, n_ctx = 3, 4, 2, 16, 8
+    mode_id = pg.ROPE_NEOX if mode == "neox" else pg.ROPE_NORMAL
+    q = rng.standard_normal((T, H * D)).astype(np.float32)
+    k = rng.standard_normal((T, Hk * D)).astype(np.float32)
+    v = rng.standard_normal((T, Hk * D)).astype(np.float32)
+    pos = np.array([5, 6, 7], np.int32)
+    idx = np.array([2, 7, 4], np.int64)
+
+    def build():
+        g = pg.Graph()
+        qi, ki, vi = g.input("q", q.shape, pg.f32), g.input("k", k.shape, pg.f32), g.input("v", v.shape, pg.f32)
+        pi, ii = g.input("pos", pos.shape, pg.i32), g.input("idx", idx.shape, pg.i64)
+        kc, vc = g.state("kc", (n_ctx, Hk * D), pg.f16), g.state("vc", (n_ctx, Hk * D), pg.f16)
+        qr = pg.rope(pg.reshape(pg.scale(qi, 1.5), (T, H, D)), pi, mode=mode_id)
+        kr = pg.rope(pg.reshape(pg.scale(ki, 0.5), (T, Hk, D)), pi, mode=mode_id)
+        ks = pg.set_rows(kc, pg.reshape(kr, (T, Hk * D)), ii)
+        vs = pg.set_rows(vc, vi, ii)
+        return [qr, kr, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
+
+    feeds = {"q": q, "k": k, "v": v, "pos": pos, "idx": idx}
+    cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
+    want = pg.Scheduler([cpu]).compute(build(), feeds)
+    sched = pg.Scheduler([dev])
+    outs = build()
+    for _ in range(3):
+        got = sched.compute(outs, feeds)
+        for gv, wv in zip(got, want):
+            assert gv.shape == wv.shape
+            assert _nmse(gv, wv) < 1e-10

@@ -240,6 +240,22 @@ __device__ __forceinline__ float alibi_slope(float max_bias, int h, int n_head) 
 
 /* ---------------------------------------------------------------- op launcher interface */
 
+/* One q8 block of activations held one per lane (a whole warp, lanes in element order): int8
+ * quants and (d, d * sum) at block kb, the rounding the mat-vec's own quantizer uses. Every lane
+ * must call it (shuffles). */
+__device__ __forceinline__ void warp_quant_block(float v, int8_t *yq, float *yds, int64_t kb) {
+    const int lane = threadIdx.x % PYG_WARP_SIZE;
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    const float sum = warp_sum((float)q);
+    yq[kb * 32 + lane] = (int8_t)q;
+    if (lane == 0) {
+        yds[2 * kb] = d;
+        yds[2 * kb + 1] = d * sum;
+    }
+}
+
 /* Per-launch context handed from graph.cu to the launchers. */
 struct op_ctx {
     gpuStream_t stream;
@@ -249,6 +265,10 @@ struct op_ctx {
     size_t scratch_size;
     char *err;                /* message buffer for a non-OK return */
     size_t errlen;
+    /* Activation pre-quantization (plan-time fusion, decode): quant_out: this launch also writes
+     * its one output row as int8 blocks into the scratch, laid out as mul_mat's mat-vec wants them
+     * (mul_mat_quant_layout); quant_in: this mat-vec finds its activations there already. */
+    int quant_out, quant_in;
 };
 
 /* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
@@ -276,6 +296,22 @@ static inline int cuda_fuse_enabled(void) {
     }
     return v;
 }
+/* Where the int8 activation column of a one-column mat-vec with K inputs lies in the scratch. */
+static inline void mul_mat_quant_layout(void *scratch, int64_t K, int8_t **yq, float **yds) {
+    *yq = (int8_t *)scratch;
+    *yds = (float *)((char *)scratch + (((size_t)K + 255) & ~(size_t)255));
+}
+/* May `producer`'s launch write the quantized column that `consumer` (the first node of the next
+ * launch) reads? producer: the mul of a fused add+norm+mul group, or a two-operand swiglu. */
+int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer);
+/* A swiglu (two operands, one contiguous f32 row of a multiple of 32) that can write them. */
+int swiglu_can_prequant(const pyg_tensor *node);
+/* Pairs of adjacent nodes launched as one (a layer's q/k ropes, its K/V cache writes); graph.cu
+ * also checks that neither reads or overwrites what the other writes. */
+int rows_can_pair_rope(const pyg_tensor *x, const pyg_tensor *y);
+int rows_launch_rope_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
+int basic_can_pair_set_rows(const pyg_tensor *x, const pyg_tensor *y);
+int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */

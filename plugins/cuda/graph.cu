@@ -14,6 +14,7 @@ struct pyg_graph_plan {
     int n_nodes;                  /* nodes that run a kernel */
     const pyg_tensor **nodes;
     int *group;                   /* per node: nodes launched together from here (0: done by an earlier one) */
+    int *quant;                   /* per launch: 1 = also writes the next launch's int8 activations, 2 = reads them */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -85,7 +86,25 @@ void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
     gpuGetLastError();
     free(p->nodes);
     free(p->group);
+    free(p->quant);
     free(p);
+}
+
+static int disjoint(const pyg_tensor *a, const pyg_tensor *b) {
+    const char *x = (const char *)a->data, *y = (const char *)b->data;
+    return x + pyg_tensor_nbytes(a) <= y || y + pyg_tensor_nbytes(b) <= x;
+}
+
+/* Can x and y run in one launch, in any interleaving? Neither reads or writes bytes the other
+ * writes (the planner may place y's output on an input that x reads for the last time). Each
+ * node's output is its data range (a set_rows node's data is the cache it writes). */
+static int independent(const pyg_tensor *x, const pyg_tensor *y) {
+    if (!disjoint(x, y)) return 0;
+    for (int s = 0; s < PYG_MAX_SRC; s++) {
+        if (y->src[s] && y->src[s]->data && !disjoint(x, y->src[s])) return 0;
+        if (x->src[s] && x->src[s]->data && !disjoint(y, x->src[s])) return 0;
+    }
+    return 1;
 }
 
 pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_graph_plan **out) {
@@ -98,9 +117,11 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
     p->graph = graph;
     p->nodes = (const pyg_tensor **)calloc((size_t)graph->n_nodes + 1, sizeof(pyg_tensor *));
     p->group = (int *)calloc((size_t)graph->n_nodes + 1, sizeof(int));
-    if (!p->nodes || !p->group) {
+    p->quant = (int *)calloc((size_t)graph->n_nodes + 1, sizeof(int));
+    if (!p->nodes || !p->group || !p->quant) {
         free(p->nodes);
         free(p->group);
+        free(p->quant);
         free(p);
         return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
     }
@@ -138,10 +159,26 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         int g = 1;
         if (i + 2 < p->n_nodes && rows_can_fuse_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2])) g = 3;
         else if (i + 1 < p->n_nodes && rows_can_fuse_mul(p->nodes[i], p->nodes[i + 1])) g = 2;
+        else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
+                 (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))
+            g = 2;
         else
             while (i + g < p->n_nodes && g < 4 && mul_mat_can_group(p->nodes[i], p->nodes[i + g])) g++;
         p->group[i] = g;
         i += g;
+    }
+    /* a launch whose one output row is the next launch's mat-vec activation column also writes it
+     * as int8 blocks (add+norm+mul groups, swiglu): the mat-vec skips its quantize kernel */
+    for (int i = 0; i < p->n_nodes; i += p->group[i]) {
+        const int j = i + p->group[i];
+        if (j >= p->n_nodes || p->nodes[j]->op != PYG_OP_MUL_MAT) continue;
+        const pyg_tensor *prod = p->group[i] == 3 && p->nodes[i]->op == PYG_OP_ADD ? p->nodes[i + 2]
+                                 : p->group[i] == 1 && swiglu_can_prequant(p->nodes[i]) ? p->nodes[i]
+                                                                                       : NULL;
+        if (prod && mul_mat_can_prequant(prod, p->nodes[j])) {
+            p->quant[i] |= 1;
+            p->quant[j] |= 2;
+        }
     }
     if (scratch) {
         gpuError_t e = gpuSetDevice(dev->index);
@@ -166,13 +203,18 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.scratch_size = p->scratch_size;
     c.err = err;
     c.errlen = sizeof err;
+    c.quant_out = c.quant_in = 0;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */
         const int op = p->nodes[i]->op;
+        c.quant_out = p->quant[i] & 1;
+        c.quant_in = (p->quant[i] >> 1) & 1;
         int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
                  : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
+                 : op == PYG_OP_ROPE     ? rows_launch_rope_pair(p->nodes[i], p->nodes[i + 1], &c)
+                 : op == PYG_OP_SET_ROWS ? basic_launch_set_rows_pair(p->nodes[i], p->nodes[i + 1], &c)
                                          : mul_mat_launch_group(p->nodes + i, p->group[i], &c);
         if (st != PYG_OK)
             return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);

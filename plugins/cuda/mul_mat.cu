@@ -148,15 +148,7 @@ __global__ void k_quantize_y(const float *y, int64_t ys1, int64_t ys2, int64_t y
     const int64_t kb = gb % (K / 32), col = gb / (K / 32);
     const int64_t c = col % ncols, bt = col / ncols, i12 = bt % B2, i13 = bt / B2;
     const float v = y[c * ys1 + i12 * ys2 + i13 * ys3 + kb * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    const float sum = warp_sum((float)q);
-    yq[col * K + kb * 32 + lane] = (int8_t)q;
-    if (lane == 0) {
-        yds[2 * gb] = d;
-        yds[2 * gb + 1] = d * sum;
-    }
+    warp_quant_block(v, yq, yds, gb); /* block gb = col * (K/32) + kb: quants at gb * 32 */
 }
 
 #define MVQ_ROWS 4 /* warps per block */
@@ -361,7 +353,8 @@ static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gp
     }
 }
 
-/* Quantize n's activation columns into plan scratch (int8 quants, then the (d, s) pairs). */
+/* Quantize n's activation columns into plan scratch (int8 quants, then the (d, s) pairs), unless
+ * the launch before this one already wrote them there (c->quant_in). */
 static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, float **yds) {
     const pyg_tensor *b = n->src[1];
     const size_t need = mul_mat_scratch_bytes(n);
@@ -373,6 +366,13 @@ static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, flo
     const int64_t nblk = cols * (K / 32);
     *yq = (int8_t *)c->scratch;
     *yds = (float *)((char *)c->scratch + align256((size_t)(cols * K)));
+    if (c->quant_in) {
+        if (cols != 1) {
+            snprintf(c->err, c->errlen, "mul_mat: pre-quantized activations with %lld columns", (long long)cols);
+            return PYG_ERR_INTERNAL;
+        }
+        return PYG_OK;
+    }
     k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
                                                             (int64_t)b->nb[2] / 4, (int64_t)b->nb[3] / 4, K,
                                                             (int)b->ne[1], b->ne[2], nblk, *yq, *yds);
@@ -458,6 +458,17 @@ static int mmvq_single_column(const pyg_tensor *n) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     return n->op == PYG_OP_MUL_MAT && use_mmvq(n) && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 &&
            a->ne[2] == 1 && a->ne[3] == 1 && n->nb[0] == sizeof(float);
+}
+
+/* The producer writes one contiguous f32 row of K (a multiple of 32) values, which is exactly the
+ * single activation column of the consumer's int8 mat-vec. */
+int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer) {
+    if (!cuda_fuse_enabled() || !producer || !consumer || !mmvq_single_column(consumer)) return 0;
+    const pyg_tensor *b = consumer->src[1];
+    if (b->data != producer->data || b->type != PYG_TYPE_F32 || producer->type != PYG_TYPE_F32) return 0;
+    if (!pyg_tensor_is_contiguous(producer) || !pyg_tensor_is_contiguous(b) || pyg_tensor_nrows(producer) != 1)
+        return 0;
+    return b->ne[0] == producer->ne[0] && b->ne[0] % 32 == 0 && consumer->src[0]->ne[0] == b->ne[0];
 }
 
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {

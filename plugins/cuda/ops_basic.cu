@@ -58,6 +58,16 @@ __global__ void k_elementwise(tview d, tview a, tview b, float p0, float p1, int
     }
 }
 
+/* swiglu of one contiguous f32 row (n % 32 == 0) that also writes the row as the int8 activation
+ * blocks of the mat-vec that reads it next (plan-time fusion: one quantize launch fewer). */
+__global__ void k_swiglu_q(float *d, const float *a, const float *b, int64_t n, int8_t *yq, float *yds) {
+    const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i0 - i0 % PYG_WARP_SIZE >= n) return; /* whole warps: n % 32 == 0 */
+    const float r = silu_f(a[i0]) * b[i0];
+    d[i0] = r;
+    warp_quant_block(r, yq, yds, i0 / PYG_WARP_SIZE);
+}
+
 /* Converting copy; same shape: element (i0..i3) to (i0..i3). The source may be quantized (dequantize). */
 __global__ void k_copy_same(tview d, tview s) {
     int64_t i1, i2, i3;
@@ -109,10 +119,10 @@ __global__ void k_get_rows(tview d, tview s, tview idx) {
  * long row (a 7b KV row: 4096 values), and one block looping over it issued its load->convert->store
  * chains one round trip after another (7.9 us per call on the H200; load_f's type switch keeps the
  * compiler from hoisting the loads). */
-__global__ void k_set_rows(tview d, tview s, tview idx) {
+__device__ __forceinline__ void set_rows_elem(const tview &d, const tview &s, const tview &idx, int64_t row,
+                                              int64_t i0) {
     int64_t i1, i2, i3;
-    row_index(s, blockIdx.x, &i1, &i2, &i3);
-    const int64_t i0 = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    row_index(s, row, &i1, &i2, &i3);
     if (i0 >= s.ne[0]) return;
     const int64_t r = load_index(idx.data + i1 * idx.nb[0] + (i2 % idx.ne[1]) * idx.nb[1] + (i3 % idx.ne[2]) * idx.nb[2],
                                  idx.type);
@@ -120,6 +130,22 @@ __global__ void k_set_rows(tview d, tview s, tview idx) {
     char *drow = d.data + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
     store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
+}
+
+__global__ void k_set_rows(tview d, tview s, tview idx) {
+    set_rows_elem(d, s, idx, blockIdx.x, (int64_t)blockIdx.y * blockDim.x + threadIdx.x);
+}
+
+/* Two set_rows (a layer's K and V cache writes) in one launch: grid.z picks which; rows and chunks
+ * past the smaller one's extent do nothing. */
+__global__ void k_set_rows_pair(tview d0, tview s0, tview x0, unsigned rows0, tview d1, tview s1, tview x1,
+                                unsigned rows1) {
+    const int64_t i0 = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (blockIdx.z == 0) {
+        if (blockIdx.x < rows0) set_rows_elem(d0, s0, x0, blockIdx.x, i0);
+    } else if (blockIdx.x < rows1) {
+        set_rows_elem(d1, s1, x1, blockIdx.x, i0);
+    }
 }
 
 /* One block per row of src; dst is i32 with one element per row, in row order. */
@@ -224,6 +250,31 @@ static unsigned row_splits(int64_t rows, int64_t ne0, unsigned th) {
     return (unsigned)(want < 1 ? 1 : want);
 }
 
+int basic_can_pair_set_rows(const pyg_tensor *x, const pyg_tensor *y) {
+    return cuda_fuse_enabled() && x->op == PYG_OP_SET_ROWS && y->op == PYG_OP_SET_ROWS &&
+           pyg_tensor_nrows(x->src[1]) <= 0x7fffffffLL && pyg_tensor_nrows(y->src[1]) <= 0x7fffffffLL;
+}
+
+int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c) {
+    const unsigned r0 = (unsigned)pyg_tensor_nrows(x->src[1]), r1 = (unsigned)pyg_tensor_nrows(y->src[1]);
+    const int64_t ne0 = x->src[1]->ne[0] > y->src[1]->ne[0] ? x->src[1]->ne[0] : y->src[1]->ne[0];
+    const unsigned th = row_threads(ne0);
+    const int64_t chunks = (ne0 + th - 1) / th; /* <= 65535: supports_op bounds each row */
+    /* each node aliases its src[0] (the cache): write through src[0]'s layout */
+    k_set_rows_pair<<<dim3(r0 > r1 ? r0 : r1, (unsigned)chunks, 2), th, 0, c->stream>>>(
+        make_view(x->src[0]), make_view(x->src[1]), make_view(x->src[2]), r0, make_view(y->src[0]),
+        make_view(y->src[1]), make_view(y->src[2]), r1);
+    return check_launch(c, "set_rows (pair)");
+}
+
+int swiglu_can_prequant(const pyg_tensor *n) {
+    const pyg_tensor *a = n->src[0], *b = n->src[1];
+    return n->op == PYG_OP_SWIGLU && b && n->type == PYG_TYPE_F32 && a->type == PYG_TYPE_F32 &&
+           b->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(n) && pyg_tensor_is_contiguous(a) &&
+           pyg_tensor_is_contiguous(b) && pyg_tensor_nrows(n) == 1 && same_ne(n, a) && same_ne(n, b) &&
+           n->ne[0] % 32 == 0;
+}
+
 int basic_launch(const pyg_tensor *n, op_ctx *c) {
     const tview d = make_view(n);
     const tview a = make_view(n->src[0]);
@@ -241,7 +292,14 @@ int basic_launch(const pyg_tensor *n, op_ctx *c) {
     case PYG_OP_SILU: k_elementwise<EW_SILU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
     case PYG_OP_GELU: k_elementwise<EW_GELU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0); break;
     case PYG_OP_SWIGLU:
-        if (n->src[1]) k_elementwise<EW_SWIGLU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0);
+        if (c->quant_out) { /* checked at plan time: mul_mat_can_prequant and swiglu_can_prequant */
+            const int64_t ne = n->ne[0];
+            int8_t *yq;
+            float *yds;
+            mul_mat_quant_layout(c->scratch, ne, &yq, &yds);
+            k_swiglu_q<<<ceil_div_u(ne, ROW_THREADS), ROW_THREADS, 0, c->stream>>>(
+                (float *)n->data, (const float *)n->src[0]->data, (const float *)n->src[1]->data, ne, yq, yds);
+        } else if (n->src[1]) k_elementwise<EW_SWIGLU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0);
         else k_elementwise<EW_SWIGLU_HALVES><<<ew, th, 0, c->stream>>>(d, a, a, 0, 0, p[0] == 1);
         break;
     case PYG_OP_CPY: {

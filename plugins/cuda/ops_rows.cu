@@ -3,6 +3,7 @@
  * f32 arithmetic. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "common.cuh"
 
 __device__ __forceinline__ void row_idx(const tview &v, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
@@ -68,9 +69,9 @@ __global__ void k_rms_mul(tview d, tview s, float eps, tview md, const float *w)
  * the first store: with a loop that stores `sum` between loads, the compiler may not move a later
  * load above a store that could alias it, so a 4096-wide row took four round trips in each of
  * two passes (4.9 us per call on the H200). E = 0: the looping form, for rows over 8192. */
-template <int E>
+template <int E, bool Q = false>
 __global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float *nrm, float *prod, const float *w,
-                              int64_t n, float eps) {
+                              int64_t n, float eps, int8_t *yq = NULL, float *yds = NULL) {
     __shared__ float sh[32];
     const int64_t off = (int64_t)blockIdx.x * n;
     if (E > 0) {
@@ -97,6 +98,10 @@ __global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float 
                 nrm[off + i] = x;
                 prod[off + i] = x * wv[k];
             }
+            /* Q (one row, n % 32 == 0): a warp holds 32 consecutive products = one q8 block of
+             * the mat-vec that reads them next; whole warps are in or out of the row */
+            if (Q && threadIdx.x - threadIdx.x % PYG_WARP_SIZE + (int64_t)k * blockDim.x < n)
+                warp_quant_block(v[k] * inv * wv[k], yq, yds, i / 32);
         }
         return;
     }
@@ -141,9 +146,10 @@ struct rope_params {
 };
 
 /* One block per (head, token, batch) row; one thread per pair of elements. */
-__global__ void k_rope(tview d, tview s, const int32_t *pos, const float *ff, rope_params p) {
+__device__ __forceinline__ void rope_row(const tview &d, const tview &s, int64_t row, const int32_t *pos,
+                                         const float *ff, const rope_params &p) {
     int64_t i1, i2, i3;
-    row_idx(s, blockIdx.x, &i1, &i2, &i3);
+    row_idx(s, row, &i1, &i2, &i3);
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
     char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const float position = (float)pos[i2];
@@ -170,6 +176,18 @@ __global__ void k_rope(tview d, tview s, const int32_t *pos, const float *ff, ro
         store_f(drow + ia * d.nb[0], d.type, x0 * c - x1 * sn);
         store_f(drow + ib * d.nb[0], d.type, x0 * sn + x1 * c);
     }
+}
+
+__global__ void k_rope(tview d, tview s, const int32_t *pos, const float *ff, rope_params p) {
+    rope_row(d, s, blockIdx.x, pos, ff, p);
+}
+
+/* Two ropes with the same parameters and positions (a layer's q and k) in one launch: blocks
+ * below rows0 take the first, the rest the second. */
+__global__ void k_rope_pair(tview d0, tview s0, tview d1, tview s1, unsigned rows0, const int32_t *pos,
+                            const float *ff, rope_params p) {
+    if (blockIdx.x < rows0) rope_row(d0, s0, blockIdx.x, pos, ff, p);
+    else rope_row(d1, s1, blockIdx.x - rows0, pos, ff, p);
 }
 
 /* ---------------------------------------------------------------- host side */
@@ -274,6 +292,20 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
     const float *a = (const float *)add->src[0]->data, *b = (const float *)add->src[1]->data;
     const float *w = (const float *)mul->src[1]->data;
     const float eps = pyg_op_param_f32(norm->op_params, 0);
+    if (c->quant_out) { /* one row, n % 32 == 0 (mul_mat_can_prequant) */
+        int8_t *yq;
+        float *yds;
+        mul_mat_quant_layout(c->scratch, n, &yq, &yds);
+        if (rows != 1 || n % 32 || per > 8 || !c->scratch) {
+            snprintf(c->err, c->errlen, "add + rms_norm * weight: cannot pre-quantize %u rows of %lld", rows, (long long)n);
+            return PYG_ERR_INTERNAL;
+        }
+        if (per <= 1) k_add_rms_mul<1, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        else if (per <= 2) k_add_rms_mul<2, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        else if (per <= 4) k_add_rms_mul<4, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        else k_add_rms_mul<8, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        return check_launch(c, "add + rms_norm * weight (+ int8 activations)");
+    }
     if (per <= 1) k_add_rms_mul<1><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
     else if (per <= 2) k_add_rms_mul<2><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
     else if (per <= 4) k_add_rms_mul<4><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
@@ -288,6 +320,47 @@ int rows_launch_fused_mul(const pyg_tensor *norm, const pyg_tensor *mul, op_ctx 
     k_rms_mul<<<rows, row_threads(s.ne[0], rows, c->n_sm), 0, c->stream>>>(d, s, pyg_op_param_f32(norm->op_params, 0),
                                                                             md, (const float *)mul->src[1]->data);
     return check_launch(c, "rms_norm * weight");
+}
+
+static rope_params rope_params_of(const pyg_tensor *n) {
+    const int32_t *p = n->op_params;
+    rope_params rp;
+    rp.n_dims = p[0];
+    rp.neox = p[1] == PYG_ROPE_NEOX;
+    rp.has_ff = n->src[2] != NULL;
+    const int n_ctx_orig = p[2];
+    const float freq_base = pyg_op_param_f32(p, 3);
+    rp.freq_scale = pyg_op_param_f32(p, 4);
+    rp.ext_factor = pyg_op_param_f32(p, 5);
+    rp.attn_factor = pyg_op_param_f32(p, 6);
+    const float beta_fast = pyg_op_param_f32(p, 7), beta_slow = pyg_op_param_f32(p, 8);
+    rp.theta_scale = powf(freq_base, -2.0f / (float)rp.n_dims);
+    /* YaRN correction range (ggml's formula) */
+    const float pi = 3.14159265358979323846f;
+    const float denom = 2.0f * logf(freq_base);
+    const float cd_fast = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_fast * 2.0f * pi)) / denom;
+    const float cd_slow = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_slow * 2.0f * pi)) / denom;
+    rp.corr0 = fmaxf(0.0f, floorf(cd_fast));
+    rp.corr1 = fminf((float)(rp.n_dims - 1), ceilf(cd_slow));
+    return rp;
+}
+
+int rows_can_pair_rope(const pyg_tensor *x, const pyg_tensor *y) {
+    if (!cuda_fuse_enabled() || x->op != PYG_OP_ROPE || y->op != PYG_OP_ROPE) return 0;
+    if (memcmp(x->op_params, y->op_params, sizeof x->op_params) != 0) return 0;
+    if (x->src[1]->data != y->src[1]->data || !x->src[2] != !y->src[2]) return 0;
+    if (x->src[2] && x->src[2]->data != y->src[2]->data) return 0;
+    return pyg_tensor_nrows(x->src[0]) + pyg_tensor_nrows(y->src[0]) <= 0x7fffffffLL;
+}
+
+int rows_launch_rope_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c) {
+    const rope_params rp = rope_params_of(x);
+    const unsigned r0 = (unsigned)pyg_tensor_nrows(x->src[0]), r1 = (unsigned)pyg_tensor_nrows(y->src[0]);
+    const int64_t ne0 = x->src[0]->ne[0] > y->src[0]->ne[0] ? x->src[0]->ne[0] : y->src[0]->ne[0];
+    k_rope_pair<<<r0 + r1, threads_for(ne0 / 2, 256), 0, c->stream>>>(
+        make_view(x), make_view(x->src[0]), make_view(y), make_view(y->src[0]), r0, (const int32_t *)x->src[1]->data,
+        x->src[2] ? (const float *)x->src[2]->data : NULL, rp);
+    return check_launch(c, "rope (pair)");
 }
 
 int rows_launch(const pyg_tensor *n, op_ctx *c) {
@@ -308,24 +381,7 @@ int rows_launch(const pyg_tensor *n, op_ctx *c) {
         break;
     }
     case PYG_OP_ROPE: {
-        rope_params rp;
-        rp.n_dims = p[0];
-        rp.neox = p[1] == PYG_ROPE_NEOX;
-        rp.has_ff = n->src[2] != NULL;
-        const int n_ctx_orig = p[2];
-        const float freq_base = pyg_op_param_f32(p, 3);
-        rp.freq_scale = pyg_op_param_f32(p, 4);
-        rp.ext_factor = pyg_op_param_f32(p, 5);
-        rp.attn_factor = pyg_op_param_f32(p, 6);
-        const float beta_fast = pyg_op_param_f32(p, 7), beta_slow = pyg_op_param_f32(p, 8);
-        rp.theta_scale = powf(freq_base, -2.0f / (float)rp.n_dims);
-        /* YaRN correction range (ggml's formula) */
-        const float pi = 3.14159265358979323846f;
-        const float denom = 2.0f * logf(freq_base);
-        const float cd_fast = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_fast * 2.0f * pi)) / denom;
-        const float cd_slow = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_slow * 2.0f * pi)) / denom;
-        rp.corr0 = fmaxf(0.0f, floorf(cd_fast));
-        rp.corr1 = fminf((float)(rp.n_dims - 1), ceilf(cd_slow));
+        const rope_params rp = rope_params_of(n);
         k_rope<<<rows, threads_for(s.ne[0] / 2, 256), 0, c->stream>>>(
             d, s, (const int32_t *)n->src[1]->data, n->src[2] ? (const float *)n->src[2]->data : NULL, rp);
         break;
