@@ -434,11 +434,12 @@ def test_paired_ropes_and_cache_writes_on_cuda(mode):
         qi, ki, vi = g.input("q", q.shape, pg.f32), g.input("k", k.shape, pg.f32), g.input("v", v.shape, pg.f32)
         pi, ii = g.input("pos", pos.shape, pg.i32), g.input("idx", idx.shape, pg.i64)
         kc, vc = g.state("kc", (n_ctx, Hk * D), pg.f16), g.state("vc", (n_ctx, Hk * D), pg.f16)
-        qr = pg.rope(pg.reshape(pg.scale(qi, 1.5), (T, H, D)), pi, mode=mode_id)
-        kr = pg.rope(pg.reshape(pg.scale(ki, 0.5), (T, Hk, D)), pi, mode=mode_id)
+        qsc, ksc = pg.scale(qi, 1.5), pg.scale(ki, 0.5)   # kept as outputs: the pair may not land on them
+        qr = pg.rope(pg.reshape(qsc, (T, H, D)), pi, mode=mode_id)
+        kr = pg.rope(pg.reshape(ksc, (T, Hk, D)), pi, mode=mode_id)
         ks = pg.set_rows(kc, pg.reshape(kr, (T, Hk * D)), ii)
         vs = pg.set_rows(vc, vi, ii)
-        return [qr, kr, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
+        return [qr, kr, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32), qsc, ksc]
 
     feeds = {"q": q, "k": k, "v": v, "pos": pos, "idx": idx}
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
@@ -450,3 +451,50 @@ def test_paired_ropes_and_cache_writes_on_cuda(mode):
         for gv, wv in zip(got, want):
             assert gv.shape == wv.shape
             assert _nmse(gv, wv) < 1e-10
+
+
+@pytest.mark.parametrize("n_q,n_kv,D,H,Hk,mask_kind,max_bias,softcap", [
+    (16, 64, 64, 4, 4, "causal", 0.0, 0.0),       # one block, one tile
+    (77, 200, 128, 8, 2, "causal", 0.0, 0.0),     # partial query block and kv tile, grouped query
+    (512, 640, 128, 4, 1, "causal", 0.0, 0.0),    # a prefill over a larger cache (masked tail skipped)
+    (64, 100, 64, 4, 2, "random", 0.0, 0.0),      # holes, and rows with every key masked
+    (40, 96, 64, 8, 8, "random", 8.0, 0.0),       # ALiBi slopes
+    (33, 70, 128, 2, 2, "none", 0.0, 30.0),       # no mask, softcap
+])
+def test_flash_attn_prefill_tensor_cores_on_cuda(n_q, n_kv, D, H, Hk, mask_kind, max_bias, softcap):
+    """flash_attn_ext with 16 or more queries, f16 K/V and D in {64, 128} runs the tensor-core kernel
+    (flash_attn_mma.cu): causal and random masks (with fully masked rows, which give zeros), the
+    masked-tile skip, grouped-query heads, ALiBi, softcap, partial tiles, against float64."""
+    pg, dev = _cuda_device()
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(n_q * 7 + n_kv)
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
+    scale = 1.0 / np.sqrt(D)
+    feeds = {"q": qv, "k": kv, "v": vv}
+    g = pg.Graph()
+    q, k, v = (g.input(nm, a.shape, pg.dtype(a.dtype)) for nm, a in (("q", qv), ("k", kv), ("v", vv)))
+    m, mref = None, None
+    if mask_kind != "none":
+        mv = np.zeros((1, 1, (n_q + 7) // 8 * 8, n_kv), np.float32)
+        if mask_kind == "causal":
+            off = n_kv - n_q - 40 if n_kv > n_q + 40 else n_kv - n_q   # cache cells past the prompt stay masked
+            for i in range(mv.shape[2]):
+                mv[0, 0, i, off + i + 1:] = -np.inf
+        else:
+            mv[rng.random(mv.shape) < 0.4] = -np.inf
+            mv[0, 0, 3, :] = -np.inf                                    # a row with nothing to attend to
+            mv[mv == 0] = rng.standard_normal(int((mv == 0).sum())) * 0.5
+        mv = mv.astype(np.float16)
+        m = g.input("m", mv.shape, pg.f16)
+        feeds["m"] = mv
+        mref = mv.astype(np.float64)
+    y = pg.flash_attn_ext(q, k, v, m, scale=scale, max_bias=max_bias, logit_softcap=softcap)
+    out = _run(pg, dev, y, feeds)
+    with np.errstate(invalid="ignore"):
+        ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64), mref, scale, max_bias,
+                           softcap)
+    ref = np.nan_to_num(ref, nan=0.0)               # a row with every key masked gives zeros (the library's rule)
+    assert np.all(np.isfinite(out))
+    assert _nmse(out, ref) < 5e-4

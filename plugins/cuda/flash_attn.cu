@@ -306,7 +306,13 @@ size_t flash_attn_scratch_bytes(const pyg_tensor *n, int n_sm) {
     return (size_t)rows * (size_t)s * (size_t)(n->ne[0] + 2) * sizeof(float);
 }
 
+int flash_attn_mma_launch(const pyg_tensor *n, op_ctx *c); /* flash_attn_mma.cu */
+
 int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
+    if (n->src[0]->ne[1] >= 16) { /* prefill: tensor cores where they apply */
+        const int st = flash_attn_mma_launch(n, c);
+        if (st != PYG_ERR_UNSUPPORTED) return st;
+    }
     fa_args a;
     a.q = make_view(n->src[0]);
     a.k = make_view(n->src[1]);
