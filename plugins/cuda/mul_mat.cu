@@ -323,14 +323,15 @@ static int mmvq_rows_per_warp(void) {
     return v;
 }
 
-/* Units a lane has in flight for one column: PYGGML_CUDA_MMVQ_UNROLL (1, 2 or 4; default 4). On
- * the H200 at 4096x14336, 4 measured q4_K/q4_0/q8_0 1683/1978/2562 GB/s against 1536/1849/2319 for
- * 2 and 1376/1884/2439 for 1 (bench_matvec, gpu-check at 6c06256). */
+/* Loop unrolling of the one-column mat-vecs (single and grouped): PYGGML_CUDA_MMVQ_UNROLL (1, 2 or
+ * 4; default 1). On the H200 at 4096x14336 (bench_matvec, gpu-check at 6c06256), q4_K/q4_0/q8_0
+ * measured 1683/1978/2562 GB/s with 1, 1536/1849/2319 with 2 and 1376/1884/2439 with 4: fewer
+ * registers, more resident warps, beat more loads in flight per lane. */
 static int mmvq_unroll(void) {
     static int v = 0;
     if (!v) {
         const char *e = getenv("PYGGML_CUDA_MMVQ_UNROLL");
-        v = (e && (!strcmp(e, "1") || !strcmp(e, "2"))) ? atoi(e) : 4;
+        v = (e && (!strcmp(e, "2") || !strcmp(e, "4"))) ? atoi(e) : 1;
     }
     return v;
 }
@@ -342,8 +343,8 @@ static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gp
     const dim3 grid(ceil_div_u(M, MVQ_ROWS * R), gy, 1);
     const int U = nc == 1 && R == 1 ? mmvq_unroll() : 2;
     switch (nc * 8 + R + (U == 2 ? 0 : U == 1 ? 100 : 200)) {
-    case 100 + 8 + 1: k_mmvq<T, 1, 1, 1><<<grid, th, 0, s>>>(args); break;
-    case 200 + 8 + 1: k_mmvq<T, 1, 1, 4><<<grid, th, 0, s>>>(args); break; /* the default */
+    case 100 + 8 + 1: k_mmvq<T, 1, 1, 1><<<grid, th, 0, s>>>(args); break; /* the default */
+    case 200 + 8 + 1: k_mmvq<T, 1, 1, 4><<<grid, th, 0, s>>>(args); break;
     case 8 + 1: k_mmvq<T, 1, 1><<<grid, th, 0, s>>>(args); break;
     case 8 + 2: k_mmvq<T, 1, 2><<<grid, th, 0, s>>>(args); break;
     case 8 + 4: k_mmvq<T, 1, 4><<<grid, th, 0, s>>>(args); break;
@@ -435,7 +436,7 @@ struct mvq_group_args {
     unsigned blk0[MVQ_GROUP_MAX + 1]; /* first block of each matrix; blk0[n] = grid size */
 };
 
-template <int T>
+template <int T, int U>
 __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_group_args a) {
     const int lane = threadIdx.x % PYG_WARP_SIZE;
     int g = 0;
@@ -447,7 +448,7 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_gro
     const char *row = a.w[g] + m * a.nb01[g];
     float acc[1] = {0.0f};
     const int64_t nu = mmvq<T>::units(a.K);
-#pragma unroll 4
+#pragma unroll U
     for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE)
         mmvq<T>::template unit<1>(row, u, a.yq, a.yds, a.K, a.K / 16, 1, acc);
     const float v = warp_sum(acc[0]);
@@ -480,6 +481,24 @@ int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
     return b1->data != x->data; /* y must not read what x writes */
 }
 
+template <int U>
+static int launch_mmvq_group_u(int type, const mvq_group_args &args, unsigned blocks, unsigned th, gpuStream_t s) {
+    switch (type) {
+    case PYG_TYPE_Q4_0: k_mmvq_group<PYG_TYPE_Q4_0, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
+    case PYG_TYPE_Q8_0: k_mmvq_group<PYG_TYPE_Q8_0, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
+    case PYG_TYPE_Q4_K: k_mmvq_group<PYG_TYPE_Q4_K, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
+    case PYG_TYPE_Q6_K: k_mmvq_group<PYG_TYPE_Q6_K, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
+    default: return PYG_ERR_INTERNAL;
+    }
+}
+
+static int launch_mmvq_group(int type, int unroll, const mvq_group_args &args, unsigned blocks, unsigned th,
+                             gpuStream_t s) {
+    return unroll == 4   ? launch_mmvq_group_u<4>(type, args, blocks, th, s)
+           : unroll == 2 ? launch_mmvq_group_u<2>(type, args, blocks, th, s)
+                         : launch_mmvq_group_u<1>(type, args, blocks, th, s);
+}
+
 int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
     if (g <= 1) return mul_mat_launch(nodes[0], c);
     if (g > MVQ_GROUP_MAX) {
@@ -508,14 +527,10 @@ int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
     }
     args.blk0[MVQ_GROUP_MAX] = blocks;
     const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
-    switch (a->type) {
-    case PYG_TYPE_Q4_0: k_mmvq_group<PYG_TYPE_Q4_0><<<blocks, th, 0, c->stream>>>(args); break;
-    case PYG_TYPE_Q8_0: k_mmvq_group<PYG_TYPE_Q8_0><<<blocks, th, 0, c->stream>>>(args); break;
-    case PYG_TYPE_Q4_K: k_mmvq_group<PYG_TYPE_Q4_K><<<blocks, th, 0, c->stream>>>(args); break;
-    case PYG_TYPE_Q6_K: k_mmvq_group<PYG_TYPE_Q6_K><<<blocks, th, 0, c->stream>>>(args); break;
-    default:
+    int st2 = launch_mmvq_group(a->type, mmvq_unroll(), args, blocks, th, c->stream);
+    if (st2 != PYG_OK) {
         snprintf(c->err, c->errlen, "mmvq group: type %d", a->type);
-        return PYG_ERR_INTERNAL;
+        return st2;
     }
     return check_launch(c, "mul_mat group (quantized mat-vec)");
 }

@@ -196,6 +196,7 @@ typedef struct vkp_prof_counters {
     uint64_t waits, wait_ns;                /* host waits on timeline semaphores */
     uint64_t writes, write_bytes, memcpy_ns; /* stream_write_async / staging */
     uint64_t reads, read_bytes;
+    uint64_t staged_reads;                  /* read chunks copied through staging: one submit each */
 } vkp_prof_counters;
 extern int vkp_prof_on;                     /* -1 until read from the environment */
 extern vkp_prof_counters vkp_prof;          /* updated without locks: approximate under threads */

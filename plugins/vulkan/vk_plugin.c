@@ -702,7 +702,7 @@ static pyg_error *read_blocking_impl(pyg_stream *s, pyg_buffer *srcb, uint64_t o
         if ((e = open_cmd(s, &cb))) return e;
         VkBufferCopy reg = { .srcOffset = off, .dstOffset = 0, .size = n };
         s->dev->fn.vkCmdCopyBuffer(cb, srcb->buf, st->buf, 1, &reg);
-        if (VKP_PROF) vkp_prof.commands++;
+        if (VKP_PROF) { vkp_prof.commands++; vkp_prof.staged_reads++; }
         if ((e = flush(s))) return e;
         st->busy_until = s->value;
         if ((e = wait_value(s->dev, s->timeline, s->value))) return e;

@@ -57,12 +57,14 @@ pyg_error *vkp_prof_report(void) {
     uint64_t n = c.plan_computes ? c.plan_computes : 1;
     vkp_log(PYG_LOG_INFO, "profile: %llu plan computes, %llu submits (%.1f us host), %llu command buffers recorded "
             "(%llu commands, %.1f us), %llu descriptor updates, %llu host waits (%.1f us), "
-            "%llu async writes (%llu bytes, staging memcpy %.1f us), %llu reads (%llu bytes), plan_compute %.1f us",
+            "%llu async writes (%llu bytes, staging memcpy %.1f us), %llu reads (%llu bytes, %llu submits through "
+            "a staging copy), plan_compute %.1f us",
             (unsigned long long)c.plan_computes, (unsigned long long)c.submits, US(c.submit_ns),
             (unsigned long long)c.recordings, (unsigned long long)c.commands, US(c.record_ns),
             (unsigned long long)c.descriptor_updates, (unsigned long long)c.waits, US(c.wait_ns),
             (unsigned long long)c.writes, (unsigned long long)c.write_bytes, US(c.memcpy_ns),
-            (unsigned long long)c.reads, (unsigned long long)c.read_bytes, US(c.compute_ns));
+            (unsigned long long)c.reads, (unsigned long long)c.read_bytes, (unsigned long long)c.staged_reads,
+            US(c.compute_ns));
     vkp_log(PYG_LOG_INFO, "profile per plan compute: %.2f submits, %.2f recordings, %.1f commands, %.1f us submit, "
             "%.1f us waiting", (double)c.submits / n, (double)c.recordings / n, (double)c.commands / n,
             US(c.submit_ns) / n, US(c.wait_ns) / n);
