@@ -498,3 +498,34 @@ def test_flash_attn_prefill_tensor_cores_on_cuda(n_q, n_kv, D, H, Hk, mask_kind,
     ref = np.nan_to_num(ref, nan=0.0)               # a row with every key masked gives zeros (the library's rule)
     assert np.all(np.isfinite(out))
     assert _nmse(out, ref) < 5e-4
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_K"])
+def test_attention_output_prequantized_for_its_projection_on_cuda(qtype):
+    """Decode attention whose kv splits a second kernel merges, then the output projection: the merge
+    also writes the attention row as the projection's int8 activations (plan-time fusion; they lie
+    past the split partials in the scratch). Both outputs against float64, also on replay."""
+    pg, dev = _cuda_device()
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(8)
+    H, Hk, D, n_kv, M = 8, 2, 64, 512, 96
+    qv = rng.standard_normal((1, H, 1, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(np.float16)
+    mv = np.zeros((1, 1, 8, n_kv), np.float32)
+    mv[..., 300:] = -np.inf                         # the unfilled part of a cache
+    mv = mv.astype(np.float16)
+    blocks = pg.quantize((rng.standard_normal((M, H * D)) * 0.5).astype(np.float32), qtype)
+    wd = pg.dequantize(blocks, qtype, (M, H * D)).astype(np.float64)
+    g = pg.Graph()
+    q, k, v, m = (g.input(nm, a.shape, pg.dtype(a.dtype)) for nm, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    o = pg.flash_attn_ext(q, k, v, m, scale=0.125)
+    y = pg.mul_mat(g.weight("w", blocks, type=qtype, shape=(M, H * D)), pg.reshape(o, (1, H * D)))
+    ref_o = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64), mv.astype(np.float64),
+                         0.125, 0.0, 0.0)
+    ref_y = ref_o.reshape(1, H * D) @ wd.T
+    sched = pg.Scheduler([dev])
+    for _ in range(3):                              # direct launches, capture, replay
+        got_o, got_y = sched.compute([o, y], {"q": qv, "k": kv, "v": vv, "m": mv})
+        assert _nmse(got_o, ref_o) < 5e-4
+        assert _nmse(got_y, ref_y) < 5e-4

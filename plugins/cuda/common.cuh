@@ -269,6 +269,7 @@ struct op_ctx {
      * its one output row as int8 blocks into the scratch, laid out as mul_mat's mat-vec wants them
      * (mul_mat_quant_layout); quant_in: this mat-vec finds its activations there already. */
     int quant_out, quant_in;
+    size_t quant_off;         /* where in the scratch those int8 blocks lie (past any producer's own use) */
 };
 
 /* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
@@ -302,8 +303,12 @@ static inline void mul_mat_quant_layout(void *scratch, int64_t K, int8_t **yq, f
     *yds = (float *)((char *)scratch + (((size_t)K + 255) & ~(size_t)255));
 }
 /* May `producer`'s launch write the quantized column that `consumer` (the first node of the next
- * launch) reads? producer: the mul of a fused add+norm+mul group, or a two-operand swiglu. */
+ * launch) reads? producer: the mul of a fused add+norm+mul group, a two-operand swiglu, or a decode
+ * flash_attn_ext whose kv splits are merged by a second kernel. */
 int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer);
+/* The mul of a fused add+norm+mul group that can write them: one row, a multiple of 32, at most
+ * 8192 wide (each of the kernel's 1024 threads holds at most 8 elements). */
+int rows_can_prequant_add(const pyg_tensor *mul);
 /* A swiglu (two operands, one contiguous f32 row of a multiple of 32) that can write them. */
 int swiglu_can_prequant(const pyg_tensor *node);
 /* Pairs of adjacent nodes launched as one (a layer's q/k ropes, its K/V cache writes); graph.cu
@@ -322,6 +327,9 @@ int mul_mat_mma_launch(const pyg_tensor *node, op_ctx *c);
 int flash_attn_supports(const pyg_tensor *node);
 size_t flash_attn_scratch_bytes(const pyg_tensor *node, int n_sm);
 int flash_attn_launch(const pyg_tensor *node, op_ctx *c);
+/* One query, one batch, Dv % 32 == 0, contiguous output, and a kv split (so a merge kernel runs)
+ * with this many multiprocessors: the merge can write the output as int8 mat-vec activations. */
+int flash_attn_can_prequant(const pyg_tensor *node, int n_sm);
 
 /* Launch-error check shared by the launchers. */
 int check_launch(op_ctx *c, const char *what);

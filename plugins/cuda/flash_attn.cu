@@ -244,8 +244,10 @@ __global__ void __launch_bounds__(FA_WARPS * PYG_WARP_SIZE) k_fattn(fa_args a) {
     }
 }
 
-/* Merge the kv splits of one (head, query, batch) row. */
-__global__ void k_fattn_merge(fa_args a) {
+/* Merge the kv splits of one (head, query, batch) row. yq != NULL (one query, one batch, Dv % 32
+ * == 0, contiguous dst; flash_attn_can_prequant): also write the output, whose flat index is
+ * h * Dv + d, as the int8 activation blocks of the mat-vec that reads it next. */
+__global__ void k_fattn_merge(fa_args a, int8_t *yq, float *yds) {
     const int h = blockIdx.x, iq = blockIdx.y, b = blockIdx.z;
     const int64_t row = ((int64_t)b * a.n_q + iq) * a.H + h;
     const float *pp = a.part + row * a.nsplit * (a.Dv + 2);
@@ -256,14 +258,20 @@ __global__ void k_fattn_merge(fa_args a) {
         const float ms = pp[s * (a.Dv + 2)];
         if (ms != -INFINITY) L += pp[s * (a.Dv + 2) + 1] * expf(ms - M);
     }
-    for (int d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    for (int d0 = 0; d0 < a.Dv; d0 += blockDim.x) { /* blockDim.x is a multiple of 32 */
+        const int d = d0 + threadIdx.x;
+        if (d0 + (int)(threadIdx.x - threadIdx.x % PYG_WARP_SIZE) >= a.Dv) break; /* whole warps past Dv */
         float o = 0.0f;
-        for (int s = 0; s < a.nsplit; s++) {
-            const float ms = pp[s * (a.Dv + 2)];
-            if (ms != -INFINITY) o += pp[s * (a.Dv + 2) + 2 + d] * expf(ms - M);
+        if (d < a.Dv) {
+            for (int s = 0; s < a.nsplit; s++) {
+                const float ms = pp[s * (a.Dv + 2)];
+                if (ms != -INFINITY) o += pp[s * (a.Dv + 2) + 2 + d] * expf(ms - M);
+            }
+            o = L > 0.0f ? o / L : 0.0f;
+            *(float *)(a.dst.data + (int64_t)d * a.dst.nb[0] + (int64_t)h * a.dst.nb[1] + (int64_t)iq * a.dst.nb[2] +
+                       (int64_t)b * a.dst.nb[3]) = o;
         }
-        *(float *)(a.dst.data + (int64_t)d * a.dst.nb[0] + (int64_t)h * a.dst.nb[1] + (int64_t)iq * a.dst.nb[2] +
-                   (int64_t)b * a.dst.nb[3]) = L > 0.0f ? o / L : 0.0f;
+        if (yq) warp_quant_block(o, yq, yds, ((int64_t)h * a.Dv + d) / 32); /* Dv % 32 == 0: whole warps in */
     }
 }
 
@@ -297,6 +305,11 @@ static int fa_splits(const pyg_tensor *n, int n_sm) {
     if (s > by_kv) s = by_kv;
     if (s > FA_MAX_SPLITS) s = FA_MAX_SPLITS;
     return s < 1 ? 1 : (int)s;
+}
+
+int flash_attn_can_prequant(const pyg_tensor *n, int n_sm) {
+    return n->op == PYG_OP_FLASH_ATTN_EXT && flash_attn_supports(n) && n->ne[2] == 1 && n->ne[3] == 1 &&
+           n->ne[0] % 32 == 0 && pyg_tensor_is_contiguous(n) && fa_splits(n, n_sm) > 1;
 }
 
 size_t flash_attn_scratch_bytes(const pyg_tensor *n, int n_sm) {
@@ -358,7 +371,22 @@ int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
         else k_fattn<8, true><<<grid, th, 0, c->stream>>>(a);
     }
     int st = check_launch(c, "flash_attn_ext");
-    if (st != PYG_OK || a.nsplit == 1) return st;
-    k_fattn_merge<<<dim3((unsigned)a.H, (unsigned)a.n_q, (unsigned)a.B), 128, 0, c->stream>>>(a);
+    if (st != PYG_OK || a.nsplit == 1) {
+        if (st == PYG_OK && c->quant_out) {
+            snprintf(c->err, c->errlen, "flash_attn_ext: asked to pre-quantize without a kv split");
+            return PYG_ERR_INTERNAL;
+        }
+        return st;
+    }
+    int8_t *yq = NULL;
+    float *yds = NULL;
+    if (c->quant_out) { /* the int8 blocks lie past the split partials in the scratch (quant_off) */
+        if (a.Dv % 32 || a.n_q != 1 || a.B != 1) {
+            snprintf(c->err, c->errlen, "flash_attn_ext: cannot pre-quantize this output");
+            return PYG_ERR_INTERNAL;
+        }
+        mul_mat_quant_layout((char *)c->scratch + c->quant_off, (int64_t)a.H * a.Dv, &yq, &yds);
+    }
+    k_fattn_merge<<<dim3((unsigned)a.H, (unsigned)a.n_q, (unsigned)a.B), 128, 0, c->stream>>>(a, yq, yds);
     return check_launch(c, "flash_attn_ext (merge)");
 }

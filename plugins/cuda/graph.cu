@@ -15,6 +15,7 @@ struct pyg_graph_plan {
     const pyg_tensor **nodes;
     int *group;                   /* per node: nodes launched together from here (0: done by an earlier one) */
     int *quant;                   /* per launch: 1 = also writes the next launch's int8 activations, 2 = reads them */
+    size_t quant_off;             /* where in the scratch those activations lie */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -167,19 +168,32 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         p->group[i] = g;
         i += g;
     }
+    size_t quant_need = 0;
     /* a launch whose one output row is the next launch's mat-vec activation column also writes it
      * as int8 blocks (add+norm+mul groups, swiglu): the mat-vec skips its quantize kernel */
     for (int i = 0; i < p->n_nodes; i += p->group[i]) {
         const int j = i + p->group[i];
         if (j >= p->n_nodes || p->nodes[j]->op != PYG_OP_MUL_MAT) continue;
-        const pyg_tensor *prod = p->group[i] == 3 && p->nodes[i]->op == PYG_OP_ADD ? p->nodes[i + 2]
-                                 : p->group[i] == 1 && swiglu_can_prequant(p->nodes[i]) ? p->nodes[i]
-                                                                                       : NULL;
+        const pyg_tensor *n = p->nodes[i];
+        const pyg_tensor *prod = p->group[i] == 3 && n->op == PYG_OP_ADD && rows_can_prequant_add(p->nodes[i + 2])
+                                     ? p->nodes[i + 2]
+                                 : p->group[i] == 1 && (swiglu_can_prequant(n) || flash_attn_can_prequant(n, dev->n_sm))
+                                     ? n
+                                     : NULL;
         if (prod && mul_mat_can_prequant(prod, p->nodes[j])) {
             p->quant[i] |= 1;
             p->quant[j] |= 2;
+            /* the blocks lie past what any producer uses of the scratch itself (a flash
+             * attention's split partials), so both ends find them at quant_off */
+            const size_t own = n->op == PYG_OP_FLASH_ATTN_EXT ? flash_attn_scratch_bytes(n, dev->n_sm) : 0;
+            const size_t off = (own + 255) & ~(size_t)255;
+            if (off > p->quant_off) p->quant_off = off;
+            const size_t K = (size_t)p->nodes[j]->src[1]->ne[0];
+            const size_t need = ((K + 255) & ~(size_t)255) + K / 32 * 2 * sizeof(float);
+            if (need > quant_need) quant_need = need;
         }
     }
+    if (quant_need && p->quant_off + quant_need > scratch) scratch = p->quant_off + quant_need;
     if (scratch) {
         gpuError_t e = gpuSetDevice(dev->index);
         if (e == gpuSuccess) e = gpuMalloc(&p->scratch, scratch);
@@ -204,12 +218,14 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.err = err;
     c.errlen = sizeof err;
     c.quant_out = c.quant_in = 0;
+    c.quant_off = 0;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */
         const int op = p->nodes[i]->op;
         c.quant_out = p->quant[i] & 1;
         c.quant_in = (p->quant[i] >> 1) & 1;
+        c.quant_off = p->quant_off;
         int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
                  : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)

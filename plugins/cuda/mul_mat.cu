@@ -372,6 +372,7 @@ static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, flo
             snprintf(c->err, c->errlen, "mul_mat: pre-quantized activations with %lld columns", (long long)cols);
             return PYG_ERR_INTERNAL;
         }
+        mul_mat_quant_layout((char *)c->scratch + c->quant_off, K, yq, yds);
         return PYG_OK;
     }
     k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
@@ -461,15 +462,15 @@ static int mmvq_single_column(const pyg_tensor *n) {
            a->ne[2] == 1 && a->ne[3] == 1 && n->nb[0] == sizeof(float);
 }
 
-/* The producer writes one contiguous f32 row of K (a multiple of 32) values, which is exactly the
- * single activation column of the consumer's int8 mat-vec. */
+/* The producer writes K (a multiple of 32) contiguous f32 values, which are exactly the single
+ * activation column of the consumer's int8 mat-vec (a row, or an attention output viewed as one). */
 int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer) {
     if (!cuda_fuse_enabled() || !producer || !consumer || !mmvq_single_column(consumer)) return 0;
     const pyg_tensor *b = consumer->src[1];
     if (b->data != producer->data || b->type != PYG_TYPE_F32 || producer->type != PYG_TYPE_F32) return 0;
-    if (!pyg_tensor_is_contiguous(producer) || !pyg_tensor_is_contiguous(b) || pyg_tensor_nrows(producer) != 1)
-        return 0;
-    return b->ne[0] == producer->ne[0] && b->ne[0] % 32 == 0 && consumer->src[0]->ne[0] == b->ne[0];
+    if (!pyg_tensor_is_contiguous(producer) || !pyg_tensor_is_contiguous(b)) return 0;
+    return (int64_t)pyg_tensor_nelements(producer) == b->ne[0] && b->ne[0] % 32 == 0 &&
+           consumer->src[0]->ne[0] == b->ne[0];
 }
 
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {

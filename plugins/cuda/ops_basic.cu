@@ -296,7 +296,7 @@ int basic_launch(const pyg_tensor *n, op_ctx *c) {
             const int64_t ne = n->ne[0];
             int8_t *yq;
             float *yds;
-            mul_mat_quant_layout(c->scratch, ne, &yq, &yds);
+            mul_mat_quant_layout((char *)c->scratch + c->quant_off, ne, &yq, &yds);
             k_swiglu_q<<<ceil_div_u(ne, ROW_THREADS), ROW_THREADS, 0, c->stream>>>(
                 (float *)n->data, (const float *)n->src[0]->data, (const float *)n->src[1]->data, ne, yq, yds);
         } else if (n->src[1]) k_elementwise<EW_SWIGLU><<<ew, th, 0, c->stream>>>(d, a, b, 0, 0, 0);

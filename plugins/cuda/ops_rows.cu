@@ -283,6 +283,10 @@ int rows_can_fuse_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_t
                                           fusable_alias(mul, b));
 }
 
+int rows_can_prequant_add(const pyg_tensor *mul) {
+    return pyg_tensor_nrows(mul) == 1 && mul->ne[0] % 32 == 0 && mul->ne[0] <= 8192;
+}
+
 int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
     const int64_t n = add->ne[0];
     const unsigned rows = (unsigned)pyg_tensor_nrows(add);
@@ -295,7 +299,7 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
     if (c->quant_out) { /* one row, n % 32 == 0 (mul_mat_can_prequant) */
         int8_t *yq;
         float *yds;
-        mul_mat_quant_layout(c->scratch, n, &yq, &yds);
+        mul_mat_quant_layout((char *)c->scratch + c->quant_off, n, &yq, &yds);
         if (rows != 1 || n % 32 || per > 8 || !c->scratch) {
             snprintf(c->err, c->errlen, "add + rms_norm * weight: cannot pre-quantize %u rows of %lld", rows, (long long)n);
             return PYG_ERR_INTERNAL;
