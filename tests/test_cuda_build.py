@@ -414,11 +414,13 @@ def test_prequantized_decode_activations_on_cuda(qtype):
         assert _nmse(got_d, rsw @ dd.T.astype(np.float64)) < 5e-4
 
 
+@pytest.mark.parametrize("order", ["pairs", "rope_store"])
 @pytest.mark.parametrize("mode", ["normal", "neox"])
-def test_paired_ropes_and_cache_writes_on_cuda(mode):
-    """A layer's q and k ropes (same parameters and positions) run as one launch, and so do its K
-    and V cache writes; each must give what the CPU plugin gives for the same graph, and a rope
-    whose input the other one's output may not overwrite stays correct on replay."""
+def test_paired_ropes_and_cache_writes_on_cuda(mode, order):
+    """order=pairs: a layer's q and k ropes (same parameters and positions) run as one launch, and
+    so do its K and V cache writes. order=rope_store: the k rope comes right before the writes, and
+    the rope stores its rows into the K cache itself in the launch that also writes V. Each must
+    give what the CPU plugin gives for the same graph, also on replay."""
     pg, dev = _cuda_device()
     rng = np.random.default_rng(3)
     T, H, Hk, D, n_ctx = 3, 4, 2, 16, 8
@@ -435,10 +437,13 @@ def test_paired_ropes_and_cache_writes_on_cuda(mode):
         pi, ii = g.input("pos", pos.shape, pg.i32), g.input("idx", idx.shape, pg.i64)
         kc, vc = g.state("kc", (n_ctx, Hk * D), pg.f16), g.state("vc", (n_ctx, Hk * D), pg.f16)
         qsc, ksc = pg.scale(qi, 1.5), pg.scale(ki, 0.5)   # kept as outputs: the pair may not land on them
-        qr = pg.rope(pg.reshape(qsc, (T, H, D)), pi, mode=mode_id)
+        if order == "pairs":
+            qr = pg.rope(pg.reshape(qsc, (T, H, D)), pi, mode=mode_id)
         kr = pg.rope(pg.reshape(ksc, (T, Hk, D)), pi, mode=mode_id)
         ks = pg.set_rows(kc, pg.reshape(kr, (T, Hk * D)), ii)
         vs = pg.set_rows(vc, vi, ii)
+        if order != "pairs":
+            qr = pg.rope(pg.reshape(qsc, (T, H, D)), pi, mode=mode_id)
         return [qr, kr, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32), qsc, ksc]
 
     feeds = {"q": q, "k": k, "v": v, "pos": pos, "idx": idx}

@@ -315,6 +315,9 @@ int swiglu_can_prequant(const pyg_tensor *node);
  * also checks that neither reads or overwrites what the other writes. */
 int rows_can_pair_rope(const pyg_tensor *x, const pyg_tensor *y);
 int rows_launch_rope_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
+/* rope x whose output set_rows y stores unchanged into a cache, and set_rows z: one launch */
+int rows_can_rope_store(const pyg_tensor *x, const pyg_tensor *y);
+int rows_launch_rope_store_pair(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, op_ctx *c);
 int basic_can_pair_set_rows(const pyg_tensor *x, const pyg_tensor *y);
 int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */

@@ -160,6 +160,11 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         int g = 1;
         if (i + 2 < p->n_nodes && rows_can_fuse_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2])) g = 3;
         else if (i + 1 < p->n_nodes && rows_can_fuse_mul(p->nodes[i], p->nodes[i + 1])) g = 2;
+        else if (i + 2 < p->n_nodes && rows_can_rope_store(p->nodes[i], p->nodes[i + 1]) &&
+                 basic_can_pair_set_rows(p->nodes[i + 1], p->nodes[i + 2]) && independent(p->nodes[i], p->nodes[i + 2]) &&
+                 independent(p->nodes[i + 1], p->nodes[i + 2]) && disjoint(p->nodes[i + 1], p->nodes[i]) &&
+                 disjoint(p->nodes[i + 1], p->nodes[i]->src[0]) && disjoint(p->nodes[i + 1], p->nodes[i]->src[1]))
+            g = 3;
         else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
                  (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))
             g = 2;
@@ -229,6 +234,8 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
         int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
                  : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
+                 : op == PYG_OP_ROPE && p->group[i] == 3
+                     ? rows_launch_rope_store_pair(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_ROPE     ? rows_launch_rope_pair(p->nodes[i], p->nodes[i + 1], &c)
                  : op == PYG_OP_SET_ROWS ? basic_launch_set_rows_pair(p->nodes[i], p->nodes[i + 1], &c)
                                          : mul_mat_launch_group(p->nodes + i, p->group[i], &c);

@@ -5,6 +5,7 @@
  * blockIdx.x), threads along dim 0. Arithmetic is in f32 whatever the storage type. */
 #include <stdio.h>
 #include "common.cuh"
+#include "set_rows.cuh"
 
 enum { EW_ADD, EW_MUL, EW_SCALE, EW_SILU, EW_GELU, EW_SWIGLU, EW_SWIGLU_HALVES };
 
@@ -96,9 +97,6 @@ __global__ void k_copy_flat(tview d, tview s) {
     }
 }
 
-__device__ __forceinline__ int64_t load_index(const char *p, int type) {
-    return type == PYG_TYPE_I64 ? *(const int64_t *)p : (int64_t)*(const int32_t *)p;
-}
 
 /* dst[:, i1, i2, i3] = src0[:, idx[i1, i2, i3], i2, i3] (any src0 type, converted). */
 __global__ void k_get_rows(tview d, tview s, tview idx) {
@@ -119,19 +117,6 @@ __global__ void k_get_rows(tview d, tview s, tview idx) {
  * long row (a 7b KV row: 4096 values), and one block looping over it issued its load->convert->store
  * chains one round trip after another (7.9 us per call on the H200; load_f's type switch keeps the
  * compiler from hoisting the loads). */
-__device__ __forceinline__ void set_rows_elem(const tview &d, const tview &s, const tview &idx, int64_t row,
-                                              int64_t i0) {
-    int64_t i1, i2, i3;
-    row_index(s, row, &i1, &i2, &i3);
-    if (i0 >= s.ne[0]) return;
-    const int64_t r = load_index(idx.data + i1 * idx.nb[0] + (i2 % idx.ne[1]) * idx.nb[1] + (i3 % idx.ne[2]) * idx.nb[2],
-                                 idx.type);
-    if (r < 0 || r >= d.ne[1]) return;
-    char *drow = d.data + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
-    const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
-    store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
-}
-
 __global__ void k_set_rows(tview d, tview s, tview idx) {
     set_rows_elem(d, s, idx, blockIdx.x, (int64_t)blockIdx.y * blockDim.x + threadIdx.x);
 }

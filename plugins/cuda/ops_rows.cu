@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "common.cuh"
+#include "set_rows.cuh"
 
 __device__ __forceinline__ void row_idx(const tview &v, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
     *i1 = r % v.ne[1];
@@ -145,19 +146,32 @@ struct rope_params {
     float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
 };
 
-/* One block per (head, token, batch) row; one thread per pair of elements. */
-__device__ __forceinline__ void rope_row(const tview &d, const tview &s, int64_t row, const int32_t *pos,
-                                         const float *ff, const rope_params &p) {
+/* One block per (head, token, batch) row; one thread per pair of elements. ST: also store the
+ * row into a KV cache, as set_rows(cache, view(d as (tokens, heads * D)), idx) would: cache row
+ * idx[token], columns head * D + i0 (rows_can_rope_store checks that layout). */
+template <bool ST>
+__device__ __forceinline__ void rope_row_t(const tview &d, const tview &s, int64_t row, const int32_t *pos,
+                                           const float *ff, const rope_params &p, const tview &kc, const tview &kidx) {
     int64_t i1, i2, i3;
     row_idx(s, row, &i1, &i2, &i3);
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
     char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const float position = (float)pos[i2];
+    char *crow = NULL;
+    if (ST) {
+        const int64_t r = load_index(kidx.data + i2 * kidx.nb[0], kidx.type);
+        if (r >= 0 && r < kc.ne[1]) crow = kc.data + r * kc.nb[1] + i1 * s.ne[0] * kc.nb[0];
+    }
     for (int64_t ip = threadIdx.x; ip < s.ne[0] / 2; ip += blockDim.x) {
         const int64_t i0 = 2 * ip;
         if (i0 >= p.n_dims) {
-            store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
-            store_f(drow + (i0 + 1) * d.nb[0], d.type, load_f(srow + (i0 + 1) * s.nb[0], s.type));
+            const float y0 = load_f(srow + i0 * s.nb[0], s.type), y1 = load_f(srow + (i0 + 1) * s.nb[0], s.type);
+            store_f(drow + i0 * d.nb[0], d.type, y0);
+            store_f(drow + (i0 + 1) * d.nb[0], d.type, y1);
+            if (ST && crow) {
+                store_f(crow + i0 * kc.nb[0], kc.type, y0);
+                store_f(crow + (i0 + 1) * kc.nb[0], kc.type, y1);
+            }
             continue;
         }
         float theta_extrap = position * powf(p.theta_scale, (float)ip);
@@ -173,9 +187,19 @@ __device__ __forceinline__ void rope_row(const tview &d, const tview &s, int64_t
         const float c = cosf(theta) * mscale, sn = sinf(theta) * mscale;
         const int64_t ia = p.neox ? ip : i0, ib = p.neox ? ip + p.n_dims / 2 : i0 + 1;
         const float x0 = load_f(srow + ia * s.nb[0], s.type), x1 = load_f(srow + ib * s.nb[0], s.type);
-        store_f(drow + ia * d.nb[0], d.type, x0 * c - x1 * sn);
-        store_f(drow + ib * d.nb[0], d.type, x0 * sn + x1 * c);
+        const float y0 = x0 * c - x1 * sn, y1 = x0 * sn + x1 * c;
+        store_f(drow + ia * d.nb[0], d.type, y0);
+        store_f(drow + ib * d.nb[0], d.type, y1);
+        if (ST && crow) {
+            store_f(crow + ia * kc.nb[0], kc.type, y0);
+            store_f(crow + ib * kc.nb[0], kc.type, y1);
+        }
     }
+}
+
+__device__ __forceinline__ void rope_row(const tview &d, const tview &s, int64_t row, const int32_t *pos,
+                                         const float *ff, const rope_params &p) {
+    rope_row_t<false>(d, s, row, pos, ff, p, d, d);
 }
 
 __global__ void k_rope(tview d, tview s, const int32_t *pos, const float *ff, rope_params p) {
@@ -188,6 +212,19 @@ __global__ void k_rope_pair(tview d0, tview s0, tview d1, tview s1, unsigned row
                             const float *ff, rope_params p) {
     if (blockIdx.x < rows0) rope_row(d0, s0, blockIdx.x, pos, ff, p);
     else rope_row(d1, s1, blockIdx.x - rows0, pos, ff, p);
+}
+
+/* A rope whose output a set_rows stores into a cache unchanged (the K write), and a second
+ * set_rows (the V write), in one launch: blocks [0, rrows) rope one row each and store it, the
+ * rest take the other set_rows one element per thread over (row, chunk of blockDim.x). */
+__global__ void k_rope_store_pair(tview d, tview s, const int32_t *pos, const float *ff, rope_params p, tview kc,
+                                  tview kidx, unsigned rrows, tview vd, tview vs, tview vidx, unsigned vchunks) {
+    if (blockIdx.x < rrows) {
+        rope_row_t<true>(d, s, blockIdx.x, pos, ff, p, kc, kidx);
+        return;
+    }
+    const unsigned b = blockIdx.x - rrows;
+    set_rows_elem(vd, vs, vidx, b / vchunks, (int64_t)(b % vchunks) * blockDim.x + threadIdx.x);
 }
 
 /* ---------------------------------------------------------------- host side */
@@ -355,6 +392,36 @@ int rows_can_pair_rope(const pyg_tensor *x, const pyg_tensor *y) {
     if (x->src[1]->data != y->src[1]->data || !x->src[2] != !y->src[2]) return 0;
     if (x->src[2] && x->src[2]->data != y->src[2]->data) return 0;
     return pyg_tensor_nrows(x->src[0]) + pyg_tensor_nrows(y->src[0]) <= 0x7fffffffLL;
+}
+
+/* rope x (f32 out, contiguous [D, heads, tokens]) and y = set_rows(cache, view of x's output as
+ * [heads * D, tokens], idx over the tokens) into a 2-D cache of heads * D columns */
+int rows_can_rope_store(const pyg_tensor *x, const pyg_tensor *y) {
+    if (!cuda_fuse_enabled() || x->op != PYG_OP_ROPE || y->op != PYG_OP_SET_ROWS) return 0;
+    const pyg_tensor *src = y->src[1], *kc = y->src[0], *idx = y->src[2];
+    if (x->type != PYG_TYPE_F32 || !pyg_tensor_is_contiguous(x) || x->ne[3] != 1) return 0;
+    if (src->data != x->data || src->type != PYG_TYPE_F32 || !pyg_tensor_is_contiguous(src)) return 0;
+    if (src->ne[0] != x->ne[0] * x->ne[1] || src->ne[1] != x->ne[2] || src->ne[2] != 1 || src->ne[3] != 1) return 0;
+    if (kc->ne[0] != src->ne[0] || kc->ne[2] != 1 || kc->ne[3] != 1 || y->data != kc->data) return 0;
+    if (idx->ne[0] != src->ne[1] || idx->ne[1] != 1 || idx->ne[2] != 1) return 0;
+    return pyg_tensor_nrows(x->src[0]) <= 0x7fffffffLL;
+}
+
+int rows_launch_rope_store_pair(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, op_ctx *c) {
+    const rope_params rp = rope_params_of(x);
+    const unsigned rr = (unsigned)pyg_tensor_nrows(x->src[0]);
+    const unsigned th = 128; /* >= a rope row's pairs up to D = 256; set_rows chunks of 128 */
+    const int64_t vrows = pyg_tensor_nrows(z->src[1]), vchunks = (z->src[1]->ne[0] + th - 1) / th;
+    if ((int64_t)rr + vrows * vchunks > 0x7fffffffLL) {
+        snprintf(c->err, c->errlen, "rope + cache writes: grid too large");
+        return PYG_ERR_INTERNAL;
+    }
+    /* the set_rows nodes alias their caches (src[0]): write through those */
+    k_rope_store_pair<<<(unsigned)(rr + vrows * vchunks), th, 0, c->stream>>>(
+        make_view(x), make_view(x->src[0]), (const int32_t *)x->src[1]->data,
+        x->src[2] ? (const float *)x->src[2]->data : NULL, rp, make_view(y->src[0]), make_view(y->src[2]), rr,
+        make_view(z->src[0]), make_view(z->src[1]), make_view(z->src[2]), (unsigned)vchunks);
+    return check_launch(c, "rope + K/V cache writes");
 }
 
 int rows_launch_rope_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c) {
