@@ -311,15 +311,17 @@ size_t mul_mat_scratch_bytes(const pyg_tensor *n) {
     return align256(cols * (size_t)b->ne[0]) + cols * (size_t)(b->ne[0] / 32) * 2 * sizeof(float);
 }
 
+/* 2 or 4 when the environment variable says so, else 1. */
+static int env_1_2_4(const char *name) {
+    const char *e = getenv(name);
+    return (e && (!strcmp(e, "2") || !strcmp(e, "4"))) ? atoi(e) : 1;
+}
+
 /* Rows per warp: PYGGML_CUDA_MMVQ_ROWS (1, 2 or 4) for one column, 1 for more. Default 1: on the
  * H200 at 4096x14336, 2 rows per warp measured 1545/1724/2272 GB/s (q4_K/q4_0/q8_0) against
  * 1651/1939/2445 for 1 row, and 4 rows ~1200 (bench_matvec, 2026-11-30). */
 static int mmvq_rows_per_warp(void) {
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("PYGGML_CUDA_MMVQ_ROWS");
-        v = (e && (!strcmp(e, "2") || !strcmp(e, "4"))) ? atoi(e) : 1;
-    }
+    static const int v = env_1_2_4("PYGGML_CUDA_MMVQ_ROWS");
     return v;
 }
 
@@ -328,11 +330,7 @@ static int mmvq_rows_per_warp(void) {
  * measured 1683/1978/2562 GB/s with 1, 1536/1849/2319 with 2 and 1376/1884/2439 with 4: fewer
  * registers, more resident warps, beat more loads in flight per lane. */
 static int mmvq_unroll(void) {
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("PYGGML_CUDA_MMVQ_UNROLL");
-        v = (e && (!strcmp(e, "2") || !strcmp(e, "4"))) ? atoi(e) : 1;
-    }
+    static const int v = env_1_2_4("PYGGML_CUDA_MMVQ_UNROLL");
     return v;
 }
 
