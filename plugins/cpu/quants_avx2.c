@@ -573,6 +573,22 @@ AVX2 void quant_q8_K_from_f32_avx2(const float *x, void *vy, int64_t n) {
  * (QUANT_Q4_0X8_BLOCK bytes): the 8 rows' f16 d, then vectors j = 0..3 whose lane l is bytes
  * 4j..4j+3 of row l's nibbles (low nibbles: elements 4j.., high nibbles: elements 16+4j..). */
 
+/* Eight rows' 16-byte pieces a[0..7] -> four 32-byte vectors at out, out + 32, .. : vector j's
+ * 32-bit lane l is dword j of row l (the 8-row interleave of the q4_0 and q4_K repacks). */
+static AVX2 inline void transpose_8x4_dwords(const __m128i a[8], char *out) {
+    __m128i o[2][4];
+    for (int half = 0; half < 2; half++) {
+        const __m128i *q = a + 4 * half;
+        const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
+        const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
+        o[half][0] = _mm_unpacklo_epi64(t0, t2);
+        o[half][1] = _mm_unpackhi_epi64(t0, t2);
+        o[half][2] = _mm_unpacklo_epi64(t1, t3);
+        o[half][3] = _mm_unpackhi_epi64(t1, t3);
+    }
+    for (int j = 0; j < 4; j++) _mm256_storeu_si256((__m256i *)(out + 32 * j), _mm256_set_m128i(o[1][j], o[0][j]));
+}
+
 AVX2 void quant_q4_0_repack8_avx2(const void *vx, size_t row_stride, int64_t nb, void *vdst) {
     const char *base = vx;
     char *dst = vdst;
@@ -580,19 +596,9 @@ AVX2 void quant_q4_0_repack8_avx2(const void *vx, size_t row_stride, int64_t nb,
         const blk_q4_0 *r[8];
         for (int l = 0; l < 8; l++) r[l] = (const blk_q4_0 *)(base + (size_t)l * row_stride) + b;
         for (int l = 0; l < 8; l++) memcpy(dst + 2 * l, &r[l]->d, 2);
-        __m128i a[8], o[2][4];
+        __m128i a[8];
         for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)r[l]->qs);
-        for (int half = 0; half < 2; half++) {
-            const __m128i *q = a + 4 * half;
-            const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
-            const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
-            o[half][0] = _mm_unpacklo_epi64(t0, t2);
-            o[half][1] = _mm_unpackhi_epi64(t0, t2);
-            o[half][2] = _mm_unpacklo_epi64(t1, t3);
-            o[half][3] = _mm_unpackhi_epi64(t1, t3);
-        }
-        for (int j = 0; j < 4; j++)
-            _mm256_storeu_si256((__m256i *)(dst + 16 + 32 * j), _mm256_set_m128i(o[1][j], o[0][j]));
+        transpose_8x4_dwords(a, dst + 16);
     }
 }
 
@@ -741,18 +747,7 @@ AVX2 void quant_q4_K_repack8_avx2(const void *vx, size_t row_stride, int64_t nb,
         for (int c = 0; c < 8; c++) { /* 16-byte pieces: 4 dwords of each row, transposed */
             __m128i a[8];
             for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)(r[l]->qs + 16 * c));
-            __m128i o[2][4];
-            for (int half = 0; half < 2; half++) {
-                const __m128i *q = a + 4 * half;
-                const __m128i t0 = _mm_unpacklo_epi32(q[0], q[1]), t1 = _mm_unpackhi_epi32(q[0], q[1]);
-                const __m128i t2 = _mm_unpacklo_epi32(q[2], q[3]), t3 = _mm_unpackhi_epi32(q[2], q[3]);
-                o[half][0] = _mm_unpacklo_epi64(t0, t2);
-                o[half][1] = _mm_unpackhi_epi64(t0, t2);
-                o[half][2] = _mm_unpacklo_epi64(t1, t3);
-                o[half][3] = _mm_unpackhi_epi64(t1, t3);
-            }
-            for (int j = 0; j < 4; j++)
-                _mm256_storeu_si256((__m256i *)(dst + 160 + 32 * (4 * c + j)), _mm256_set_m128i(o[1][j], o[0][j]));
+            transpose_8x4_dwords(a, dst + 160 + 128 * c);
         }
     }
 }

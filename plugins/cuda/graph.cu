@@ -175,7 +175,8 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
     }
     size_t quant_need = 0;
     /* a launch whose one output row is the next launch's mat-vec activation column also writes it
-     * as int8 blocks (add+norm+mul groups, swiglu): the mat-vec skips its quantize kernel */
+     * as int8 blocks (add+norm+mul groups, swiglu, a flash attention's merge): the mat-vec skips
+     * its quantize kernel */
     for (int i = 0; i < p->n_nodes; i += p->group[i]) {
         const int j = i + p->group[i];
         if (j >= p->n_nodes || p->nodes[j]->op != PYG_OP_MUL_MAT) continue;
