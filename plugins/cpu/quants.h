@@ -59,6 +59,20 @@ _Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
 
 /* IEEE binary16 <-> binary32. f32 -> f16 rounds to nearest, ties to even (numpy's astype),
  * overflow gives inf, NaN stays NaN (quiet). Exact in the other direction. */
+/* The 12-byte q4_K/q5_K scale field as four words of bytes: w[0] = the 8 six-bit scales' bytes
+ * 0..3, w[1] = scales 4..7, w[2] = mins 0..3, w[3] = mins 4..7 (each byte one value, 0..63). The
+ * SIMD kernels widen these to 16-bit lanes. */
+static inline void quant_k4_scales_mins_words(const uint8_t *s12, uint32_t w[4]) {
+    uint32_t a, b, c;
+    memcpy(&a, s12, 4);
+    memcpy(&b, s12 + 4, 4);
+    memcpy(&c, s12 + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;
+    w[1] = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+    w[2] = b & 0x3f3f3f3fu;
+    w[3] = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+}
+
 static inline float quant_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
     if (e == 0x1f) {

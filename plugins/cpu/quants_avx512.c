@@ -51,13 +51,9 @@ ATTR_BW static inline int32_t hsum_epi32_256(__m256i v) {
 
 /* The 8 six-bit scales (16-bit lanes 0..7) and mins (lanes 8..15) of a q4_K block. */
 ATTR_BW static inline __m256i k4_scales_mins_512(const uint8_t *s12) {
-    uint32_t a, b, c;
-    memcpy(&a, s12, 4);
-    memcpy(&b, s12 + 4, 4);
-    memcpy(&c, s12 + 8, 4);
-    const uint32_t sc_lo = a & 0x3f3f3f3fu, sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-    const uint32_t mn_lo = b & 0x3f3f3f3fu, mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+    uint32_t w[4];
+    quant_k4_scales_mins_words(s12, w);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]));
 }
 
 /* int32 accumulation steps: acc + sum over 4-byte groups of u8 * s8, and acc + sum over 16-bit
