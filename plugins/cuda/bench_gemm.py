@@ -30,10 +30,11 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_matvec import BLOCKS, timed  # noqa: E402  (block geometry; timing with the graph-capture call)
+
 SHAPES = "2048x2048,8192x2048,2048x8192,32000x2048,4096x4096,11008x4096,4096x11008"   # M x K
 TYPES = "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K"
-# bytes per block, elements per block, offsets of the f16 scale fields
-BLOCKS = {"q4_K": (144, 256, (0, 2)), "q4_0": (18, 32, (0,)), "q8_0": (34, 32, (0,)), "q6_K": (210, 256, (208,))}
 
 
 def make_weight(rng, wtype, m, k):
@@ -59,17 +60,6 @@ def make_weight(rng, wtype, m, k):
         return bits, {"type": "bf16", "shape": (m, k)}, \
             lambda rows: (bits[rows].astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     return w, {}, lambda rows: w[rows].astype(np.float64)
-
-
-def timed(fn, reps):
-    fn()
-    fn()   # the 2nd call captures the CUDA graph
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return ts
 
 
 def call_overhead(dev, reps):
