@@ -94,15 +94,15 @@ __global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float 
 #pragma unroll
         for (int k = 0; k < E; k++) {
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            const float x = v[k] * inv, y = x * wv[k];
             if (i < n) {
-                const float x = v[k] * inv;
                 nrm[off + i] = x;
-                prod[off + i] = x * wv[k];
+                prod[off + i] = y;
             }
             /* Q (one row, n % 32 == 0): a warp holds 32 consecutive products = one q8 block of
              * the mat-vec that reads them next; whole warps are in or out of the row */
             if (Q && threadIdx.x - threadIdx.x % PYG_WARP_SIZE + (int64_t)k * blockDim.x < n)
-                warp_quant_block(v[k] * inv * wv[k], yq, yds, i / 32);
+                warp_quant_block(y, yq, yds, i / 32);
         }
         return;
     }
@@ -324,6 +324,19 @@ int rows_can_prequant_add(const pyg_tensor *mul) {
     return pyg_tensor_nrows(mul) == 1 && mul->ne[0] % 32 == 0 && mul->ne[0] <= 8192;
 }
 
+/* k_add_rms_mul with E = the elements per thread rounded up to 1, 2, 4 or 8 (the looping form
+ * past 8, which never pre-quantizes: the caller checks per <= 8 when Q) */
+template <bool Q>
+static void launch_add_rms_mul(int64_t per, unsigned rows, unsigned th, gpuStream_t s, float *sum, const float *a,
+                               const float *b, float *nrm, float *prod, const float *w, int64_t n, float eps,
+                               int8_t *yq, float *yds) {
+    if (per <= 1) k_add_rms_mul<1, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+    else if (per <= 2) k_add_rms_mul<2, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+    else if (per <= 4) k_add_rms_mul<4, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+    else if (per <= 8) k_add_rms_mul<8, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+    else k_add_rms_mul<0, false><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps);
+}
+
 int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
     const int64_t n = add->ne[0];
     const unsigned rows = (unsigned)pyg_tensor_nrows(add);
@@ -341,17 +354,10 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
             snprintf(c->err, c->errlen, "add + rms_norm * weight: cannot pre-quantize %u rows of %lld", rows, (long long)n);
             return PYG_ERR_INTERNAL;
         }
-        if (per <= 1) k_add_rms_mul<1, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-        else if (per <= 2) k_add_rms_mul<2, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-        else if (per <= 4) k_add_rms_mul<4, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-        else k_add_rms_mul<8, true><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        launch_add_rms_mul<true>(per, rows, th, c->stream, sum, a, b, nrm, prod, w, n, eps, yq, yds);
         return check_launch(c, "add + rms_norm * weight (+ int8 activations)");
     }
-    if (per <= 1) k_add_rms_mul<1><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
-    else if (per <= 2) k_add_rms_mul<2><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
-    else if (per <= 4) k_add_rms_mul<4><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
-    else if (per <= 8) k_add_rms_mul<8><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
-    else k_add_rms_mul<0><<<rows, th, 0, c->stream>>>(sum, a, b, nrm, prod, w, n, eps);
+    launch_add_rms_mul<false>(per, rows, th, c->stream, sum, a, b, nrm, prod, w, n, eps, NULL, NULL);
     return check_launch(c, "add + rms_norm * weight");
 }
 
