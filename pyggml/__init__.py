@@ -7,7 +7,7 @@
     out = pg.Scheduler("cpu").compute(y, {"x": data})
 """
 from .errors import (AbiMismatchError, DeviceError, DeviceOutOfMemory, DeviceUnavailableError, GGUFError,
-                     GraphError, MissingEntryPointError, PluginError, PluginInitError, PluginLoadError,
+                     GraphError, MissingEntryPointError, ConfigError, ClosedError, PluginError, PluginInitError, PluginLoadError,
                      PluginNotFoundError, PyggmlError, SanitizerError, ShapeError, SyncStateError,
                      TypeMismatchError, UnknownTypeError, UnsupportedError)
 from .types import DType, dtype, f32, f16, bf16, f64, i8, i16, i32, i64, q4_0, q4_1, q5_0, q5_1, q8_0, \
@@ -17,7 +17,8 @@ from .ops import (add, argmax, cont, cpy, flash_attn_ext, gelu, get_rows, mul, m
                   rms_norm, rope, scale, set_rows, silu, soft_max, swiglu, transpose, view, ROPE_NEOX,
                   ROPE_NORMAL)
 from ._plugin import ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins
-from ._sched import Plan, RunStats, Scheduler
+from ._plan import Plan
+from .scheduler import RunStats, Scheduler
 from .quant import dequantize, quantize
 
 __version__ = "0.1.0"

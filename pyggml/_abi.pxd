@@ -55,6 +55,22 @@ cdef extern from "pyggml/pyggml.h" nogil:
         PYG_ERR_ABI
         PYG_ERR_INTERNAL
         PYG_ERR_SANITIZER
+    # caps, quirks and buffer flags (values come from the header when the C is compiled)
+    enum:
+        PYG_CAP_ASYNC_COMPUTE
+        PYG_CAP_EVENTS
+        PYG_CAP_ASYNC_WRITE_PINNED
+        PYG_CAP_ASYNC_WRITE_PAGEABLE
+        PYG_CAP_ASYNC_READ
+        PYG_CAP_PEER_COPY
+        PYG_CAP_GRAPH_CAPTURE
+        PYG_CAP_HOST_BUFFER
+        PYG_CAP_HOST_MEMORY
+        PYG_CAP_MULTI_STREAM
+        PYG_QUIRK_NO_ASYNC_HOST_COPY
+        PYG_QUIRK_MULTI_DEVICE_SYNC
+        PYG_BUFFER_DEVICE
+        PYG_BUFFER_HOST
     ctypedef struct pyg_error:
         pass
     ctypedef struct pyg_device:

@@ -6,6 +6,9 @@ rule 3 of the contract (pyggml/sync.py) requires, made the way the sync policy s
 input slot is driven through the state machine, so an illegal order raises SyncStateError here,
 before anything runs. The program is then executed by _sched.pyx without the GIL.
 """
+import numpy as np
+
+from ._plan import base
 from .sync import Slot
 
 HOST = -1
@@ -20,13 +23,16 @@ class Cmd:
     ("fixed", key, off) for memory the scheduler owns or ("in", mb, j) / ("out", mb, j) for the
     arrays bound at each compute."""
 
-    __slots__ = ("kind", "dev", "is_async", "dst", "src", "host", "size", "split", "event", "note", "mb")
+    __slots__ = ("kind", "dev", "is_async", "dst", "src", "host", "size", "split", "event", "note", "mb",
+                 "role", "split_index")
 
     def __init__(self, kind, dev, is_async=False, dst=None, src=None, host=None, size=0, split=None,
-                 event=None, note="", mb=0):
+                 event=None, note="", mb=0, role="", split_index=None):
         self.kind, self.dev, self.is_async = kind, dev, is_async
         self.dst, self.src, self.host, self.size = dst, src, host, size
         self.split, self.event, self.note, self.mb = split, event, note, mb
+        self.role = role                  # "input", "slot", "output", "stage" for copies; "" otherwise
+        self.split_index = split_index    # the split a slot copy or launch belongs to
 
     @property
     def letter(self):
@@ -60,6 +66,7 @@ class DevModel:
 
 
 CAP_ASYNC_COMPUTE, CAP_EVENTS, CAP_W_PINNED, CAP_W_PAGEABLE, CAP_ASYNC_READ, CAP_PEER = (1 << i for i in range(6))
+CAP_HOST_MEMORY = 1 << 8
 QUIRK_NO_ASYNC_HOST, QUIRK_MD_SYNC = 1, 2
 
 
@@ -194,7 +201,7 @@ class Generator:
 
     # ---------------------------------------------------------------- program pieces
 
-    def host_write(self, dev, dst, host, size, src_region=None, note="", mb=0):
+    def host_write(self, dev, dst, host, size, src_region=None, note="", mb=0, role="input", split_index=None):
         """Host memory -> a device region (user inputs, CPU memory to a device)."""
         d = self.devs[dev]
         async_ok = (not d.host_memory and d.async_compute and (d.caps & CAP_W_PAGEABLE)
@@ -203,17 +210,19 @@ class Generator:
             self._access(dev, dst, True, f"{note}: slot free")
             if src_region is not None:
                 self._access(dev, src_region, False, f"{note}: source written")
-            self._emit(Cmd(WRITE, dev, True, dst=dst, host=host, size=size, note=note, mb=mb))
+            self._emit(Cmd(WRITE, dev, True, dst=dst, host=host, size=size, note=note, mb=mb, role=role,
+                          split_index=split_index))
             self._queued(dev, [(dst, True)] + ([(src_region, False)] if src_region else []))
             self._strict_after(dev, note)
             return True
         self._access(HOST, dst, True, f"{note}: destination idle")
         if src_region is not None:
             self._access(HOST, src_region, False, f"{note}: source written")
-        self._emit(Cmd(WRITE, dev, False, dst=dst, host=host, size=size, note=note, mb=mb))
+        self._emit(Cmd(WRITE, dev, False, dst=dst, host=host, size=size, note=note, mb=mb, role=role,
+                      split_index=split_index))
         return False
 
-    def host_read(self, dev, src, host, size, dst_region=None, note="", mb=0):
+    def host_read(self, dev, src, host, size, dst_region=None, note="", mb=0, role="output", split_index=None):
         """A device region -> host memory (outputs, device data into CPU memory)."""
         d = self.devs[dev]
         async_ok = (not d.host_memory and d.async_compute and (d.caps & CAP_ASYNC_READ)
@@ -222,21 +231,24 @@ class Generator:
             self._access(dev, src, False, f"{note}: source written")
             if dst_region is not None:
                 self._access(dev, dst_region, True, f"{note}: destination idle")
-            self._emit(Cmd(READ, dev, True, src=src, host=host, size=size, note=note, mb=mb))
+            self._emit(Cmd(READ, dev, True, src=src, host=host, size=size, note=note, mb=mb, role=role,
+                          split_index=split_index))
             self._queued(dev, [(src, False)] + ([(dst_region, True)] if dst_region else []))
             self._strict_after(dev, note)
             return True
         self._access(HOST, src, False, f"{note}: source written")
         if dst_region is not None:
             self._access(HOST, dst_region, True, f"{note}: destination idle")
-        self._emit(Cmd(READ, dev, False, src=src, host=host, size=size, note=note, mb=mb))
+        self._emit(Cmd(READ, dev, False, src=src, host=host, size=size, note=note, mb=mb, role=role,
+                      split_index=split_index))
         return False
 
-    def peer_copy(self, src_dev, dst, src, size, note="", mb=0):
+    def peer_copy(self, src_dev, dst, src, size, note="", mb=0, split_index=None):
         """Same plugin, another device: queued on the source's stream (rule 5)."""
         self._access(src_dev, src, False, f"{note}: source written")
         self._access(src_dev, dst, True, f"{note}: slot free")
-        self._emit(Cmd(COPY, src_dev, True, dst=dst, src=src, size=size, note=note, mb=mb))
+        self._emit(Cmd(COPY, src_dev, True, dst=dst, src=src, size=size, note=note, mb=mb, role="slot",
+                       split_index=split_index))
         self._queued(src_dev, [(src, False), (dst, True)])
         self._strict_after(src_dev, note)
 
@@ -246,7 +258,7 @@ class Generator:
             self._access(obs, r, False, f"{note}: input ready")
         for w in writes:
             self._access(obs, w, True, f"{note}: memory free")
-        self._emit(Cmd(LAUNCH, dev, split=split, note=note, mb=mb))
+        self._emit(Cmd(LAUNCH, dev, split=split, note=note, mb=mb, split_index=split[0]))
         if obs != HOST:
             self._queued(dev, [(r, False) for r in reads] + [(w, True) for w in writes])
             if self.multi and (self.devs[dev].quirks & QUIRK_MD_SYNC):
@@ -287,3 +299,96 @@ class Generator:
 
 def pattern(cmds):
     return "".join(c.letter for c in cmds)
+
+
+# ---------------------------------------------------------------- a plan's program
+
+def region(m, nbytes, extra=0):
+    """The byte range of a tensor of `nbytes` at memory m (+ extra) as the generator sees it."""
+    return (m.key, m.off + extra, m.off + extra + max(1, nbytes))
+
+
+def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False):
+    """The command program of `n_mb` micro-batches of `plan` (see pyggml/_plan.py) under `policy`.
+    Copy routes: a foreign base reaches a split's input slot by a copy on its source's queue when
+    both devices are one plugin with peer copies (rule 5), by a read into host-memory devices, a
+    write from them, and otherwise through a host staging array (two plugins). Returns the
+    Generator holding the commands, events and traced commands."""
+    gen = Generator(devs, policy, len(plan.used), drop_sync, trace=trace)
+    by_id = {t.id: t for t in plan.order}
+    name = [str(d) for d in plan.devices]
+    for mb in range(n_mb):
+        k = mb % plan.n_copies
+        for tid, d in plan.inputs_on:                 # user inputs, written where they are used
+            t = by_id[tid]
+            m = plan.mem[(tid, d)]
+            gen.host_write(d, region(m, t.nbytes), ("in", mb, plan.input_index[tid]), t.nbytes,
+                           note=f"input {t.name}", mb=mb)
+        for si, (d, ts) in enumerate(plan.splits):
+            slots = []
+            for b in plan.foreign[si]:
+                hd = plan.home[b.id]
+                src_m = plan.mem[(b.id, hd)]
+                dst_m = plan.slot_mem[(si, b.id, k)]
+                src, dst = region(src_m, b.nbytes), region(dst_m, b.nbytes)
+                sl = gen.new_slot(f"split {si} slot {k} <- {b.name or b.op_name}", d)
+                slots.append(sl)
+                note = f"split {si}: {b.name or b.op_name + '#' + str(b.id)} {name[hd]}->{name[d]}"
+                sdev, ddev = devs[hd], devs[d]
+                meta = dict(note=note, mb=mb, split_index=si)
+                if sdev.plugin == ddev.plugin and sdev.async_compute and (sdev.caps & CAP_PEER) \
+                        and not sdev.host_memory:
+                    gen.peer_copy(hd, dst, src, b.nbytes, **meta)
+                    gen.slot_copy(sl, hd, False)
+                elif ddev.host_memory:
+                    is_async = gen.host_read(hd, src, ("fixed", dst_m), b.nbytes, dst_region=dst, role="slot", **meta)
+                    gen.slot_copy(sl, hd, not is_async)
+                elif sdev.host_memory:
+                    is_async = gen.host_write(d, dst, ("fixed", src_m), b.nbytes, src_region=src, role="slot", **meta)
+                    gen.slot_copy(sl, d, not is_async)
+                else:
+                    stage = np.empty(b.nbytes, np.uint8)
+                    plan.keep.append(stage)
+                    meta["note"] = note + " (via host)"
+                    gen.host_read(hd, src, ("stage", stage), b.nbytes, role="stage", **meta)
+                    gen._order(HOST, hd, gen.seq[hd], note + ": staged")
+                    gen.host_write(d, dst, ("stage", stage), b.nbytes, role="slot", **meta)
+                    gen._order(HOST, d, gen.seq[d], note + ": staged")
+                    gen.slot_copy(sl, d, True)
+            reads, writes = [], []
+            seen = set()
+            for t in ts:
+                for s in t.src:
+                    if s is None:
+                        continue
+                    b = base(s)
+                    if b.id in seen:
+                        continue
+                    seen.add(b.id)
+                    m, _ = plan.locate(b, d, si, k)
+                    reads.append(region(m, b.nbytes))
+                b = base(t)
+                m, _ = plan.locate(b, d, si, k)
+                writes.append(region(m, b.nbytes))
+            gen.launch(d, (si, k), reads, writes, note=f"split {si} on {name[d]}", mb=mb)
+            for sl in slots:
+                gen.slot_launch(sl, d)
+        for j, t in enumerate(plan.readable):
+            d = plan.home[base(t).id]
+            m = plan.mem[(t.id, d)]
+            gen.host_read(d, region(m, t.nbytes), ("out", mb, j), t.nbytes, note=f"output {j}", mb=mb)
+    gen.finish()
+    return gen
+
+
+def per_split_stats(plan, cmds):
+    """Input copies and bytes per split, over all micro-batches, from the commands' fields."""
+    acc = {}
+    for c in cmds:
+        if c.kind in (WRITE, READ, COPY) and c.role == "slot":
+            a = acc.setdefault(c.split_index, [0, 0])
+            a[0] += 1
+            a[1] += c.size
+    return [{"split": si, "device": str(plan.devices[d]), "nodes": len(ts),
+             "input_copies": acc.get(si, [0, 0])[0], "input_bytes": acc.get(si, [0, 0])[1]}
+            for si, (d, ts) in enumerate(plan.splits)]

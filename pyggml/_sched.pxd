@@ -1,4 +1,4 @@
-# Scheduler twins: the C records the hot path walks without the GIL.
+# Scheduler runtime twins: the C records the hot path walks without the GIL.
 from libc.stdint cimport uint64_t, int64_t, int32_t
 from pyggml._abi cimport pyg_buffer, pyg_tensor, pyg_graph, pyg_graph_plan, pyg_stream, pyg_event, pyg_plugin_api
 from pyggml._plugin cimport Device
@@ -7,7 +7,7 @@ from pyggml._plugin cimport Device
 cdef struct Cmd:
     int32_t kind            # WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM
     int32_t is_async
-    int32_t dev             # index into the plan's devices (for error messages)
+    int32_t dev             # index into the plan's devices
     int32_t host_table      # -1: `host` is a fixed pointer; 0: inputs table; 1: outputs table
     int32_t host_index      # index into that table
     int32_t synchronous     # LAUNCH on a device that finishes before returning (counts as backend time)
@@ -40,7 +40,7 @@ cdef struct Watch:
 
 cdef class Program:
     cdef Cmd *cmds
-    cdef int n
+    cdef readonly int n
     cdef Watch *watch
     cdef int n_watch
     cdef double *t_start
@@ -48,7 +48,8 @@ cdef class Program:
     cdef int stop
     cdef readonly str pattern
     cdef readonly list text
-    cdef readonly int n_mb
+    cdef readonly list info
     cdef readonly object dropped
-    cdef readonly list per_split
-    cdef int run(self, void **inputs, void **outputs, double *backend_s, int *failed_at) except -1
+    cdef public list per_split
+    cdef public list keep
+    cdef int _run(self, void **inputs, void **outputs, double *backend_s) except -1

@@ -78,5 +78,13 @@ class SyncStateError(PyggmlError, RuntimeError):
     """An illegal transition of the synchronization state machine."""
 
 
+class ConfigError(PyggmlError, ValueError):
+    """A bad argument to a pyggml object (a device list, a sync policy, a size)."""
+
+
+class ClosedError(PyggmlError, RuntimeError):
+    """The object (a Scheduler, a Model) was closed and cannot be used any more."""
+
+
 class GGUFError(PyggmlError, ValueError):
     """A GGUF file is malformed, truncated or uses something pyggml cannot read."""

@@ -10,7 +10,7 @@ _scheds = {}
 def _sched(n_threads):
     s = _scheds.get(n_threads)
     if s is None:
-        from ._sched import Scheduler
+        from .scheduler import Scheduler
         s = _scheds[n_threads] = Scheduler("cpu", n_threads=n_threads)
     return s
 

@@ -100,7 +100,8 @@ def test_dropped_device_wait_is_caught_by_the_sanitizer(devs):
     ref = ok.compute(y, feeds)
     assert "w" in ok.last_run.sync_pattern
     assert tb.sanitizer_report(devs["tds"].devices[0]) == ""
-    bad = pg.Scheduler(["tds:0", "tds:1"], sync="events", debug_drop_sync=0)
+    bad = pg.Scheduler(["tds:0", "tds:1"], sync="events")
+    bad._drop_sync = 0  # a test switch: leave out that ordering
     assert "input ready" in bad.program(y).dropped
     with pytest.raises(pg.SanitizerError, match="unordered access"):
         bad.compute(y, feeds)
@@ -144,7 +145,8 @@ def test_split_without_inputs_is_ordered(policy, devs):
         text = s.program(d).text
         k = next(i for i, line in enumerate(text) if "split 2 on cpu:0" in line and line.startswith("sync"))
         n_before = sum(1 for line in text[:k] if line.startswith(("sync", "wait")))
-        bad = pg.Scheduler(["tds:0", "cpu"], sync=policy, debug_drop_sync=n_before)
+        bad = pg.Scheduler(["tds:0", "cpu"], sync=policy)
+        bad._drop_sync = n_before  # a test switch: leave out that ordering
         assert "split 2" in bad.program(d).dropped
         with pytest.raises(pg.SanitizerError, match="changed before async write completed"):
             bad.compute(d, feeds)
@@ -223,21 +225,47 @@ def test_pins_to_absent_devices_are_ignored(devs):
     s.compute(y, feeds)
 
 
+def _tracks(doc):
+    """{track name: [complete events]} of a trace document, with its integer tids resolved."""
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    out = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+            out.setdefault(names[e["tid"]], []).append(e)
+    return out
+
+
 def test_trace_file_has_host_and_queue_tracks(devs, tmp_path, monkeypatch):
+    import json
     path = tmp_path / "trace.json"
     monkeypatch.setenv("PYGGML_TRACE", str(path))
     y, _ = _chain(["tds:0", "tds:1"])
     rng = np.random.default_rng(4)
     s = pg.Scheduler(["tds:0", "tds:1"], sync="events", n_copies=2)
     s.compute_batches(y, [{"x": rng.standard_normal((4, 32)).astype(np.float32)} for _ in range(3)])
-    import json
-    ev = json.loads(path.read_text())["traceEvents"]
-    tracks = {e["tid"] for e in ev}
-    assert {"host", "tds:0 queue", "tds:1 queue"} <= tracks
-    launches = [e for e in ev if e["tid"].endswith("queue") and e["name"].startswith("launch")]
+    assert not path.exists(), "the trace is written at close, at exit or on flush, not after every compute"
+    n_cmds = len(s.program(y, 3).text)
+    s.close()
+    tracks = _tracks(json.loads(path.read_text()))
+    assert {"host", "tds:0 queue", "tds:1 queue"} <= set(tracks)
+    launches = [e for n in ("tds:0 queue", "tds:1 queue") for e in tracks[n] if e["name"].startswith("launch")]
     assert len(launches) == 6 and all(e["dur"] > 0 for e in launches)
-    host = [e for e in ev if e["tid"] == "host"]
-    assert len(host) == len(s.program(y, 3).text)
+    assert len(tracks["host"]) == n_cmds
+
+
+def test_trace_has_a_cpu_track_and_flushes_on_demand(tmp_path):
+    import json
+    path = tmp_path / "cpu.json"
+    y, feeds = _chain(["cpu"])
+    s = pg.Scheduler(["cpu"], trace=str(path))
+    for _ in range(3):
+        s.compute(y, feeds)
+    s.flush_trace()
+    tracks = _tracks(json.loads(path.read_text()))
+    assert len([e for e in tracks["cpu:0 queue"] if e["name"].startswith("launch")]) == 3
+    assert {e["args"]["run"] for e in tracks["host"]} == {0, 1, 2}
+    s.close()
 
 
 def test_per_split_copies_and_bytes(devs):

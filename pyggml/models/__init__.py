@@ -27,7 +27,7 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     devices: as for pyggml.Scheduler (priority order). n_ctx: KV cache length (tokens).
     attn: "flash" (flash_attn_ext) or "softmax" (mul_mat + soft_max). kv_type: "f16" or "f32".
     n_batch: largest prefill chunk (prompts run in power-of-two chunks up to it)."""
-    from .._sched import Scheduler
+    from ..scheduler import Scheduler
     from ..graph import Graph
     if attn not in ATTN_MODES:
         raise ValueError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
