@@ -156,3 +156,80 @@ def test_forget_releases_a_graphs_plans_and_weights():
 def test_forget_rejects_what_is_not_a_graph():
     with pytest.raises(TypeError, match="Graph or a Tensor"):
         pg.Scheduler(["cpu"]).forget("graph")
+
+
+def test_two_threads_on_one_scheduler_get_their_own_results():
+    """compute from several threads is serialized: every thread gets the result of its own inputs
+    (without the lock, one thread's inputs were overwritten by another's: 74% wrong results)."""
+    import threading
+    g = pg.Graph()
+    y, w1, w2 = _mlp(g)
+    s = pg.Scheduler("cpu")
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((3, 64)).astype(np.float32) for _ in range(8)]
+    want = [s.compute(y, {"x": x}) for x in xs]
+    bad = []
+
+    def worker(i):
+        for r in range(40):
+            j = (i + r) % len(xs)
+            if not np.array_equal(s.compute(y, {"x": xs[j]}), want[j]):
+                bad.append((i, r))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+
+
+def test_use_after_close_raises():
+    g = pg.Graph()
+    y, _, _ = _mlp(g)
+    s = pg.Scheduler("cpu")
+    s.compute(y, {"x": np.ones((3, 64), np.float32)})
+    s.close()
+    s.close()                                   # idempotent
+    with pytest.raises(pg.ClosedError, match="closed"):
+        s.compute(y, {"x": np.ones((3, 64), np.float32)})
+    assert isinstance(pg.ClosedError("x"), pg.PyggmlError)
+
+
+def test_feeds_are_checked_not_converted():
+    g = pg.Graph()
+    x = g.input("x", (4,), pg.i32)
+    y = pg.add(pg.scale(g.input("f", (4,)), 2.0), g.input("h", (4,)))
+    z = pg.get_rows(g.weight("w", np.arange(12, dtype=np.float32).reshape(6, 2)), x)
+    s = pg.Scheduler("cpu")
+    with pytest.raises(pg.GraphError, match="does not use.*'typo'"):
+        s.compute(y, {"f": np.ones(4, np.float32), "h": np.ones(4, np.float32), "typo": 1})
+    with pytest.raises(pg.TypeMismatchError, match="do not fit"):
+        s.compute(z, {"x": np.array([0, 1, 2**32 + 1, 3], np.int64)})
+    assert np.array_equal(s.compute(z, {"x": np.array([0, 1, 5, 3], np.int64)})[2], [10, 11])
+    with pytest.raises(pg.TypeMismatchError, match="cannot take"):
+        s.compute(z, {"x": np.array(["0", "1", "2", "3"])})
+    with pytest.raises(pg.TypeMismatchError, match="cannot take"):
+        s.compute(z, {"x": np.array([0.0, 1.5, 2.0, 3.0])})
+
+
+@pytest.mark.parametrize("bad, match", [([], "at least one device"), (("cpu", "cpu"), "listed twice"),
+                                        (5, "device spec")])
+def test_bad_scheduler_arguments_are_config_errors(bad, match):
+    with pytest.raises(pg.ConfigError, match=match) as e:
+        pg.Scheduler(bad)
+    assert isinstance(e.value, ValueError)
+
+
+def test_bad_policy_and_env_override(monkeypatch):
+    with pytest.raises(pg.ConfigError, match="not one of"):
+        pg.Scheduler("cpu", sync="fast")
+    with pytest.raises(pg.ConfigError, match="n_copies"):
+        pg.Scheduler("cpu", n_copies=9)
+    monkeypatch.setenv("PYGGML_SYNC", "strict")
+    with pytest.warns(RuntimeWarning, match="overrides"):
+        assert pg.Scheduler("cpu", sync="events").sync == "strict"
+    assert pg.Scheduler("cpu").sync == "strict"
+    monkeypatch.setenv("PYGGML_SYNC", "bogus")
+    with pytest.raises(pg.ConfigError, match="PYGGML_SYNC"):
+        pg.Scheduler("cpu")
