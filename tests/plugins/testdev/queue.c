@@ -82,6 +82,7 @@ static pyg_error *run_cmd(pyg_stream *s, td_cmd *c, int *san) {
 
 static void free_cmd(td_cmd *c) {
     free(c->snapshot);
+    free(c->owned);
     free(c);
 }
 
@@ -196,33 +197,51 @@ pyg_error *td_enqueue(pyg_stream *s, td_cmd *c, const td_req *reqs, int nreq, in
 
 /* ---------------------------------------------------------------- streams */
 
-pyg_error *td_stream_create(pyg_device *dev, uint32_t flags, pyg_stream **out) {
-    if (!td_device_valid(dev) || !out) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_create: bad device or out");
-    *out = NULL;
-    if (flags != PYG_STREAM_DEFAULT) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
+/* A new stream of dev with its worker; td.mu held. */
+static pyg_error *stream_new(pyg_device *dev, int hidden, pyg_stream **out) {
     pyg_stream *s = calloc(1, sizeof *s);
     if (!s) return td_oom();
     s->dev = dev;
-    td_lock();
+    s->hidden = hidden;
     if (td.n_streams == td.cap_streams) {
         int cap = td.cap_streams ? td.cap_streams * 2 : 16;
         pyg_stream **v = realloc(td.streams, (size_t)cap * sizeof *v);
-        if (!v) { td_unlock(); free(s); return td_oom(); }
+        if (!v) { free(s); return td_oom(); }
         td.streams = v;
         td.cap_streams = cap;
     }
     s->id = td.n_streams;
-    int rc = pthread_create(&s->thread, NULL, worker, s);
+    int rc = pthread_create(&s->thread, NULL, worker, s); /* it waits for td.mu before it runs */
     if (rc) {
-        td_unlock();
         free(s);
         return td_error(PYG_ERR_DEVICE, "stream_create: cannot start a worker thread (%s)", strerror(rc));
     }
     s->thread_started = 1;
     td.streams[td.n_streams++] = s; /* kept after destroy: clocks and records name stream ids */
-    td_unlock();
     *out = s;
     return NULL;
+}
+
+pyg_error *td_stream_create(pyg_device *dev, uint32_t flags, pyg_stream **out) {
+    if (!td_device_valid(dev) || !out) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_create: bad device or out");
+    *out = NULL;
+    if (flags != PYG_STREAM_DEFAULT) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_create: unknown flags 0x%x", flags);
+    td_lock();
+    pyg_error *e = stream_new(dev, 0, out);
+    td_unlock();
+    return e;
+}
+
+pyg_error *td_stream_create_hidden(pyg_device *dev, pyg_stream **out) {
+    return stream_new(dev, 1, out);
+}
+
+void td_host_drain(pyg_stream *s) {
+    uint64_t target = s->enq;
+    while (s->done < target) pthread_cond_wait(&td.cv, &td.mu);
+    td_clock snap = { 0 };
+    if (!td_clock_copy(&snap, &s->clock) && !td_clock_set(&snap, s->id, target)) td_clock_join(&td.host, &snap);
+    td_clock_free(&snap);
 }
 
 void td_stream_destroy(pyg_stream *s) {
@@ -437,7 +456,10 @@ pyg_error *td_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t offset
     if (e) { td_unlock(); return e; }
     int pinned = td_find_host_buffer(src, size) != NULL;
     uint64_t cap = pinned ? PYG_CAP_ASYNC_WRITE_PINNED : PYG_CAP_ASYNC_WRITE_PAGEABLE;
-    int blocking = !(s->dev->cfg.caps & cap);
+    /* CUDA stages ordinary host memory through a bounded buffer: a larger copy waits until the
+     * stream reaches it (the host then runs in lockstep with the queue) */
+    int blocking = !(s->dev->cfg.caps & cap) ||
+                   (!pinned && !s->dev->cfg.pageable_async && size > s->dev->cfg.staging_bytes);
     td_cmd *c = calloc(1, sizeof *c);
     if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_WRITE;
@@ -481,7 +503,9 @@ pyg_error *td_stream_read_async(pyg_stream *s, pyg_buffer *src, uint64_t offset,
     if (!e) e = check_buf("stream_read_async", s, src, offset, size, 1);
     if (!e && size && !dst) e = td_error(PYG_ERR_INVALID_ARGUMENT, "stream_read_async: dst is NULL");
     if (e) { td_unlock(); return e; }
-    int blocking = !(s->dev->cfg.caps & PYG_CAP_ASYNC_READ);
+    /* CUDA: a queued read into ordinary (pageable) host memory returns only when it is done */
+    int blocking = !(s->dev->cfg.caps & PYG_CAP_ASYNC_READ) ||
+                   (!s->dev->cfg.pageable_async && !td_find_host_buffer(dst, size));
     td_cmd *c = calloc(1, sizeof *c);
     if (!c) { td_unlock(); return td_oom(); }
     c->kind = TD_CMD_READ;

@@ -12,6 +12,14 @@
  *   copy_latency_us     PREFIX COPY_LATENCY_US     0      sleep before every queued copy
  *   launch_latency_us   PREFIX LAUNCH_LATENCY_US   0      sleep before every queued compute
  *   node_latency_us     PREFIX NODE_LATENCY_US     0      and this much more per node it computes
+ *   blocking_copies     PREFIX BLOCKING_COPIES     how buffer_write is built: "complete" (done for
+ *                                                  every queue on return) or "staged" (CUDA's
+ *                                                  pageable cudaMemcpy: lands later, on the default
+ *                                                  queue); see hostcopy.c
+ *   pageable_async      PREFIX PAGEABLE_ASYNC      0 (CUDA): a queued read into ordinary host memory
+ *                                                  blocks until done, a queued write from it of more
+ *                                                  than staging_bytes until the stream reaches it
+ *   staging_bytes       PREFIX STAGING_BYTES       1 MiB
  *   caps                PREFIX CAPS                hex, see TD_DEFAULT_CAPS
  *   quirks              PREFIX QUIRKS              hex, 0
  *   name, description   PREFIX NAME                props.name / props.description
@@ -206,6 +214,9 @@ static void device_defaults(pyg_device *d, int index) {
     d->cfg.copy_latency_us = 0;
     d->cfg.launch_latency_us = 0;
     d->cfg.node_latency_us = 0;
+    d->cfg.blocking_copies = TD_BLOCKING_STAGED;
+    d->cfg.pageable_async = 0;
+    d->cfg.staging_bytes = 1ull << 20;
     d->cfg.memory_total = 8ull << 30;
     d->cfg.alignment = 256;
     d->cfg.n_threads = 1;
@@ -229,6 +240,16 @@ static pyg_error *apply_option(pyg_device *d, const char *key, const char *value
         if (key[0] == 'c') d->cfg.copy_latency_us = (int64_t)u;
         else if (key[0] == 'n') d->cfg.node_latency_us = (int64_t)u;
         else d->cfg.launch_latency_us = (int64_t)u;
+    } else if (!strcmp(key, "blocking_copies")) {
+        if (!strcmp(value, "complete")) d->cfg.blocking_copies = TD_BLOCKING_COMPLETE;
+        else if (!strcmp(value, "staged")) d->cfg.blocking_copies = TD_BLOCKING_STAGED;
+        else return td_error(PYG_ERR_INVALID_ARGUMENT, "blocking_copies: '%s' is not complete or staged", value);
+    } else if (!strcmp(key, "pageable_async")) {
+        if (parse_bool(value, &b)) return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: '%s' is not 0 or 1", key, value);
+        d->cfg.pageable_async = b;
+    } else if (!strcmp(key, "staging_bytes")) {
+        if (parse_u64(value, 0, &u)) return td_error(PYG_ERR_INVALID_ARGUMENT, "staging_bytes: '%s' is not a byte count", value);
+        d->cfg.staging_bytes = u;
     } else if (!strcmp(key, "caps") || !strcmp(key, "quirks")) {
         if (parse_u64(value, 16, &u))
             return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: '%s' is not a hex mask", key, value);
@@ -309,6 +330,9 @@ static pyg_error *api_plugin_init(void) {
         apply_env("COPY_LATENCY_US", "copy_latency_us", 1);
         apply_env("LAUNCH_LATENCY_US", "launch_latency_us", 1);
         apply_env("NODE_LATENCY_US", "node_latency_us", 1);
+        apply_env("BLOCKING_COPIES", "blocking_copies", 1);
+        apply_env("PAGEABLE_ASYNC", "pageable_async", 1);
+        apply_env("STAGING_BYTES", "staging_bytes", 1);
         apply_env("CAPS", "caps", 1);
         apply_env("QUIRKS", "quirks", 1);
         apply_env("NAME", "name", 1);
@@ -502,81 +526,6 @@ static pyg_error *api_buffer_get_info(pyg_buffer *b, pyg_buffer_info *info) {
     return NULL;
 }
 
-/* Validate a buffer range; td.mu held. */
-static pyg_error *check_range(const char *fn, pyg_buffer *b, uint64_t offset, uint64_t size) {
-    if (!td_buffer_valid(b)) return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: not a live buffer of %s", fn, td_plugin_name);
-    if (offset > b->size || size > b->size - offset)
-        return td_error(PYG_ERR_INVALID_ARGUMENT, "%s: range [%llu, %llu) outside buffer #%d of %llu bytes", fn,
-                        (unsigned long long)offset, (unsigned long long)(offset + size), b->id,
-                        (unsigned long long)b->size);
-    return NULL;
-}
-
-/* Host (blocking) access: the buffer range and the host range must not be pending on a stream
- * the host has not synchronized. Returns the violation error or NULL. td.mu held. */
-static pyg_error *host_access(const char *fn, pyg_buffer *b, uint64_t off, uint64_t size, int buf_write,
-                              const void *host, int host_write) {
-    if (!td.sanitize || size == 0) return NULL;
-    char where[128], msg[TD_MSG], msg2[TD_MSG];
-    int bad = 0;
-    td_buffer_where(b, where, sizeof where);
-    if (td_san_check(&b->acc, where, off, off + size, buf_write, NULL, fn, msg, sizeof msg)) {
-        td_san_violation(msg);
-        bad = 1;
-    }
-    if (host) {
-        pyg_buffer *hb = td_find_host_buffer(host, size);
-        int bad2;
-        if (hb) {
-            char w2[128];
-            td_buffer_where(hb, w2, sizeof w2);
-            uint64_t lo = (uint64_t)((const uint8_t *)host - hb->base);
-            bad2 = td_san_check(&hb->acc, w2, lo, lo + size, host_write, NULL, fn, msg2, sizeof msg2);
-        } else {
-            uint64_t lo = (uint64_t)(uintptr_t)host;
-            bad2 = td_san_check(&td.hostmem, "host memory", lo, lo + size, host_write, NULL, fn, msg2, sizeof msg2);
-        }
-        if (bad2) {
-            td_san_violation(msg2);
-            if (!bad) memcpy(msg, msg2, sizeof msg);
-            bad = 1;
-        }
-    }
-    return bad ? td_error(PYG_ERR_SANITIZER, "%s", msg) : NULL;
-}
-
-static pyg_error *api_buffer_write(pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size) {
-    td_lock();
-    pyg_error *e = check_range("buffer_write", dst, offset, size);
-    if (!e && size && !src) e = td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_write: src is NULL");
-    if (e) { td_unlock(); return e; }
-    e = host_access("buffer_write", dst, offset, size, 1, src, 0);
-    td_unlock();
-    if (size) memcpy(dst->base + offset, src, (size_t)size); /* done like the hardware would, race included */
-    return e;
-}
-
-static pyg_error *api_buffer_read(pyg_buffer *src, uint64_t offset, void *dst, uint64_t size) {
-    td_lock();
-    pyg_error *e = check_range("buffer_read", src, offset, size);
-    if (!e && size && !dst) e = td_error(PYG_ERR_INVALID_ARGUMENT, "buffer_read: dst is NULL");
-    if (e) { td_unlock(); return e; }
-    e = host_access("buffer_read", src, offset, size, 0, dst, 1);
-    td_unlock();
-    if (size) memcpy(dst, src->base + offset, (size_t)size);
-    return e;
-}
-
-static pyg_error *api_buffer_fill(pyg_buffer *dst, uint64_t offset, uint8_t value, uint64_t size) {
-    td_lock();
-    pyg_error *e = check_range("buffer_fill", dst, offset, size);
-    if (e) { td_unlock(); return e; }
-    e = host_access("buffer_fill", dst, offset, size, 1, NULL, 0);
-    td_unlock();
-    if (size) memset(dst->base + offset, value, (size_t)size);
-    return e;
-}
-
 /* ---------------------------------------------------------------- the table */
 
 static pyg_plugin_api g_api = {
@@ -608,9 +557,9 @@ static pyg_plugin_api g_api = {
     /* .buffer_alloc = */ api_buffer_alloc,
     /* .buffer_free = */ api_buffer_free,
     /* .buffer_get_info = */ api_buffer_get_info,
-    /* .buffer_write = */ api_buffer_write,
-    /* .buffer_read = */ api_buffer_read,
-    /* .buffer_fill = */ api_buffer_fill,
+    /* .buffer_write = */ td_buffer_write,
+    /* .buffer_read = */ td_buffer_read,
+    /* .buffer_fill = */ td_buffer_fill,
     /* .stream_write_async = */ td_stream_write_async,
     /* .stream_read_async = */ td_stream_read_async,
     /* .stream_copy_async = */ td_stream_copy_async,

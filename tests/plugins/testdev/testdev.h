@@ -83,9 +83,21 @@ typedef struct td_alist {
 
 /* ---------------------------------------------------------------- objects */
 
+/* How blocking host copies are built (see hostcopy.c). */
+typedef enum td_blocking_copies {
+    TD_BLOCKING_COMPLETE,     /* done for every queue when the call returns (the contract) */
+    TD_BLOCKING_STAGED,       /* CUDA's pageable cudaMemcpy on the legacy stream: returns once the
+                                 source is staged; the bytes land later on the default queue */
+} td_blocking_copies;
+
 typedef struct td_config {
     uint64_t caps, quirks;
     int64_t copy_latency_us, launch_latency_us, node_latency_us;
+    td_blocking_copies blocking_copies;
+    int pageable_async;       /* 1: queued copies from/to ordinary host memory never block;
+                                 0 (CUDA): a read into it blocks until done, a write from it of
+                                 more than staging_bytes blocks until the stream reaches it */
+    uint64_t staging_bytes;
     uint64_t memory_total, alignment;
     int n_threads, reference;
     const char *name;         /* interned, never freed */
@@ -98,6 +110,7 @@ struct pyg_device {
     td_config cfg;            /* under td.mu */
     uint64_t allocated;       /* device bytes in live buffers */
     pthread_mutex_t exec_mu;  /* serializes the device's streams when MULTI_STREAM is off */
+    struct pyg_stream *dflt;  /* the runtime's default queue (hostcopy.c); NULL until first used */
 };
 
 #define TD_BUFFER_MAGIC 0x7464627566u
@@ -132,6 +145,7 @@ typedef struct td_cmd {
     const uint8_t *src;
     uint64_t size;
     uint8_t *snapshot;        /* sanitizer: host bytes of an async write, taken at enqueue */
+    uint8_t *owned;           /* a staged copy of the source, freed with the command */
     pyg_graph_plan *plan;
     struct pyg_stream *wait_stream;
     uint64_t wait_seq;
@@ -152,6 +166,7 @@ struct pyg_stream {
     td_clock clock;           /* what is ordered before the next command queued here */
     pyg_error *err;           /* first asynchronous failure, reported once */
     uint64_t last_compute;    /* seq of the last compute (PYG_QUIRK_MULTI_DEVICE_SYNC check) */
+    int hidden;               /* a device's default queue: never handed to the host */
     uint64_t quirk_reported;
 };
 
@@ -249,6 +264,10 @@ typedef struct td_req {
  * (then cmd was not queued and is freed). */
 pyg_error *td_enqueue(pyg_stream *s, td_cmd *cmd, const td_req *reqs, int nreq, int blocking);
 int td_stream_valid(const pyg_stream *s);
+/* td.mu held: the host waits until s has run everything queued, and is then ordered after it. */
+void td_host_drain(pyg_stream *s);
+/* A hidden queue of dev (its default queue); td.mu held, may drop it while starting the worker. */
+pyg_error *td_stream_create_hidden(pyg_device *dev, pyg_stream **out);
 void td_buffer_where(const pyg_buffer *b, char *buf, size_t len);
 
 /* plan.c: graph plans */
@@ -256,6 +275,11 @@ pyg_error *td_graph_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
 void td_graph_plan_destroy(pyg_graph_plan *plan);
 pyg_error *td_graph_plan_compute(pyg_graph_plan *plan, pyg_stream *s);
 int td_plan_run(pyg_graph_plan *plan, char *err, size_t errlen); /* on the worker */
+
+/* hostcopy.c: the blocking copies */
+pyg_error *td_buffer_write(pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size);
+pyg_error *td_buffer_read(pyg_buffer *src, uint64_t offset, void *dst, uint64_t size);
+pyg_error *td_buffer_fill(pyg_buffer *dst, uint64_t offset, uint8_t value, uint64_t size);
 
 /* testdev.c */
 int td_buffer_valid(const pyg_buffer *b);  /* with td.mu held */
