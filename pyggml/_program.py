@@ -66,7 +66,7 @@ class DevModel:
 
 
 CAP_ASYNC_COMPUTE, CAP_EVENTS, CAP_W_PINNED, CAP_W_PAGEABLE, CAP_ASYNC_READ, CAP_PEER = (1 << i for i in range(6))
-CAP_HOST_MEMORY = 1 << 8
+CAP_HOST_BUFFER, CAP_HOST_MEMORY = 1 << 7, 1 << 8
 QUIRK_NO_ASYNC_HOST, QUIRK_MD_SYNC = 1, 2
 
 
@@ -201,10 +201,12 @@ class Generator:
 
     # ---------------------------------------------------------------- program pieces
 
-    def host_write(self, dev, dst, host, size, src_region=None, note="", mb=0, role="input", split_index=None):
-        """Host memory -> a device region (user inputs, CPU memory to a device)."""
+    def host_write(self, dev, dst, host, size, src_region=None, note="", mb=0, role="input", split_index=None,
+                   pinned=False):
+        """Host memory -> a device region (user inputs, CPU memory to a device). `pinned`: the
+        source is pinned host memory of the device's plugin."""
         d = self.devs[dev]
-        async_ok = (not d.host_memory and d.async_compute and (d.caps & CAP_W_PAGEABLE)
+        async_ok = (not d.host_memory and d.async_compute and (d.caps & (CAP_W_PINNED if pinned else CAP_W_PAGEABLE))
                     and not (d.quirks & QUIRK_NO_ASYNC_HOST) and self.policy != "strict")
         if async_ok:
             self._access(dev, dst, True, f"{note}: slot free")
@@ -308,12 +310,20 @@ def region(m, nbytes, extra=0):
     return (m.key, m.off + extra, m.off + extra + max(1, nbytes))
 
 
-def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False):
+def stages_host_io(d):
+    """A device whose queued host copies are staged through pinned memory in pipelined runs: a
+    queued read into ordinary host memory may block until done (CUDA does), which would hold the
+    host until the micro-batch has left the last device."""
+    return not d.host_memory and d.async_compute and bool(d.caps & CAP_HOST_BUFFER)
+
+
+def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False, pinned=None):
     """The command program of `n_mb` micro-batches of `plan` (see pyggml/_plan.py) under `policy`.
     Copy routes: a foreign base reaches a split's input slot by a copy on its source's queue when
     both devices are one plugin with peer copies (rule 5), by a read into host-memory devices, a
     write from them, and otherwise through a host staging array (two plugins). Returns the
-    Generator holding the commands, events and traced commands."""
+    Generator holding the commands, events and traced commands. `pinned`: {("in", mb, j, device)
+    or ("out", mb, j): Mem} pinned host memory that stands in for the user's arrays."""
     gen = Generator(devs, policy, len(plan.used), drop_sync, trace=trace)
     by_id = {t.id: t for t in plan.order}
     name = [str(d) for d in plan.devices]
@@ -322,8 +332,10 @@ def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False):
         for tid, d in plan.inputs_on:                 # user inputs, written where they are used
             t = by_id[tid]
             m = plan.mem[(tid, d)]
-            gen.host_write(d, region(m, t.nbytes), ("in", mb, plan.input_index[tid]), t.nbytes,
-                           note=f"input {t.name}", mb=mb)
+            j = plan.input_index[tid]
+            pm = pinned.get(("in", mb, j, d)) if pinned else None
+            gen.host_write(d, region(m, t.nbytes), ("fixed", pm) if pm else ("in", mb, j), t.nbytes,
+                           note=f"input {t.name}", mb=mb, pinned=pm is not None)
         for si, (d, ts) in enumerate(plan.splits):
             slots = []
             for b in plan.foreign[si]:
@@ -376,7 +388,9 @@ def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False):
         for j, t in enumerate(plan.readable):
             d = plan.home[base(t).id]
             m = plan.mem[(t.id, d)]
-            gen.host_read(d, region(m, t.nbytes), ("out", mb, j), t.nbytes, note=f"output {j}", mb=mb)
+            pm = pinned.get(("out", mb, j)) if pinned else None
+            gen.host_read(d, region(m, t.nbytes), ("fixed", pm) if pm else ("out", mb, j), t.nbytes,
+                          note=f"output {j}", mb=mb)
     gen.finish()
     return gen
 

@@ -82,8 +82,10 @@ def test_every_micro_batch_is_right(tdp, reference, policy, n_copies, n_dev):
     s = pg.Scheduler(devices, sync=policy, n_copies=n_copies)
     y = _stack(devices)
     got = s.compute_batches(y, feeds)
+    got += [s.compute(y, f) for f in feeds[:2]]     # single runs: the user's arrays, no staging
+    want = list(want) + list(want[:2])
     report = tb.sanitizer_report(tdp.devices[0])
-    wrong = [m for m in range(len(feeds)) if not np.array_equal(got[m], want[m])]
+    wrong = [m for m in range(len(got)) if not np.array_equal(got[m], want[m])]
     s.close()
     assert report == "", report
     assert wrong == [], f"micro-batches {wrong} differ from the CPU's"
@@ -118,3 +120,28 @@ def test_two_devices_overlap_micro_batches(tdp, tmp_path):
         start_next, _ = spans[("tdp:0", m + 1)]
         _, end_this = spans[("tdp:1", m)]
         assert start_next < end_this, f"tdp:0 started micro-batch {m + 1} only after tdp:1 finished {m}"
+
+
+def test_a_blocking_write_that_returns_before_landing_is_caught(tdp, reference):
+    """blocking_copies=staged is the CUDA plugin before the fix (a pageable cudaMemcpy on the legacy
+    stream, not waited for): the sanitizer reports the launch that reads the slot it writes, and
+    without the sanitizer strict's results come out wrong, as they did on the H200. (Pipelined runs
+    now write inputs from pinned staging, which such a copy completes before returning.)"""
+    feeds, want = reference
+    for dev in tdp.devices:
+        dev.set_option("blocking_copies", "staged")
+    try:
+        s = pg.Scheduler(["tdp:0"], sync="strict")
+        y = _stack(["tdp:0"])
+        with pytest.raises(pg.SanitizerError, match="landing on the default queue"):
+            s.compute(y, feeds[0])
+        tb.sanitizer_report(tdp.devices[0])
+        tdp.devices[0].set_option("sanitize", "0")
+        got = [s.compute(y, f) for f in feeds]
+        assert any(not np.array_equal(got[m], want[m]) for m in range(len(feeds)))
+        s.close()
+    finally:
+        for dev in tdp.devices:
+            dev.set_option("blocking_copies", "complete")
+        tdp.devices[0].set_option("sanitize", "1")
+        tb.sanitizer_report(tdp.devices[0])

@@ -250,7 +250,8 @@ class Ctx:
 def reset(pg, dev):
     """Defaults for what these tests change (the library may be shared with other tests in the process)."""
     for k, v in (("copy_latency_us", 0), ("launch_latency_us", 0), ("caps", f"{DEFAULT_CAPS:x}"), ("quirks", 0),
-                 ("name", "testdev"), ("memory", 8 << 30)):
+                 ("name", "testdev"), ("memory", 8 << 30), ("blocking_copies", "complete"), ("pageable_async", 0),
+                 ("staging_bytes", 1 << 20)):
         pg.opt(dev, k, v)
 
 
@@ -613,6 +614,7 @@ def test_sanitizer_catches_async_read_target_reused_as_async_write_source(ctx):
     """Output read back on A, fed as input on B without any ordering: host memory is tracked."""
     pg = ctx.pg
     pg.opt(ctx.d0, "copy_latency_us", 100_000)
+    pg.opt(ctx.d0, "pageable_async", 1)      # a device whose reads into pageable memory are queued
     a, b = ctx.stream(ctx.d0), ctx.stream(ctx.d1)
     b0, b1 = ctx.buffer(ctx.d0, 256), ctx.buffer(ctx.d1, 256)
     host = np.zeros(64, np.float32)
@@ -653,6 +655,7 @@ def test_sanitizer_quiet_for_properly_ordered_pipeline(ctx):
 def test_sanitizer_poisons_early_reads_of_async_read_targets(ctx):
     pg = ctx.pg
     pg.opt(ctx.d0, "copy_latency_us", 200_000)
+    pg.opt(ctx.d0, "pageable_async", 1)      # a device whose reads into pageable memory are queued
     s = ctx.stream(ctx.d0)
     buf = ctx.buffer(ctx.d0, 64)
     x = np.arange(16, dtype=np.float32)
@@ -936,3 +939,59 @@ def test_configuration_from_the_environment(libdir):
                         os.path.join(libdir, "libpyggml-testdevb.so")], capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0 and "OK" in r.stdout, f"{r.stdout}\n{r.stderr[-3000:]}"
+
+
+def test_pageable_host_copies_block_like_cuda(ctx):
+    """The CUDA runtime's pageable semantics (pageable_async=0, the default): a queued read into
+    ordinary host memory returns when done; a queued write from it larger than staging_bytes
+    returns only once the stream reached it; into or from pinned memory both stay queued."""
+    pg = ctx.pg
+    pg.opt(ctx.d0, "copy_latency_us", 50_000)
+    pg.opt(ctx.d0, "staging_bytes", 64)
+    s = ctx.stream(ctx.d0)
+    buf = ctx.buffer(ctx.d0, 256)
+    x = np.arange(64, dtype=np.float32)
+    pg.call("buffer_write", buf, 0, x.ctypes.data, x.nbytes)
+    y = np.zeros(64, np.float32)
+    pg.call("stream_read_async", s, buf, 0, y.ctypes.data, y.nbytes)
+    assert np.array_equal(x, y), "a pageable read returns when it is done"
+    pinned = ctx.buffer(ctx.d0, 256, flags=1)                            # PYG_BUFFER_HOST
+    ev = ctx.event(ctx.d0)
+
+    def pending():
+        pg.call("event_record", ev, s)
+        done = C.c_int32(0)
+        pg.call("event_query", ev, C.byref(done))
+        return not done.value
+
+    pg.call("stream_read_async", s, buf, 0, pg.info(pinned).host_ptr, 256)
+    assert pending(), "a read into pinned memory stays queued"
+    pg.call("stream_synchronize", s)
+    x2 = -x
+    pg.call("stream_write_async", s, buf, 0, x2.ctypes.data, x2.nbytes)   # 256 > staging_bytes
+    assert not pending(), "a large pageable write returns only when the stream reached it"
+    pg.call("stream_synchronize", s)
+
+
+def test_staged_blocking_write_lands_late_on_the_default_queue(ctx):
+    """blocking_copies=staged (CUDA's pageable cudaMemcpy, not waited for): buffer_write returns
+    before the bytes land; a compute queued at once reads the old bytes and the sanitizer names the
+    default queue's pending write; a later blocking read waits for the default queue."""
+    pg = ctx.pg
+    pg.opt(ctx.d0, "blocking_copies", "staged")
+    pg.opt(ctx.d0, "copy_latency_us", 100_000)
+    s = ctx.stream(ctx.d0)
+    g = AddGraph(ctx, ctx.d0, 8, 4)
+    x = np.ones(32, np.float32)
+    pg.call("buffer_write", g.buf, g.off[0], x.ctypes.data, x.nbytes)
+    pg.call("buffer_write", g.buf, g.off[1], x.ctypes.data, x.nbytes)
+    e = pg.error_of("graph_plan_compute", g.plan, s)
+    assert e.code == PYG_ERR_SANITIZER and "landing on the default queue" in e.msg, e.msg
+    pg.call("stream_synchronize", s)
+    out = np.zeros(32, np.float32)
+    pg.call("buffer_read", g.buf, g.off[2], out.ctypes.data, out.nbytes)
+    assert not np.array_equal(out, 2 * x), "the compute ran before the staged bytes landed"
+    back = np.zeros(32, np.float32)
+    pg.call("buffer_read", g.buf, g.off[0], back.ctypes.data, back.nbytes)
+    assert np.array_equal(back, x), "a blocking read waits for the default queue"
+    pg.sanitizer_report(ctx.d0)

@@ -416,6 +416,11 @@ static pyg_error *buffer_write(pyg_buffer *dst, uint64_t offset, const void *src
     if (dst->flags & PYG_BUFFER_HOST) { memcpy((char *)dst->ptr + offset, src, size); return NULL; }
     SET_DEVICE(dst->dev);
     GPU_TRY(gpuMemcpy((char *)dst->ptr + offset, src, size, gpuMemcpyHostToDevice), PYG_GPU_API "Memcpy (write)");
+    /* From pageable memory the copy returns once the source is staged, before the bytes land,
+     * and it runs on the legacy default stream, which our non-blocking streams do not wait for:
+     * work queued right after could read the old bytes (the strict race seen on the H200). The
+     * contract says a blocking copy is done when it returns: wait for the default stream. */
+    GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (write)");
     return NULL;
 }
 

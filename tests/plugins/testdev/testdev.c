@@ -214,7 +214,7 @@ static void device_defaults(pyg_device *d, int index) {
     d->cfg.copy_latency_us = 0;
     d->cfg.launch_latency_us = 0;
     d->cfg.node_latency_us = 0;
-    d->cfg.blocking_copies = TD_BLOCKING_STAGED;
+    d->cfg.blocking_copies = TD_BLOCKING_COMPLETE;
     d->cfg.pageable_async = 0;
     d->cfg.staging_bytes = 1ull << 20;
     d->cfg.memory_total = 8ull << 30;
