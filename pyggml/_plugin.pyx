@@ -16,6 +16,7 @@ from pyggml import errors as E
 cdef extern from "_abi_check.h" nogil:
     size_t pyg_host_prefix_size()
     const char *pyg_host_missing_1_0(const pyg_plugin_api *a)
+    int pyg_host_has_stream_set_option(const pyg_plugin_api *a)
 
 _log = logging.getLogger("pyggml")
 _LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
@@ -179,6 +180,17 @@ cdef class Device:
         check(self.plugin.api, self.plugin.api.device_memory(self.dev, &free_b, &total_b),
               self.plugin.name, "device_memory")
         return free_b, total_b
+
+
+cdef int stream_set_option(Device dev, pyg_stream *s, str key, str value) except -1:
+    cdef const pyg_plugin_api *api = dev.plugin.api
+    if not pyg_host_has_stream_set_option(api):
+        dev.set_option(key, value)
+        return 0
+    k = key.encode()
+    v = value.encode()
+    check(api, api.stream_set_option(s, k, v), dev.plugin.name, f"set stream option {key}={value}")
+    return 0
 
 
 _loaded = {}          # realpath -> Plugin

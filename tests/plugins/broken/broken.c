@@ -1,6 +1,7 @@
 /* A deliberately faulty plugin for the loader tests. Each -D selects one fault:
  *   BROKEN_NO_ENTRY     exports a differently named symbol instead of pyg_plugin_get_api
  *   BROKEN_ABI_MAJOR=N  claims ABI major N
+ *   BROKEN_ABI_MINOR=N  claims ABI minor N (the table stays 1.0-shaped: stream_set_option absent)
  *   BROKEN_SHORT_TABLE  struct_size covers only the frozen prefix
  *   BROKEN_INIT_FAILS   plugin_init returns PYG_ERR_INTERNAL
  *   BROKEN_NO_DEVICE    plugin_init returns PYG_ERR_NO_DEVICE ("no widget driver")
@@ -76,7 +77,11 @@ static const pyg_plugin_api api = {
 #else
     /* .abi_major = */ PYG_ABI_MAJOR,
 #endif
+#ifdef BROKEN_ABI_MINOR
+    /* .abi_minor = */ BROKEN_ABI_MINOR,
+#else
     /* .abi_minor = */ PYG_ABI_MINOR,
+#endif
     /* .reserved0 = */ 0,
     /* .name = */ BROKEN_NAME,
     /* .version = */ "0.0-test",
@@ -87,6 +92,7 @@ static const pyg_plugin_api api = {
     b_alloc, b_free, b_info, b_write, b_read, b_fill,
     w_async, r_async, c_async,
     p_create, p_destroy, p_compute,
+    NULL, /* stream_set_option (optional, since 1.1) */
 };
 
 #ifdef BROKEN_NO_ENTRY
