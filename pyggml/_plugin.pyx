@@ -198,6 +198,7 @@ _by_name = {}         # plugin name -> Plugin (first one wins)
 _discovered = False
 _failures = []        # (path, message) of plugins discovery could not load
 _NAME_RE = re.compile(r"^[a-z0-9_]+$")
+_SPEC_RE = re.compile(r"([a-z0-9_]+)(?::([0-9]{1,9}))?")
 
 
 def _plugin_name_of(path):
@@ -372,8 +373,13 @@ def get_device(spec):
     """Resolve "cpu", "cpu:0", "cuda:1" or a Device to a Device."""
     if isinstance(spec, Device):
         return spec
-    s = str(spec)
-    name, _, idx = s.partition(":")
+    if not isinstance(spec, str):
+        raise E.TypeMismatchError(f"a device is a Device or a spec string like 'cpu' or 'cuda:1', "
+                                  f"not {type(spec).__name__} {spec!r}")
+    m = _SPEC_RE.fullmatch(spec)
+    if m is None:
+        raise E.ConfigError(f"device spec {spec!r} is not NAME or NAME:INDEX (e.g. 'cpu', 'cuda:1')")
+    name, idx = m.group(1), m.group(2)
     discover()
     p = _by_name.get(name)
     if p is None:
