@@ -17,7 +17,8 @@ from .graph import Graph, Tensor
 from .ops import (add, argmax, cont, cpy, flash_attn_ext, gelu, get_rows, mul, mul_mat, norm, permute, reshape,
                   rms_norm, rope, scale, set_rows, silu, soft_max, swiglu, transpose, view, ROPE_NEOX,
                   ROPE_NORMAL)
-from ._plugin import ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins
+from ._plugin import (ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins,
+                      shadowed)
 from ._plan import Plan
 from .scheduler import RunStats, Scheduler
 from .quant import dequantize, quantize

@@ -6,9 +6,13 @@
  *   BROKEN_INIT_FAILS   plugin_init returns PYG_ERR_INTERNAL
  *   BROKEN_NO_DEVICE    plugin_init returns PYG_ERR_NO_DEVICE ("no widget driver")
  *   BROKEN_NAME="..."   plugin name
+ *   BROKEN_SEGV_ENTRY   pyg_plugin_get_api writes through a NULL pointer (SIGSEGV)
+ *   BROKEN_ABORT_CTOR   a library constructor calls abort() during dlopen (SIGABRT)
+ *   BROKEN_HANG_INIT    plugin_init never returns
  * Everything else answers minimally (zero devices). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "pyggml/plugin.h"
 
 #ifndef BROKEN_NAME
@@ -28,8 +32,14 @@ static int32_t err_code(const pyg_error *e) { return e->code; }
 static const char *err_msg(const pyg_error *e) { return e->msg; }
 static void err_destroy(pyg_error *e) { free(e); }
 
+#ifdef BROKEN_ABORT_CTOR
+__attribute__((constructor)) static void broken_ctor(void) { abort(); }
+#endif
+
 static pyg_error *init(void) {
-#if defined(BROKEN_INIT_FAILS)
+#if defined(BROKEN_HANG_INIT)
+    for (;;) pause();
+#elif defined(BROKEN_INIT_FAILS)
     return mk(PYG_ERR_INTERNAL, "widget firmware checksum mismatch");
 #elif defined(BROKEN_NO_DEVICE)
     return mk(PYG_ERR_NO_DEVICE, "no widget driver installed");
@@ -101,5 +111,8 @@ PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api_v0(const pyg_host_inf
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {
 #endif
     (void)host;
+#ifdef BROKEN_SEGV_ENTRY
+    *(volatile int *)(uintptr_t)host->struct_size = 0; /* host is valid: struct_size is small, so this faults */
+#endif
     return &api;
 }
