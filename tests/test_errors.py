@@ -10,16 +10,13 @@ import pytest
 
 import pyggml as pg
 import pyggml.models as models
-from pyggml.synth import write_synth_model
 
-SHAPE = dict(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_vocab=512)
+from conftest import SMALL_SHAPE as SHAPE
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    p = str(tmp_path_factory.mktemp("errors") / "small-q8_0.gguf")
-    write_synth_model(p, SHAPE, "q8_0", seed=4, progress=False)
-    return p
+def small(small_gguf):
+    return small_gguf
 
 
 def raises(builtin, fn, *a, match=None, **kw):
