@@ -54,7 +54,7 @@ def test_n_threads_is_per_scheduler():
 def test_stream_option_errors():
     s = pg.Scheduler("cpu", n_threads=2)
     assert s.n_threads == 2
-    with pytest.raises(pg.PluginError, match="n_threads wants an integer in 1..1024"):
+    with pytest.raises(pg.ConfigError, match="n_threads"):
         pg.Scheduler("cpu", n_threads=0)
     with pytest.raises(pg.PluginError, match="n_threads wants an integer in 1..1024"):
         pg.Scheduler("cpu", n_threads=5000)
