@@ -6,7 +6,7 @@ PLUGIN_CFLAGS := -g -fPIC -fvisibility=hidden -Iinclude -Wall -Wextra -Wno-unuse
 PLUGIN_LDFLAGS := -Wl,--version-script=plugins/plugin.map -Wl,--no-undefined
 PLUGINS :=
 
-.PHONY: all ext plugins deps test bench bench-ops bench-llamacpp check-plugin clean gpu-check
+.PHONY: all ext plugins deps test fuzz bench bench-ops bench-llamacpp check-plugin clean gpu-check
 
 all: ext plugins
 
@@ -25,6 +25,15 @@ ext: deps
 
 test: all
 	$(PYTHON) -m pytest -q tests
+
+# Bounded coverage-guided fuzzing of the GGUF reader and the loader's checks (atheris, installed on
+# first use) from the committed seed corpus; new inputs go to a scratch folder. CI runs it.
+FUZZ_SECONDS ?= 180
+fuzz: ext
+	$(PYTHON) -c "import atheris" 2>/dev/null || $(PYTHON) -m pip install -q atheris
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(PYTHON) tests/fuzz/fuzz_gguf.py -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 "$$d" tests/fuzz/corpus
 
 MODEL ?=
 DEVICES ?= cpu

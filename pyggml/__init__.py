@@ -6,17 +6,19 @@
     y = pg.silu(pg.rms_norm(x))
     out = pg.Scheduler("cpu").compute(y, {"x": data})
 """
-from .errors import (AbiMismatchError, DeviceError, DeviceOutOfMemory, DeviceUnavailableError, GGUFError,
-                     GraphError, MissingEntryPointError, ConfigError, ClosedError, PluginError, PluginInitError, PluginLoadError,
-                     PluginNotFoundError, PyggmlError, SanitizerError, ShapeError, SyncStateError,
-                     TypeMismatchError, UnknownTypeError, UnsupportedError)
+from .errors import (AbiMismatchError, ClosedError, ConcurrentUseError, ConfigError, DeviceError,
+                     DeviceOutOfMemory, DeviceUnavailableError, GGUFError, GraphError, MissingEntryPointError,
+                     PluginError, PluginInitError, PluginLoadError, PluginNotFoundError, PyggmlError,
+                     SanitizerError, ShapeError, SyncStateError, TypeMismatchError, UnknownTypeError,
+                     UnsupportedError)
 from .types import DType, dtype, f32, f16, bf16, f64, i8, i16, i32, i64, q4_0, q4_1, q5_0, q5_1, q8_0, \
     q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K
 from .graph import Graph, Tensor
 from .ops import (add, argmax, cont, cpy, flash_attn_ext, gelu, get_rows, mul, mul_mat, norm, permute, reshape,
                   rms_norm, rope, scale, set_rows, silu, soft_max, swiglu, transpose, view, ROPE_NEOX,
                   ROPE_NORMAL)
-from ._plugin import ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins
+from ._plugin import (ABI_VERSION, Device, Plugin, devices, discover, failures, get_device, load_plugin, plugins,
+                      shadowed)
 from ._plan import Plan
 from .scheduler import RunStats, Scheduler
 from .quant import dequantize, quantize

@@ -144,5 +144,7 @@ cdef extern from "pyggml/pyggml.h" nogil:
         pyg_error *(*graph_plan_create)(pyg_device *dev, const pyg_graph *graph, pyg_graph_plan **out) noexcept nogil
         void (*graph_plan_destroy)(pyg_graph_plan *plan) noexcept nogil
         pyg_error *(*graph_plan_compute)(pyg_graph_plan *plan, pyg_stream *stream) noexcept nogil
+        # since 1.1 (optional: check pyg_host_has_stream_set_option before calling)
+        pyg_error *(*stream_set_option)(pyg_stream *stream, const char *key, const char *value) noexcept nogil
 
     ctypedef const pyg_plugin_api *(*pyg_plugin_get_api_fn)(const pyg_host_info *host) noexcept nogil

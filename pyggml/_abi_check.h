@@ -26,4 +26,8 @@ static inline const char *pyg_host_missing_1_0(const pyg_plugin_api *a) {
 #undef PYG_CHECK
     return NULL;
 }
+/* 1 when the 1.1 entry stream_set_option is present (within struct_size and not NULL). */
+static inline int pyg_host_has_stream_set_option(const pyg_plugin_api *a) {
+    return PYG_API_HAS(a, stream_set_option);
+}
 #endif

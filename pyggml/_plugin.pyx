@@ -12,10 +12,12 @@ from libc.string cimport memset
 
 from pyggml._abi cimport *
 from pyggml import errors as E
+from pyggml import _probe
 
 cdef extern from "_abi_check.h" nogil:
     size_t pyg_host_prefix_size()
     const char *pyg_host_missing_1_0(const pyg_plugin_api *a)
+    int pyg_host_has_stream_set_option(const pyg_plugin_api *a)
 
 _log = logging.getLogger("pyggml")
 _LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
@@ -181,11 +183,24 @@ cdef class Device:
         return free_b, total_b
 
 
+cdef int stream_set_option(Device dev, pyg_stream *s, str key, str value) except -1:
+    cdef const pyg_plugin_api *api = dev.plugin.api
+    if not pyg_host_has_stream_set_option(api):
+        dev.set_option(key, value)
+        return 0
+    k = key.encode()
+    v = value.encode()
+    check(api, api.stream_set_option(s, k, v), dev.plugin.name, f"set stream option {key}={value}")
+    return 0
+
+
 _loaded = {}          # realpath -> Plugin
 _by_name = {}         # plugin name -> Plugin (first one wins)
 _discovered = False
 _failures = []        # (path, message) of plugins discovery could not load
+_shadowed = []        # (name, used path, ignored path)
 _NAME_RE = re.compile(r"^[a-z0-9_]+$")
+_SPEC_RE = re.compile(r"([a-z0-9_]+)(?::([0-9]{1,9}))?")
 
 
 def _plugin_name_of(path):
@@ -194,12 +209,17 @@ def _plugin_name_of(path):
     return m.group(1) if m else None
 
 
-def load_plugin(path):
+def load_plugin(path, probe=True):
     """Load the plugin library at `path` (or return it if already loaded).
 
     Raises PluginNotFoundError, PluginLoadError, MissingEntryPointError, AbiMismatchError or
     PluginInitError. A plugin that loads but finds no device (no driver, no hardware) is returned
-    with `available == False` and the reason in `unavailable_reason`."""
+    with `available == False` and the reason in `unavailable_reason`.
+
+    Before the library enters this process its ELF headers are checked, and a plugin not seen
+    before (by path, size and mtime) is loaded in a child process first (pyggml._probe): one that
+    crashes or hangs there raises PluginLoadError / PluginInitError with the reason, and this
+    process never maps it. `probe=False` skips the child (the probe itself uses it)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise E.PluginNotFoundError(f"plugin file not found: {path}")
@@ -208,6 +228,14 @@ def load_plugin(path):
         return _loaded[real]
     if not os.path.isfile(real):
         raise E.PluginLoadError(f"{path}: not a file")
+    bad = _probe.elf_problem(real)
+    if bad is not None:
+        raise E.PluginLoadError(f"{path}: cannot be loaded as a shared library: {bad}")
+    if probe:
+        v = _probe.probe(real, ABI_VERSION)
+        if not v.get("ok") and v.get("crash"):
+            exc = E.PluginInitError if v.get("error") == "PluginInitError" else E.PluginLoadError
+            raise exc(f"{path}: unusable: {v.get('reason')}", plugin=_plugin_name_of(path))
     try:
         lib = ctypes.CDLL(real, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
@@ -327,16 +355,24 @@ def discover(refresh=False):
     global _discovered
     if _discovered and not refresh:
         return list(_by_name.values())
-    seen = set(_by_name)
+    del _shadowed[:]
     for path in _candidates():
         name = _plugin_name_of(path)
-        if name is None or name in seen or not _name_filter(name):
+        if name is None or not _name_filter(name):
             continue
-        seen.add(name)
+        used = _by_name.get(name)
+        if used is not None:
+            if os.path.realpath(path) != used.path:
+                _shadowed.append((name, used.path, path))
+                _log.warning("plugin %r: %s shadows %s (search order: PYGGML_PLUGIN_PATH, then the "
+                             "package folder)", name, used.path, path)
+            continue
         try:
             load_plugin(path)
-        except E.PluginError as e:
-            _failures.append((path, str(e)))
+        except E.PluginError as e:        # a later file of the same name may still load
+            if all(p != path for p, _ in _failures):
+                _failures.append((path, str(e)))
+            _log.warning("plugin %r at %s is unusable: %s", name, path, e)
     _discovered = True
     return [p for p in _by_name.values() if _name_filter(p.name)]
 
@@ -344,6 +380,12 @@ def discover(refresh=False):
 def failures():
     """(path, message) for each plugin discovery could not load."""
     return list(_failures)
+
+
+def shadowed():
+    """(name, used path, ignored path) for each plugin file that discovery skipped because a file
+    of the same plugin name came first in the search order (or it is a second copy)."""
+    return list(_shadowed)
 
 
 def plugins():
@@ -360,12 +402,20 @@ def get_device(spec):
     """Resolve "cpu", "cpu:0", "cuda:1" or a Device to a Device."""
     if isinstance(spec, Device):
         return spec
-    s = str(spec)
-    name, _, idx = s.partition(":")
+    if not isinstance(spec, str):
+        raise E.TypeMismatchError(f"a device is a Device or a spec string like 'cpu' or 'cuda:1', "
+                                  f"not {type(spec).__name__} {spec!r}")
+    m = _SPEC_RE.fullmatch(spec)
+    if m is None:
+        raise E.ConfigError(f"device spec {spec!r} is not NAME or NAME:INDEX (e.g. 'cpu', 'cuda:1')")
+    name, idx = m.group(1), m.group(2)
     discover()
     p = _by_name.get(name)
     if p is None:
         known = ", ".join(sorted(_by_name)) or "none"
+        why = [f"{path}: {msg}" for path, msg in _failures if _plugin_name_of(path) == name]
+        if why:
+            raise E.PluginLoadError(f"plugin {name!r} is unusable: " + "; ".join(why), plugin=name)
         raise E.PluginNotFoundError(f"no plugin named {name!r} is loaded (loaded: {known})")
     if not p.available:
         raise E.DeviceUnavailableError(f"{name}: unavailable: {p.unavailable_reason}", plugin=name,

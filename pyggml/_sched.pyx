@@ -17,7 +17,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from posix.unistd cimport usleep
 
 from pyggml._abi cimport *
-from pyggml._plugin cimport Device, check
+from pyggml._plugin cimport Device, check, stream_set_option
 from pyggml import _plugin
 from pyggml.errors import PyggmlError, ShapeError
 from pyggml import _program as P
@@ -170,13 +170,17 @@ cdef class Stream:
             self.api.error_destroy(err)
 
 
-def make_stream(Device dev):
+def make_stream(Device dev, n_threads=None):
+    """A new stream of `dev`; on a CPU device with `n_threads`, that stream's thread count (ABI 1.1
+    stream_set_option: the scheduler's own, not the device's)."""
     cdef pyg_stream *s = NULL
     check(dev.plugin.api, dev.plugin.api.stream_create(dev.dev, 0, &s), dev.plugin.name, f"stream_create on {dev}")
     cdef Stream st = Stream.__new__(Stream)
     st.dev = dev
     st.api = dev.plugin.api
     st.s = s
+    if n_threads is not None and dev.kind == 0:
+        stream_set_option(dev, s, "n_threads", str(int(n_threads)))
     return st
 
 

@@ -17,6 +17,8 @@ def _cmd_devices(args):
             print(f"{p.name + ':-':12s} unavailable: {p.unavailable_reason}  [{p.path}]")
     for path, msg in pg.failures():
         print(f"{'(failed)':12s} {msg}")
+    for name, used, ignored in pg.shadowed():
+        print(f"{'(shadowed)':12s} {ignored}: plugin {name!r} is taken from {used}")
     return 0
 
 

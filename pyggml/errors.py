@@ -86,5 +86,10 @@ class ClosedError(PyggmlError, RuntimeError):
     """The object (a Scheduler, a Model) was closed and cannot be used any more."""
 
 
+class ConcurrentUseError(PyggmlError, RuntimeError):
+    """An object that one thread drives at a time (a Model) was called from a second thread while
+    the first was still inside it."""
+
+
 class GGUFError(PyggmlError, ValueError):
     """A GGUF file is malformed, truncated or uses something pyggml cannot read."""

@@ -20,9 +20,12 @@ from __future__ import annotations
 import enum
 import mmap
 import os
+import re
+import signal
 import struct
 import sys
 import tempfile
+import threading
 from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
@@ -665,29 +668,39 @@ class GGUFWriter:
 
     def write(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Write the file. `progress(done_bytes, total_bytes, tensor_name)` is called after each
-        tensor (and chunk). On any failure the temporary file is removed and `path` untouched."""
+        tensor (and chunk). On any failure the temporary file is removed and `path` untouched.
+
+        The temporary file is `.NAME.PID.XXXXXXXX.tmp` beside `path`. SIGTERM during the write
+        removes it before the process ends (when the write runs on the main thread and SIGTERM
+        has its default action); one left behind by a killed writer (kill -9, power loss) is
+        removed by the next write of the same path, once that PID no longer runs."""
         if self._written:
             raise GGUFError(f"{self.path}: already written")
         d = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(self.path) + ".",
-                                   suffix=".tmp", dir=d)
+        base = os.path.basename(self.path)
+        _remove_stale_temps(d, base)
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=".tmp", dir=d)
+        term = _TermGuard()
         try:
-            with os.fdopen(fd, "wb") as f:
-                self._write_to(f, progress)
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, self.path)
+            with term:
+                with os.fdopen(fd, "wb") as f:
+                    self._write_to(f, progress)
+                    f.flush()
+                    os.fsync(f.fileno())
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+                os.replace(tmp, self.path)
         except BaseException:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            term.redeliver()
             raise
         self._written = True
         self._tensors.clear()     # drop references to the data
+
 
     def _write_to(self, f, progress) -> None:
         head = self._header() + b"".join(self._kv.values()) + b"".join(self._infos())
@@ -716,6 +729,71 @@ class GGUFWriter:
             pad = -t.nbytes % self.alignment
             f.write(b"\0" * pad)
             pos += t.nbytes + pad
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived during a GGUF write (raised by _TermGuard's handler)."""
+
+
+class _TermGuard:
+    """While active on the main thread, turn SIGTERM (default action: die on the spot) into an
+    exception, so that write() removes its temporary file; redeliver() then ends the process by
+    SIGTERM as it would have. A handler the program installed itself is left alone."""
+
+    def __init__(self):
+        self.prev = None
+        self.hit = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self.prev = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def _on_term(self, signum, frame):
+        self.hit = True
+        raise _Terminated("SIGTERM during a GGUF write")
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            signal.signal(signal.SIGTERM, self.prev)
+            self.prev = None
+
+    def redeliver(self):
+        if self.hit:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _remove_stale_temps(d: str, base: str) -> None:
+    """Remove `.BASE.PID.*.tmp` files in `d` that this user owns and whose writer PID is gone."""
+    pat = re.compile(r"\." + re.escape(base) + r"\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for name in names:
+        m = pat.fullmatch(name)
+        if m is None:
+            continue
+        path = os.path.join(d, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or _pid_alive(int(m.group(1))):
+                continue
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0          # exists, but not ours (or absurd): leave its file alone
+    return True
 
 
 def _as_vt(t) -> GGUFValueType:

@@ -5,6 +5,7 @@ the last numpy axis), as in GGUF. Every tensor belongs to one Graph; nodes are k
 order, which is also execution order (so a set_rows into a state runs before ops created after it).
 """
 import itertools
+import numbers
 
 import numpy as np
 
@@ -30,14 +31,38 @@ def contiguous_strides(t: DType, ne):
     return (nb0, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2])
 
 
+INT64_MAX = 2**63 - 1
+
+
+def as_int(v, what):
+    """An int from an int or a numpy integer; floats, bools, strings are errors, not conversions."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise TypeMismatchError(f"{what}: {v!r} is not an int ({type(v).__name__})")
+    return int(v)
+
+
 def ne_from_shape(shape, what="shape"):
-    shape = tuple(int(s) for s in shape)
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeMismatchError(f"{what}: a shape is a tuple of ints, not {type(shape).__name__} {shape!r}")
+    shape = tuple(as_int(s, f"{what} {tuple(shape)}") for s in shape)
     if not 1 <= len(shape) <= MAX_DIMS:
         raise ShapeError(f"{what} {shape}: pyggml tensors have 1 to {MAX_DIMS} dimensions")
     if any(s <= 0 for s in shape):
         raise ShapeError(f"{what} {shape}: every dimension must be >= 1")
+    n = 1
+    for s in shape:
+        n *= s
+    if n > INT64_MAX:
+        raise ShapeError(f"{what} {shape}: {n} elements do not fit int64 (at most 2^63 - 1)")
     ne = tuple(reversed(shape)) + (1,) * (MAX_DIMS - len(shape))
     return ne, len(shape)
+
+
+def _leaf_name(kind, name):
+    if not isinstance(name, str) or not name:
+        raise TypeMismatchError(f"{kind}: the name must be a non-empty str, not {name!r}")
 
 
 class Tensor:
@@ -52,6 +77,8 @@ class Tensor:
         self.type = type
         self.ne = tuple(int(x) for x in ne)
         self.nb = tuple(int(x) for x in (nb or contiguous_strides(type, self.ne)))
+        if max(self.nb) > INT64_MAX or self.ne[3] * self.nb[3] > INT64_MAX:
+            raise ShapeError(f"{type.name}{list(reversed(self.ne[:ndim]))}: the tensor's bytes do not fit int64")
         self.ndim = ndim
         self.op = op
         self.src = tuple(src)
@@ -164,6 +191,7 @@ class Graph:
 
     def input(self, name, shape, dtype=f32):
         """A tensor whose data is fed to each compute (`feeds[name]`)."""
+        _leaf_name("input", name)
         t = _dtype(dtype)
         if t.is_quantized:
             raise TypeMismatchError(f"input {name!r}: inputs must be plain types, not {t.name}")
@@ -175,6 +203,7 @@ class Graph:
 
         `data` is a numpy array (its dtype gives the type), or raw blocks (uint8) with `type`
         (e.g. "q4_K") and the logical `shape` (numpy order, last axis a multiple of the block)."""
+        _leaf_name("weight", name)
         if type is None:
             arr = np.ascontiguousarray(data)
             t = _dtype(arr.dtype)
@@ -200,6 +229,7 @@ class Graph:
     def state(self, name, shape, dtype=f32, init=None):
         """A persistent tensor the graph may write (a KV cache). Zero-filled unless `init` is given;
         it keeps its contents across computes of the same Scheduler."""
+        _leaf_name("state", name)
         t = _dtype(dtype)
         ne, ndim = ne_from_shape(shape, f"state {name!r}")
         data = None

@@ -3,7 +3,7 @@ TypeMismatchError with the shapes in the message; semantics are those of include
 import struct
 
 from .errors import GraphError, ShapeError, TypeMismatchError
-from .graph import OP, FLAG_STATE, MAX_DIMS, Tensor, contiguous_strides, ne_from_shape
+from .graph import OP, FLAG_STATE, MAX_DIMS, Tensor, as_int, contiguous_strides, ne_from_shape
 from .types import dtype as _dtype, f32, f16, i32, i64
 
 FLOAT_TYPES = (f32, f16)
@@ -135,13 +135,16 @@ def rope(x, positions, n_dims=None, mode=ROPE_NORMAL, freq_base=10000.0, freq_sc
     """Rotary embedding of x (n_tokens, n_head, head_dim) at int32 `positions` (n_tokens,)."""
     _need_type("rope", x, FLOAT_TYPES)
     _need_type("rope", positions, (i32,), "positions")
-    n_dims = x.ne[0] if n_dims is None else int(n_dims)
+    n_dims = x.ne[0] if n_dims is None else as_int(n_dims, "rope: n_dims")
+    n_ctx_orig = as_int(n_ctx_orig, "rope: n_ctx_orig")
+    if not 0 <= n_ctx_orig < 2**31:
+        raise ShapeError(f"rope: n_ctx_orig {n_ctx_orig} is not in [0, 2^31)")
     if n_dims % 2 or not 0 < n_dims <= x.ne[0]:
         raise ShapeError(f"rope: n_dims {n_dims} must be even and <= head_dim {x.ne[0]} (x {_shape(x)})")
     if positions.ne[0] != x.ne[2] or positions.nelements != positions.ne[0]:
         raise ShapeError(f"rope: positions {_shape(positions)} must be 1-D with one entry per token "
                          f"({x.ne[2]} tokens in x {_shape(x)})")
-    if mode not in (ROPE_NORMAL, ROPE_NEOX):
+    if as_int(mode, "rope: mode") not in (ROPE_NORMAL, ROPE_NEOX):
         raise ShapeError(f"rope: mode {mode} is not ROPE_NORMAL (0) or ROPE_NEOX (2)")
     src = (x, positions)
     if freq_factors is not None:
@@ -259,6 +262,7 @@ def view(a, shape, strides=None, offset=0):
     """A window into a's memory: numpy-order `shape`, byte `strides` (default contiguous) and byte
     `offset`. The window must lie inside a's data."""
     ne, ndim = ne_from_shape(shape, "view shape")
+    offset = as_int(offset, "view: offset")
     if ne[0] % a.type.block_size:
         raise ShapeError(f"view: last axis {ne[0]} is not a multiple of {a.type.name}'s block size")
     if strides is None:
@@ -266,7 +270,7 @@ def view(a, shape, strides=None, offset=0):
     else:
         if len(strides) != ndim:
             raise ShapeError(f"view: {len(strides)} strides for a {ndim}-D shape {list(shape)}")
-        nb = [int(s) for s in reversed(strides)]
+        nb = [as_int(s, f"view: strides {tuple(strides)}") for s in reversed(strides)]
         if nb[0] != a.type.type_size:
             raise ShapeError(f"view: the last axis must be dense ({a.type.type_size}-byte stride for "
                              f"{a.type.name}), got {nb[0]}")
@@ -295,7 +299,8 @@ def reshape(a, shape):
 def permute(a, axes):
     """Reorder axes with numpy's meaning: result.shape[i] == a.shape[axes[i]] (like np.transpose)."""
     nd = a.ndim
-    axes = [int(x) % nd if -nd <= int(x) < nd else int(x) for x in axes]
+    axes = [as_int(x, f"permute: axes {tuple(axes)}") for x in axes]
+    axes = [x % nd if -nd <= x < nd else x for x in axes]
     if sorted(axes) != list(range(nd)):
         raise ShapeError(f"permute: axes {list(axes)} are not a permutation of {nd} axes of {_shape(a)}")
     if a.type.is_quantized and axes[-1] != nd - 1:

@@ -110,12 +110,14 @@ class Scheduler:
         self.devices = [_plugin.get_device(d) for d in devices]
         if len({str(d) for d in self.devices}) != len(self.devices):
             raise ConfigError(f"devices listed twice: {[str(d) for d in self.devices]}")
+        self.n_threads = None
         if n_threads is not None:
             if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 1:
                 raise ConfigError(f"n_threads must be a positive integer, got {n_threads!r}")
-            for d in self.devices:
+            self.n_threads = int(n_threads)      # this scheduler's: set on its own CPU streams (ABI 1.1)
+            for i, d in enumerate(self.devices):
                 if d.kind == 0:
-                    d.set_option("n_threads", int(n_threads))
+                    self._stream(i)              # now, so that a bad value fails here
         self.sync = _policy(sync)
         if isinstance(n_copies, bool) or not isinstance(n_copies, (int, np.integer)) or not 1 <= n_copies <= 4:
             raise ConfigError(f"n_copies must be an integer 1..4, got {n_copies!r}")
@@ -351,7 +353,7 @@ class Scheduler:
     def _stream(self, d: int):
         st = self._streams.get(d)
         if st is None:
-            st = self._streams[d] = R.make_stream(self.devices[d])
+            st = self._streams[d] = R.make_stream(self.devices[d], self.n_threads)
         return st
 
     def _readable_outputs(self, outs):

@@ -65,7 +65,7 @@ def test_plugin_init_answers_cleanly():
     addr, w = _api(lib)
     struct_size = w[0]
     abi_major, abi_minor = w[1] & 0xFFFF, (w[1] >> 16) & 0xFFFF
-    assert (abi_major, abi_minor) == (1, 0)
+    assert (abi_major, abi_minor) == (1, 1)
     assert struct_size >= 8 * 12
     name = ctypes.cast(ctypes.c_void_p(w[2]), ctypes.c_char_p).value
     assert name == b"cuda"

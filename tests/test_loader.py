@@ -29,9 +29,22 @@ def test_no_entry_symbol(c_builder):
 
 def test_wrong_abi_major(c_builder):
     lib = c_builder("libpyggml-abi2.so", SRC, ["BROKEN_ABI_MAJOR=2", 'BROKEN_NAME="abi2"'])
-    with pytest.raises(pg.AbiMismatchError, match=r"built for ABI 2\.0.*speaks 1\.0") as ei:
+    with pytest.raises(pg.AbiMismatchError, match=r"built for ABI 2\.\d+.*speaks 1\.1") as ei:
         pg.load_plugin(lib)
     assert ei.value.plugin == "abi2"
+
+
+@pytest.mark.parametrize("minor,ok", [(0, True), (3, True), (4, False)])
+def test_minor_version_window(c_builder, minor, ok):
+    """ABI 1.1 host: a 1.0 plugin (no stream_set_option) loads, newer minors up to 1.3 too."""
+    name = f"minor{minor}"
+    lib = c_builder(f"libpyggml-{name}.so", SRC, [f"BROKEN_ABI_MINOR={minor}", "BROKEN_NO_DEVICE",
+                                                  f'BROKEN_NAME="{name}"'])
+    if ok:
+        assert pg.load_plugin(lib).abi_minor == minor
+    else:
+        with pytest.raises(pg.AbiMismatchError, match=r"built for ABI 1\.4.*minor up to 3"):
+            pg.load_plugin(lib)
 
 
 def test_short_table(c_builder):

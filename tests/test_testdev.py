@@ -96,6 +96,7 @@ class Api(C.Structure):
         ("stream_copy_async", F(ERR, vp, vp, C.c_uint64, vp, C.c_uint64, C.c_uint64)),
         ("graph_plan_create", F(ERR, vp, P(Graph), P(vp))), ("graph_plan_destroy", F(None, vp)),
         ("graph_plan_compute", F(ERR, vp, vp)),
+        ("stream_set_option", F(ERR, vp, C.c_char_p, C.c_char_p)),     # since 1.1
     ]
 
 
@@ -286,7 +287,7 @@ def test_one_exported_symbol(libdir):
 def test_table_and_two_gpu_like_devices(ctx):
     pg = ctx.pg
     api = pg.api
-    assert (api.abi_major, api.abi_minor) == (1, 0)
+    assert (api.abi_major, api.abi_minor) == (1, 1)
     assert api.struct_size == C.sizeof(Api)
     assert api.name == b"testdev"
     assert api.device_count() == 2

@@ -1,4 +1,4 @@
-/* pyggml/plugin.h — the plugin ABI, version 1.0.
+/* pyggml/plugin.h — the plugin ABI, version 1.1.
  *
  * A plugin is a shared library exporting exactly one symbol, PYG_PLUGIN_ENTRY_NAME:
  *
@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define PYG_ABI_MAJOR 1
-#define PYG_ABI_MINOR 0
+#define PYG_ABI_MINOR 1
 
 #define PYG_PLUGIN_ENTRY_NAME "pyg_plugin_get_api"
 
@@ -234,6 +234,16 @@ typedef struct pyg_plugin_api {
     /* Queue the plan's nodes on `stream` (a stream of the plan's device). Async where
      * PYG_CAP_ASYNC_COMPUTE is set; otherwise returns when done. */
     pyg_error *(*graph_plan_compute)(pyg_graph_plan *plan, pyg_stream *stream);
+
+    /* ---- since 1.1 ---- */
+
+    /* (optional) String options of one stream, for the work queued on it afterwards; the device's
+     * options (device_set_option) stay the defaults of its other streams. The CPU plugin knows
+     * "n_threads" (threads of the graph computes on this stream, 1..1024). Keys the
+     * plugin does not know give PYG_ERR_UNSUPPORTED; a bad value PYG_ERR_INVALID_ARGUMENT. The
+     * stream is driven by the calling thread (no work of it in flight on another); strings are
+     * borrowed for the call. */
+    pyg_error *(*stream_set_option)(pyg_stream *stream, const char *key, const char *value);
 } pyg_plugin_api;
 
 /* Offset of the first byte past an entry: the host treats `entry` as present only when

@@ -1,4 +1,4 @@
-/* plugins/cpu/plugin.c — the CPU plugin's ABI table (include/pyggml/plugin.h, ABI 1.0).
+/* plugins/cpu/plugin.c — the CPU plugin's ABI table (include/pyggml/plugin.h, ABI 1.1).
  *
  * The only file that knows the table: devices, buffers (aligned host memory), streams and events
  * (trivial: every call has finished its work when it returns) and graph plans wrapping
@@ -63,9 +63,8 @@ static void api_error_destroy(pyg_error *err) {
 /* ------------------------------------------------------------------ device */
 
 struct pyg_device {
-    pthread_mutex_t lock;        /* guards opt and generation */
+    pthread_mutex_t lock;        /* guards opt */
     cpu_options opt;
-    uint32_t generation;         /* bumped by every option change; plans compare */
     char description[160];
     uint64_t memory_total;
 };
@@ -99,7 +98,6 @@ static void device_init_once(void) {
     read_cpu_model(model, sizeof model);
     g_dev.opt.n_threads = cpu_default_threads();
     g_dev.opt.kernels = CPU_KERNELS_AUTO;
-    g_dev.generation = 1;
     snprintf(g_dev.description, sizeof g_dev.description, "%s (%d threads)", model, g_dev.opt.n_threads);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     g_dev.memory_total = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
@@ -149,19 +147,24 @@ static pyg_error *api_device_memory(pyg_device *dev, uint64_t *free_bytes, uint6
     return NULL;
 }
 
+/* "n_threads" values: an integer in lo..1024, else -1. */
+static long parse_threads(const char *value, long lo) {
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    return (errno || end == value || *end != '\0' || n < lo || n > 1024) ? -1 : n;
+}
+
 static pyg_error *api_device_set_option(pyg_device *dev, const char *key, const char *value) {
     if (dev != &g_dev || !key || !value)
         return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: device_set_option: bad device, key or value");
     if (strcmp(key, "n_threads") == 0) {
-        char *end = NULL;
-        errno = 0;
-        long n = strtol(value, &end, 10);
-        if (errno || end == value || *end != '\0' || n < 1 || n > 1024)
+        long n = parse_threads(value, 1);
+        if (n < 0)
             return make_error(PYG_ERR_INVALID_ARGUMENT,
                               "cpu: option n_threads wants an integer in 1..1024, got '%.64s'", value);
         pthread_mutex_lock(&g_dev.lock);
         g_dev.opt.n_threads = (int)n;
-        g_dev.generation++;
         pthread_mutex_unlock(&g_dev.lock);
         return NULL;
     }
@@ -185,7 +188,6 @@ static pyg_error *api_device_set_option(pyg_device *dev, const char *key, const 
         }
         pthread_mutex_lock(&g_dev.lock);
         g_dev.opt.kernels = k;
-        g_dev.generation++;
         pthread_mutex_unlock(&g_dev.lock);
         return NULL;
     }
@@ -200,6 +202,7 @@ static int32_t api_device_supports_op(pyg_device *dev, const pyg_tensor *node) {
 
 struct pyg_stream {
     pyg_device *dev;
+    int n_threads;               /* stream_set_option "n_threads"; 0: the device's */
 };
 struct pyg_event {
     pyg_device *dev;
@@ -210,13 +213,28 @@ static pyg_error *api_stream_create(pyg_device *dev, uint32_t flags, pyg_stream 
     if (dev != &g_dev || !out) return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_create: bad device or out");
     if (flags != PYG_STREAM_DEFAULT)
         return make_error(PYG_ERR_UNSUPPORTED, "cpu: stream_create: unknown flags 0x%x", flags);
-    pyg_stream *s = malloc(sizeof *s);
+    pyg_stream *s = calloc(1, sizeof *s);
     if (!s) return &g_oom;
     s->dev = dev;
     *out = s;
     return NULL;
 }
 static void api_stream_destroy(pyg_stream *stream) { free(stream); }
+/* Per-stream thread count: each Scheduler owns its stream, so its n_threads is its own. The
+ * stream's driving thread is the only one reading it (graph_plan_compute), no lock needed. */
+static pyg_error *api_stream_set_option(pyg_stream *stream, const char *key, const char *value) {
+    if (!stream || !key || !value)
+        return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_set_option: NULL stream, key or value");
+    if (strcmp(key, "n_threads") == 0) {
+        long n = parse_threads(value, 1);
+        if (n < 0)
+            return make_error(PYG_ERR_INVALID_ARGUMENT,
+                              "cpu: stream option n_threads wants an integer in 1..1024, got '%.64s'", value);
+        stream->n_threads = (int)n;
+        return NULL;
+    }
+    return make_error(PYG_ERR_UNSUPPORTED, "cpu: unknown stream option '%.64s' (known: n_threads)", key);
+}
 static pyg_error *api_stream_synchronize(pyg_stream *stream) {
     if (!stream) return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_synchronize: NULL stream");
     return NULL;
@@ -351,14 +369,15 @@ static pyg_error *api_stream_copy_async(pyg_stream *stream, pyg_buffer *dst, uin
 
 struct pyg_graph_plan {
     cpu_plan *plan;
-    uint32_t generation;    /* device options the plan was sized for */
+    cpu_options opt;        /* options the plan is sized for */
 };
 
-static void current_options(cpu_options *opt, uint32_t *gen) {
+/* The device's options, with the stream's thread count over them when it has one. */
+static void current_options(cpu_options *opt, const pyg_stream *stream) {
     pthread_mutex_lock(&g_dev.lock);
     *opt = g_dev.opt;
-    *gen = g_dev.generation;
     pthread_mutex_unlock(&g_dev.lock);
+    if (stream && stream->n_threads > 0) opt->n_threads = stream->n_threads;
 }
 
 static pyg_error *api_graph_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_graph_plan **out) {
@@ -367,10 +386,9 @@ static pyg_error *api_graph_plan_create(pyg_device *dev, const pyg_graph *graph,
     *out = NULL;
     pyg_graph_plan *gp = calloc(1, sizeof *gp);
     if (!gp) return &g_oom;
-    cpu_options opt;
-    current_options(&opt, &gp->generation);
+    current_options(&gp->opt, NULL);
     char err[512] = "";
-    int rc = cpu_plan_create(graph, &opt, &gp->plan, err, sizeof err);
+    int rc = cpu_plan_create(graph, &gp->opt, &gp->plan, err, sizeof err);
     if (rc) {
         free(gp);
         return make_error(rc, "%s", err);
@@ -387,15 +405,15 @@ static void api_graph_plan_destroy(pyg_graph_plan *plan) {
 
 static pyg_error *api_graph_plan_compute(pyg_graph_plan *plan, pyg_stream *stream) {
     if (!plan) return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: graph_plan_compute: NULL plan");
-    (void)stream; /* synchronous: any stream of the device (or none) orders the same */
+    /* synchronous: any stream of the device (or none) orders the same; the stream only brings
+     * its thread count */
     char err[512] = "";
     cpu_options opt;
-    uint32_t gen;
-    current_options(&opt, &gen);
-    if (gen != plan->generation) {
+    current_options(&opt, stream);
+    if (opt.n_threads != plan->opt.n_threads || opt.kernels != plan->opt.kernels) {
         int rc = cpu_plan_set_options(plan->plan, &opt, err, sizeof err);
         if (rc) return make_error(rc, "%s", err);
-        plan->generation = gen;
+        plan->opt = opt;
     }
     int rc = cpu_plan_compute(plan->plan, err, sizeof err);
     if (rc) {
@@ -445,6 +463,7 @@ static const pyg_plugin_api g_api = {
     /* .graph_plan_create = */ api_graph_plan_create,
     /* .graph_plan_destroy = */ api_graph_plan_destroy,
     /* .graph_plan_compute = */ api_graph_plan_compute,
+    /* .stream_set_option = */ api_stream_set_option,
 };
 
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {

@@ -10,6 +10,7 @@
 #pragma GCC optimize("fp-contract=off") /* the quantizers here must round exactly like quants_ref.c */
 #endif
 #include <math.h>
+#include <float.h>
 #include <string.h>
 #include "quants.h"
 
@@ -494,13 +495,15 @@ AVX2 void quant_q8_0_from_f32_avx2(const float *x, void *vy, int64_t n) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < n / QK_32; b++, x += QK_32) {
         __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
+        __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
         for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(m, _mm256_and_ps(v[k], abs_mask));
+            const __m256 a = _mm256_and_ps(v[k], abs_mask);
+            m = _mm256_max_ps(m, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ)); /* NaN, inf */
         }
         const float amax = hmax_ps(m);
-        if (!(amax == amax) || amax == INFINITY) { /* non-finite block: the scalar path decides */
+        if (_mm256_movemask_ps(bad)) { /* non-finite block (max_ps may skip a NaN): the scalar path decides */
             quant_q8_0_from_f32(x, &y[b], QK_32);
             continue;
         }
@@ -518,10 +521,14 @@ AVX2 void quant_q8_K_from_f32_avx2(const float *x, void *vy, int64_t n) {
     blk_q8_K *y = vy;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < n / QK_SUPER; b++, x += QK_SUPER) {
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < QK_SUPER; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask));
+        __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int k = 0; k < QK_SUPER; k += 8) {
+            const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask);
+            m = _mm256_max_ps(m, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+        }
         const float amax = hmax_ps(m);
-        if (!(amax == amax) || amax == INFINITY) {
+        if (_mm256_movemask_ps(bad)) {
             quant_q8_K_from_f32(x, &y[b], QK_SUPER);
             continue;
         }

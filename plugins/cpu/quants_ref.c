@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <float.h>
+#include <string.h>
 #include "quants.h"
 
 /* Round to nearest, ties to even, for |v| < 2^22: adding 1.5*2^23 leaves the integer in the
@@ -196,9 +197,25 @@ static inline float absmax(const float *x, int n) {
     return amax;
 }
 
+/* 1 when any of x[0..n) is NaN or +-inf. */
+static inline int any_non_finite(const float *x, int n) {
+    int bad = 0;
+    for (int j = 0; j < n; j++) bad |= !(fabsf(x[j]) <= FLT_MAX);
+    return bad;
+}
+
+/* Activation blocks (q8_0 / q8_1 / q8_K, what mul_mat quantizes its f32 input to) with a NaN or
+ * an inf get a NaN scale and zero quants, so every dot product that reads the block is NaN, as in
+ * the f32 path (ggml leaves this undefined; a max-abs search may skip a NaN and give finite
+ * output). An inf therefore gives NaN too, where the f32 path gives inf or NaN. */
 void quant_q8_0_from_f32(const float *x, void *vy, int64_t n) {
     blk_q8_0 *y = vy;
     for (int64_t b = 0; b < n / QK_32; b++, x += QK_32) {
+        if (any_non_finite(x, QK_32)) {
+            memset(&y[b], 0, sizeof y[b]);
+            y[b].d = quant_f32_to_f16(NAN);
+            continue;
+        }
         const float d = absmax(x, QK_32) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = quant_f32_to_f16(d);
@@ -217,6 +234,11 @@ void quant_q8_0_to_f32(const void *vx, float *y, int64_t n) {
 void quant_q8_1_from_f32(const float *x, void *vy, int64_t n) {
     blk_q8_1 *y = vy;
     for (int64_t b = 0; b < n / QK_32; b++, x += QK_32) {
+        if (any_non_finite(x, QK_32)) {
+            memset(&y[b], 0, sizeof y[b]);
+            y[b].d = y[b].s = quant_f32_to_f16(NAN);
+            continue;
+        }
         const float d = absmax(x, QK_32) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
@@ -550,6 +572,11 @@ void quant_q6_K_to_f32(const void *vx, float *y, int64_t n) {
 void quant_q8_K_from_f32(const float *x, void *vy, int64_t n) {
     blk_q8_K *y = vy;
     for (int64_t b = 0; b < n / QK_SUPER; b++, x += QK_SUPER) {
+        if (any_non_finite(x, QK_SUPER)) {
+            memset(&y[b], 0, sizeof y[b]);
+            y[b].d = NAN;
+            continue;
+        }
         const float vmax = signed_absmax(x, QK_SUPER);
         if (vmax == 0.0f) {
             memset(&y[b], 0, sizeof y[b]);

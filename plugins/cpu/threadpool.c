@@ -201,8 +201,10 @@ int cpu_pool_run(cpu_pool *pool, int n_threads, cpu_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&pool->run_lock);
         return 0;
     }
-    /* a different thread count restarts the workers (idle extra workers would still wake per run) */
-    if (pool->n_workers != n_threads - 1 && ensure_workers(pool, n_threads - 1) != 0) {
+    /* the workers only grow: runs with fewer threads leave the extra ones idle (they wake and
+     * acknowledge each run), so Schedulers with different thread counts (per stream) taking
+     * turns do not restart threads on every run */
+    if (pool->n_workers < n_threads - 1 && ensure_workers(pool, n_threads - 1) != 0) {
         pthread_mutex_unlock(&pool->run_lock);
         return -1;
     }

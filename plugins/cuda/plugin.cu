@@ -249,6 +249,12 @@ static pyg_error *device_set_option(pyg_device *dev, const char *key, const char
     return pyg_cuda_error(PYG_ERR_UNSUPPORTED, "unknown option '%s' (known: graphs)", key);
 }
 
+/* since 1.1: no per-stream options (yet) on CUDA/HIP/MUSA. */
+static pyg_error *stream_set_option(pyg_stream *stream, const char *key, const char *value) {
+    if (!stream || !key || !value) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_set_option: NULL argument");
+    return pyg_cuda_error(PYG_ERR_UNSUPPORTED, "unknown stream option '%.64s' (none known)", key);
+}
+
 static int32_t device_supports_op(pyg_device *dev, const pyg_tensor *node) {
     try {
         return pyg_cuda_supports_op(dev, node);
@@ -553,6 +559,7 @@ static const pyg_plugin_api g_api = {
     /* .graph_plan_create  = */ graph_plan_create,
     /* .graph_plan_destroy = */ graph_plan_destroy,
     /* .graph_plan_compute = */ graph_plan_compute,
+    /* .stream_set_option  = */ stream_set_option,
 };
 
 extern "C" PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {

@@ -973,6 +973,12 @@ static pyg_error *api_graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     return vkp_plan_compute(p, s);
 }
 
+/* since 1.1: no per-stream options (yet) on Vulkan. */
+static pyg_error *api_stream_set_option(pyg_stream *s, const char *key, const char *value) {
+    if (!s || !key || !value) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_set_option: NULL argument");
+    return vkp_err(PYG_ERR_UNSUPPORTED, "unknown stream option '%.64s' (none known)", key);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static const pyg_plugin_api g_api = {
@@ -1013,6 +1019,7 @@ static const pyg_plugin_api g_api = {
     /* .graph_plan_create = */ api_graph_plan_create,
     /* .graph_plan_destroy = */ api_graph_plan_destroy,
     /* .graph_plan_compute = */ api_graph_plan_compute,
+    /* .stream_set_option = */ api_stream_set_option,
 };
 
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {

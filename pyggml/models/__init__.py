@@ -9,13 +9,31 @@
 """
 from __future__ import annotations
 
+import numbers
+import os
 import time
 
+from ..errors import ConfigError, PyggmlError, TypeMismatchError
 from ..gguf import GGUFReader
 from .llama import ATTN_MODES, ContextFullError, Model
 from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload  # noqa: F401 (HParams re-exported)
 
-__all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES"]
+__all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES", "ModelNotFoundError"]
+
+MAX_CTX = 1 << 24          # KV cells: far beyond any context a GGUF declares, well inside int32
+
+
+class ModelNotFoundError(PyggmlError, FileNotFoundError):
+    """No readable model file at the given path."""
+
+
+def _count(name, v, lo, hi):
+    """A whole number in [lo, hi]; floats, strings, bools and None are errors, not conversions."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeMismatchError(f"{name} must be an int, not {type(v).__name__} {v!r}")
+    if not lo <= int(v) <= hi:
+        raise ConfigError(f"{name} must be in [{lo}, {hi}], got {int(v)}")
+    return int(v)
 
 
 def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
@@ -29,15 +47,25 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     n_batch: largest prefill chunk (prompts run in power-of-two chunks up to it)."""
     from ..scheduler import Scheduler
     from ..graph import Graph
-    if attn not in ATTN_MODES:
-        raise ValueError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
-    if kv_type not in ("f16", "f32"):
-        raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
-    n_ctx = int(n_ctx)
-    if n_ctx < 1:
-        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if not isinstance(attn, str) or attn not in ATTN_MODES:
+        raise ConfigError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
+    if not isinstance(kv_type, str) or kv_type not in ("f16", "f32"):
+        raise ConfigError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
+    n_ctx = _count("n_ctx", n_ctx, 1, MAX_CTX)
+    n_batch = _count("n_batch", n_batch, 1, MAX_CTX)
+    if n_threads is not None:
+        n_threads = _count("n_threads", n_threads, 1, 1024)
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeMismatchError(f"path must be a file path, not {type(path).__name__}")
     t0 = time.perf_counter()
-    reader = GGUFReader(path)
+    try:
+        reader = GGUFReader(path)
+    except FileNotFoundError:
+        raise ModelNotFoundError(f"model file not found: {os.fsdecode(path)}") from None
+    except IsADirectoryError:
+        raise ModelNotFoundError(f"model path is a directory, not a GGUF file: {os.fsdecode(path)}") from None
+    except PermissionError as e:
+        raise ModelNotFoundError(f"cannot open the model file {os.fsdecode(path)}: {e.strerror}") from None
     model = None
     try:
         hp = read_hparams(reader)

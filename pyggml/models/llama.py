@@ -20,12 +20,15 @@ then logits = rms_norm(x[last]) * output_norm @ Wout.T (all rows with all_logits
 """
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import threading
 
 import numpy as np
 
 from .. import ops as pg
-from ..errors import PyggmlError, ShapeError
+from ..errors import ClosedError, ConcurrentUseError, PyggmlError, ShapeError, TypeMismatchError
 from ..types import f16, i32, dtype as _dtype
 
 ATTN_MODES = ("flash", "softmax")
@@ -69,8 +72,41 @@ def _ARGMAX(f):
     return f.argmax
 
 
+def _exclusive(fn):
+    """Run a Model method as the only thread inside this Model: a Model is one conversation (its
+    KV cache and n_past), so a second thread calling in while the first is still inside raises
+    ConcurrentUseError instead of interleaving two token streams into one cache. The same thread
+    may re-enter (generate calls decode's path)."""
+    @functools.wraps(fn)
+    def run(self, *args, **kw):
+        if not self._busy.acquire(blocking=False):
+            raise ConcurrentUseError(f"Model.{fn.__name__}: this Model is in use by another thread; a Model is "
+                                     f"driven by one thread at a time (use one Model per thread, or a lock)")
+        try:
+            if self.sched is None:
+                raise ClosedError(f"Model.{fn.__name__}: the model was closed")
+            return fn(self, *args, **kw)
+        finally:
+            self._busy.release()
+    return run
+
+
+def _token_id(token):
+    """An int token id; bools, floats, strings and None are errors, not conversions."""
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, numbers.Integral):
+        if isinstance(token, np.ndarray) and token.ndim == 0 and np.issubdtype(token.dtype, np.integer):
+            return int(token)
+        raise TypeMismatchError(f"a token id is an int, not {type(token).__name__} {token!r}")
+    return int(token)
+
+
 class Model:
-    """A LLaMA-family model on a Scheduler. Build with pyggml.models.load()."""
+    """A LLaMA-family model on a Scheduler. Build with pyggml.models.load().
+
+    Threads: a Model is driven by one thread at a time; a call from a second thread while
+    another is inside prefill/decode/generate/reset/close raises ConcurrentUseError (nothing is
+    computed, the state is unchanged). Use one Model per thread for parallel conversations.
+    After close(), every method raises ClosedError."""
 
     def __init__(self, hp, tensors, sched, graph, weights, n_ctx, attn="flash", kv_type="f16", reader=None,
                  path=None, n_batch=512):
@@ -92,6 +128,7 @@ class Model:
         self._forwards = {}
         self._decode_fwd = None
         self.timings = {}                 # filled by load()
+        self._busy = threading.RLock()    # see _exclusive
         kvd = hp.n_embd_kv
         self.k_cache = [graph.state(f"cache_k.{i}", (self.n_ctx, kvd), self.kv_type) for i in range(hp.n_layer)]
         self.v_cache = [graph.state(f"cache_v.{i}", (self.n_ctx, kvd), self.kv_type) for i in range(hp.n_layer)]
@@ -161,13 +198,15 @@ class Model:
     # ---------------------------------------------------------------- running
 
     def _check_tokens(self, tokens):
+        if tokens is None or isinstance(tokens, (str, bytes)):
+            raise TypeMismatchError(f"tokens must be a sequence of int token ids, not {type(tokens).__name__}")
         t = np.asarray(tokens)
         if t.ndim == 0:
             t = t.reshape(1)
         if t.ndim != 1 or t.size == 0:
             raise ShapeError(f"tokens must be a non-empty 1-D sequence, got shape {t.shape}")
-        if not np.issubdtype(t.dtype, np.integer):
-            raise ShapeError(f"tokens must be integers, got {t.dtype}")
+        if not np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
+            raise TypeMismatchError(f"tokens must be integers, got {t.dtype}")
         if t.min() < 0 or t.max() >= self.hp.n_vocab:
             raise ShapeError(f"token ids must be in [0, {self.hp.n_vocab}), got [{t.min()}, {t.max()}]")
         if self.n_past + t.size > self.n_ctx:
@@ -216,6 +255,7 @@ class Model:
                 outs.append(r.reshape(c, -1))
         return np.concatenate(outs) if all_logits else r
 
+    @_exclusive
     def prefill(self, tokens, all_logits=False):
         """Run `tokens` after the current context; returns the last token's logits (n_vocab,) f32,
         or every token's (T, n_vocab) with all_logits=True. Long or odd-length prompts run in
@@ -226,7 +266,7 @@ class Model:
 
     def _step(self, token, output_of):
         """The decode fast path: one token, no numpy checks beyond a range test."""
-        tok = int(token)
+        tok = _token_id(token)
         if not 0 <= tok < self.hp.n_vocab:
             raise ShapeError(f"token id {tok} is not in [0, {self.hp.n_vocab})")
         p0 = self.n_past
@@ -249,6 +289,7 @@ class Model:
         self.tokens.append(tok)
         return out
 
+    @_exclusive
     def decode(self, token):
         """One token through the reused decode graph; returns its logits (n_vocab,) f32."""
         return self._step(token, _LOGITS)[0]
@@ -263,9 +304,12 @@ class Model:
             return int(self._prefill(t, False, _ARGMAX)[0])
         return int(np.argmax(self._prefill(t, False, _LOGITS)[0]))
 
+    @_exclusive
     def generate(self, prompt_tokens, n, device_argmax=True, stop=None):
         """Greedy generation of up to `n` tokens after `prompt_tokens` (appended to the current
         context). The argmax runs on the device unless device_argmax=False. Returns the new tokens."""
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
+            raise TypeMismatchError(f"generate: n is an int, not {type(n).__name__} {n!r}")
         out = []
         if n <= 0:
             return out
@@ -276,23 +320,35 @@ class Model:
             out.append(tok)
         return out
 
+    @_exclusive
     def reset(self):
         """Forget the context (the cache cells are masked, not cleared)."""
         self.n_past = 0
         self.tokens = []
 
     def close(self):
-        """Release the scheduler (device memory) and the file mapping."""
-        self._forwards.clear()
-        self._decode_fwd = None
-        self.sched = None
-        self.graph = None
-        self.w = {}
-        self.file_tensors = {}
-        self.k_cache = self.v_cache = []
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+        """Release the device memory, the file mapping and its file descriptor now (not at garbage
+        collection). Idempotent; afterwards every other method raises ClosedError."""
+        if not self._busy.acquire(blocking=False):
+            raise ConcurrentUseError("Model.close: this Model is in use by another thread")
+        try:
+            sched, self.sched = self.sched, None
+            if sched is not None:
+                sched.close()
+            self._forwards.clear()
+            self._decode_fwd = None
+            graph, self.graph = self.graph, None
+            if graph is not None:
+                for t in graph.tensors:        # the weights are views of the mapping: cut them, so
+                    t.data = None              # that the unmap below happens now
+            self.w = {}
+            self.file_tensors = {}
+            self.k_cache = self.v_cache = []
+            if self.reader is not None:
+                self.reader.close()
+                self.reader = None
+        finally:
+            self._busy.release()
 
     def __enter__(self):
         return self

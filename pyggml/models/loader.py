@@ -9,6 +9,7 @@ file size) plus one tensor's pages and a constant.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import sys
 import time
@@ -55,29 +56,39 @@ class HParams:
         return self.n_head_kv * self.head_dim
 
 
-def _key(reader, key, kind, default=None, required=True):
+# Largest count or length a hyperparameter may hold: ggml keeps dims and rope's n_ctx_orig in
+# int32 op parameters, and nothing real comes near it.
+_MAX_DIM = 2**31 - 1
+# Tensors every block (layer) of a LLaMA graph reads: 2 norms, q, k, v, o, gate, up, down.
+_TENSORS_PER_BLOCK = 9
+
+
+def _key(reader, key, kind, default=None, required=True, lo=None, hi=None, why=""):
+    """Metadata value `key` of type `kind` (int, float, str), range-checked: ints in [lo, hi],
+    floats finite and > lo (when lo is given). Anything else is a GGUFError naming the key."""
     f = reader.fields.get(key)
     if f is None:
         if required and default is None:
             raise GGUFError(f"{reader.path}: metadata key {key!r} is missing")
         return default
     v = f.value
-    try:
-        if kind is int:
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise TypeError
-            return int(v)
-        if kind is float:
-            if isinstance(v, (bool, np.bool_, str)):
-                raise TypeError
-            return float(v)
-        if kind is str:
-            if not isinstance(v, str):
-                raise TypeError
-            return v
-    except (TypeError, ValueError):
-        pass
-    raise GGUFError(f"{reader.path}: metadata {key!r} is {f.type.name} {v!r}; expected {kind.__name__}")
+    out = None
+    if kind is int and isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        out = int(v)
+        if (lo is not None and out < lo) or (hi is not None and out > hi):
+            raise GGUFError(f"{reader.path}: metadata {key!r} = {out} is out of range [{lo}, {hi}]{why}")
+    elif kind is float and isinstance(v, (int, float, np.integer, np.floating)) \
+            and not isinstance(v, (bool, np.bool_)):
+        out = float(v)
+        if not math.isfinite(out) or (lo is not None and not out > lo):
+            raise GGUFError(f"{reader.path}: metadata {key!r} = {out!r} must be finite"
+                            + (f" and > {lo}" if lo is not None else ""))
+    elif kind is str and isinstance(v, str):
+        out = v
+    if out is None:
+        shown = f"an array of {len(v)}" if isinstance(v, (list, np.ndarray)) else repr(v)
+        raise GGUFError(f"{reader.path}: metadata {key!r} is {f.type.name} {shown}; expected {kind.__name__}")
+    return out
 
 
 def read_hparams(reader: GGUFReader) -> HParams:
@@ -87,23 +98,24 @@ def read_hparams(reader: GGUFReader) -> HParams:
         raise UnsupportedError(f"{reader.path}: architecture {arch!r} is not supported "
                                f"(pyggml.models knows {', '.join(sorted(ARCHS))})")
     a = arch + "."
-    n_embd = _key(reader, a + "embedding_length", int)
-    n_layer = _key(reader, a + "block_count", int)
-    n_head = _key(reader, a + "attention.head_count", int)
-    n_head_kv = _key(reader, a + "attention.head_count_kv", int, default=n_head)
-    n_ff = _key(reader, a + "feed_forward_length", int)
-    for k, v in (("embedding_length", n_embd), ("block_count", n_layer), ("attention.head_count", n_head),
-                 ("attention.head_count_kv", n_head_kv), ("feed_forward_length", n_ff)):
-        if v <= 0:
-            raise GGUFError(f"{reader.path}: {a + k} = {v} must be positive")
+    dim = dict(lo=1, hi=_MAX_DIM)
+    n_embd = _key(reader, a + "embedding_length", int, **dim)
+    # every block needs its own tensors: a block count the tensor table cannot hold is refused
+    # before anything is sized by it
+    n_t = len(reader.tensors)
+    n_layer = _key(reader, a + "block_count", int, lo=1, hi=max(1, n_t // _TENSORS_PER_BLOCK),
+                   why=f" (the file has {n_t} tensors, {_TENSORS_PER_BLOCK} per block)")
+    n_head = _key(reader, a + "attention.head_count", int, **dim)
+    n_head_kv = _key(reader, a + "attention.head_count_kv", int, default=n_head, **dim)
+    n_ff = _key(reader, a + "feed_forward_length", int, **dim)
     if n_embd % n_head or n_head % n_head_kv:
         raise GGUFError(f"{reader.path}: embedding_length {n_embd}, head_count {n_head} and head_count_kv "
                         f"{n_head_kv} do not divide evenly")
-    head_dim = _key(reader, a + "attention.key_length", int, default=n_embd // n_head)
+    head_dim = _key(reader, a + "attention.key_length", int, default=n_embd // n_head, **dim)
     if head_dim * n_head != n_embd:
         raise UnsupportedError(f"{reader.path}: key_length {head_dim} x {n_head} heads != embedding_length "
                                f"{n_embd} (not a LLaMA layout)")
-    rope_dims = _key(reader, a + "rope.dimension_count", int, default=head_dim)
+    rope_dims = _key(reader, a + "rope.dimension_count", int, default=head_dim, **dim)
     if rope_dims <= 0 or rope_dims % 2 or rope_dims > head_dim:
         raise GGUFError(f"{reader.path}: rope.dimension_count {rope_dims} must be even and <= head size {head_dim}")
     rope_type = reader.get(a + "rope.type", reader.get("pyggml.rope.type"))
@@ -113,32 +125,35 @@ def read_hparams(reader: GGUFReader) -> HParams:
         rope_mode = _ROPE_TYPES[rope_type.lower()]
     else:
         raise GGUFError(f"{reader.path}: rope type {rope_type!r} is not one of {sorted(_ROPE_TYPES)}")
-    rope_base = _key(reader, a + "rope.freq_base", float, default=10000.0)
+    rope_base = _key(reader, a + "rope.freq_base", float, default=10000.0, lo=0.0)
     scale = 1.0
-    stype = reader.get(a + "rope.scaling.type")
+    stype = _key(reader, a + "rope.scaling.type", str, required=False)
     if stype not in (None, "none"):
         if stype != "linear":
             raise UnsupportedError(f"{reader.path}: rope scaling {stype!r} is not supported (linear only)")
-        factor = _key(reader, a + "rope.scaling.factor", float)
-        if factor <= 0:
-            raise GGUFError(f"{reader.path}: rope.scaling.factor {factor} must be positive")
-        scale = 1.0 / factor
-    elif reader.get(a + "rope.scale_linear") is not None:
-        scale = 1.0 / _key(reader, a + "rope.scale_linear", float)
-    rms_eps = _key(reader, a + "attention.layer_norm_rms_epsilon", float, default=1e-5)
+        scale = 1.0 / _key(reader, a + "rope.scaling.factor", float, lo=0.0)
+    elif a + "rope.scale_linear" in reader.fields:
+        scale = 1.0 / _key(reader, a + "rope.scale_linear", float, lo=0.0)
+    if not (math.isfinite(scale) and scale > 0):
+        raise GGUFError(f"{reader.path}: the rope scaling factor gives freq_scale {scale!r}, not a finite positive number")
+    rms_eps = _key(reader, a + "attention.layer_norm_rms_epsilon", float, default=1e-5, lo=0.0)
     emb = None
     for t in reader.tensors:
         if t.name == "token_embd.weight":
             emb = t
     if emb is None:
         raise GGUFError(f"{reader.path}: tensor 'token_embd.weight' is missing")
-    n_vocab = _key(reader, a + "vocab_size", int, default=emb.shape[0])
+    n_vocab = _key(reader, a + "vocab_size", int, default=emb.shape[0], **dim)
+    n_ctx_train = _key(reader, a + "context_length", int, default=2048, **dim)
+    tok = dict(required=False, lo=0, hi=n_vocab - 1)
     return HParams(arch=arch, n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
                    n_head_kv=n_head_kv, n_ff=n_ff, head_dim=head_dim,
-                   n_ctx_train=_key(reader, a + "context_length", int, default=2048), rms_eps=rms_eps,
+                   n_ctx_train=n_ctx_train, rms_eps=rms_eps,
                    rope_mode=rope_mode, rope_dims=rope_dims, rope_base=rope_base, rope_scale=scale,
-                   name=reader.get("general.name", "") or "", file_type=reader.get("general.file_type"),
-                   bos=reader.get("tokenizer.ggml.bos_token_id"), eos=reader.get("tokenizer.ggml.eos_token_id"))
+                   name=_key(reader, "general.name", str, required=False) or "",
+                   file_type=_key(reader, "general.file_type", int, required=False),
+                   bos=_key(reader, "tokenizer.ggml.bos_token_id", int, **tok),
+                   eos=_key(reader, "tokenizer.ggml.eos_token_id", int, **tok))
 
 
 def expected_tensors(hp: HParams):

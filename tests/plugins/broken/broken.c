@@ -1,13 +1,18 @@
 /* A deliberately faulty plugin for the loader tests. Each -D selects one fault:
  *   BROKEN_NO_ENTRY     exports a differently named symbol instead of pyg_plugin_get_api
  *   BROKEN_ABI_MAJOR=N  claims ABI major N
+ *   BROKEN_ABI_MINOR=N  claims ABI minor N (the table stays 1.0-shaped: stream_set_option absent)
  *   BROKEN_SHORT_TABLE  struct_size covers only the frozen prefix
  *   BROKEN_INIT_FAILS   plugin_init returns PYG_ERR_INTERNAL
  *   BROKEN_NO_DEVICE    plugin_init returns PYG_ERR_NO_DEVICE ("no widget driver")
  *   BROKEN_NAME="..."   plugin name
+ *   BROKEN_SEGV_ENTRY   pyg_plugin_get_api writes through a NULL pointer (SIGSEGV)
+ *   BROKEN_ABORT_CTOR   a library constructor calls abort() during dlopen (SIGABRT)
+ *   BROKEN_HANG_INIT    plugin_init never returns
  * Everything else answers minimally (zero devices). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "pyggml/plugin.h"
 
 #ifndef BROKEN_NAME
@@ -27,8 +32,14 @@ static int32_t err_code(const pyg_error *e) { return e->code; }
 static const char *err_msg(const pyg_error *e) { return e->msg; }
 static void err_destroy(pyg_error *e) { free(e); }
 
+#ifdef BROKEN_ABORT_CTOR
+__attribute__((constructor)) static void broken_ctor(void) { abort(); }
+#endif
+
 static pyg_error *init(void) {
-#if defined(BROKEN_INIT_FAILS)
+#if defined(BROKEN_HANG_INIT)
+    for (;;) pause();
+#elif defined(BROKEN_INIT_FAILS)
     return mk(PYG_ERR_INTERNAL, "widget firmware checksum mismatch");
 #elif defined(BROKEN_NO_DEVICE)
     return mk(PYG_ERR_NO_DEVICE, "no widget driver installed");
@@ -76,7 +87,11 @@ static const pyg_plugin_api api = {
 #else
     /* .abi_major = */ PYG_ABI_MAJOR,
 #endif
+#ifdef BROKEN_ABI_MINOR
+    /* .abi_minor = */ BROKEN_ABI_MINOR,
+#else
     /* .abi_minor = */ PYG_ABI_MINOR,
+#endif
     /* .reserved0 = */ 0,
     /* .name = */ BROKEN_NAME,
     /* .version = */ "0.0-test",
@@ -87,6 +102,7 @@ static const pyg_plugin_api api = {
     b_alloc, b_free, b_info, b_write, b_read, b_fill,
     w_async, r_async, c_async,
     p_create, p_destroy, p_compute,
+    NULL, /* stream_set_option (optional, since 1.1) */
 };
 
 #ifdef BROKEN_NO_ENTRY
@@ -95,5 +111,8 @@ PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api_v0(const pyg_host_inf
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {
 #endif
     (void)host;
+#ifdef BROKEN_SEGV_ENTRY
+    *(volatile int *)(uintptr_t)host->struct_size = 0; /* host is valid: struct_size is small, so this faults */
+#endif
     return &api;
 }

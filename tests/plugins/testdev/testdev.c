@@ -526,6 +526,15 @@ static pyg_error *api_buffer_get_info(pyg_buffer *b, pyg_buffer_info *info) {
     return NULL;
 }
 
+/* since 1.1: a GPU-like device has no per-stream options; the handle is still checked. */
+static pyg_error *api_stream_set_option(pyg_stream *s, const char *key, const char *value) {
+    td_lock();
+    int ok = td_stream_valid(s) && !s->quit;
+    td_unlock();
+    if (!ok || !key || !value) return td_error(PYG_ERR_INVALID_ARGUMENT, "stream_set_option: not a live stream, or NULL key/value");
+    return td_error(PYG_ERR_UNSUPPORTED, "unknown stream option '%.64s' (none known)", key);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static pyg_plugin_api g_api = {
@@ -566,6 +575,7 @@ static pyg_plugin_api g_api = {
     /* .graph_plan_create = */ td_graph_plan_create,
     /* .graph_plan_destroy = */ td_graph_plan_destroy,
     /* .graph_plan_compute = */ td_graph_plan_compute,
+    /* .stream_set_option = */ api_stream_set_option,
 };
 
 /* The plugin name: -DTESTDEV_NAME="x" if given, else taken from the library's file name
