@@ -171,9 +171,10 @@ def assign_devices(order: List[Tensor], n_devices: int, dev_index: Callable[[obj
         if forced is None and t.pin is not None:
             pinned = dev_index(t.pin)
             if pinned is not None:
-                if not probe(pinned, t):
+                if probe(pinned, t):
+                    forced = pinned
+                elif not getattr(t, "pin_soft", False):
                     raise UnsupportedError(f"{t!r} is pinned to {names[pinned]}, which cannot compute it")
-                forced = pinned
         elif forced is not None and not probe(forced, t):
             raise UnsupportedError(f"{t!r} writes memory on {names[forced]}, which cannot compute it")
         if forced is not None:

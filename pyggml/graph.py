@@ -69,7 +69,7 @@ class Tensor:
     """A node of a Graph: a leaf (input, weight, state) or the result of an op."""
 
     __slots__ = ("graph", "id", "type", "ne", "nb", "ndim", "op", "params", "src", "view_src",
-                 "view_offs", "name", "flags", "data", "pin", "__weakref__")
+                 "view_offs", "name", "flags", "data", "pin", "pin_soft", "__weakref__")
 
     def __init__(self, graph, type, ne, ndim, op=0, src=(), params=None, nb=None, view_src=None,
                  view_offs=0, name="", flags=0, data=None):
@@ -89,6 +89,7 @@ class Tensor:
         self.flags = flags
         self.data = data
         self.pin = graph._pin           # device spec this tensor must live/run on (None: scheduler decides)
+        self.pin_soft = graph._pin_soft  # True: a preference; a device that cannot compute it falls back
         self.id = graph._add(self)
 
     # --- numpy-facing views of the descriptor
@@ -161,20 +162,24 @@ class Graph:
         self.effects = []   # nodes that write persistent memory (set_rows, cpy into a state)
         self.version = 0    # bumped by every change; plans are keyed by it
         self._pin = None
+        self._pin_soft = False
 
-    def on(self, device):
+    def on(self, device, prefer=False):
         """Context manager: tensors created inside are pinned to `device` ("cuda:1"); use it
-        around a range of layers to place them. `t.pin = "cpu"` pins one tensor."""
+        around a range of layers to place them. `t.pin = "cpu"` pins one tensor. With
+        prefer=True the pin is a preference: a node the device cannot compute goes where the
+        scheduler's usual rules put it (the CPU fallback) instead of raising."""
         graph = self
 
         class _On:
             def __enter__(self_):
-                self_.prev = graph._pin
+                self_.prev = graph._pin, graph._pin_soft
                 graph._pin = None if device is None else str(device)
+                graph._pin_soft = bool(prefer)
                 return graph
 
             def __exit__(self_, *exc):
-                graph._pin = self_.prev
+                graph._pin, graph._pin_soft = self_.prev
         return _On()
 
     def _add(self, t):

@@ -16,6 +16,8 @@ import time
 from ..errors import ConfigError, PyggmlError, TypeMismatchError
 from ..gguf import GGUFReader
 from .llama import ATTN_MODES, ContextFullError, Model
+from .._plugin import get_device
+from . import placement
 from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload  # noqa: F401 (HParams re-exported)
 
 __all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES", "ModelNotFoundError"]
@@ -37,14 +39,20 @@ def _count(name, v, lo, hi):
 
 
 def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
-         sync=None, n_batch=512):
-    """Open a GGUF model, check it, upload its weights into the first device's buffers (straight
-    from the file's mmap, with a progress bar on stderr for loads over a second) and build the
-    decode graph. Malformed files raise GGUFError; nothing stays open or allocated on failure.
+         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None):
+    """Open a GGUF model, check it, upload its weights into the buffers of the devices that hold
+    them (straight from the file's mmap, with a progress bar on stderr for loads over a second) and
+    build the decode graph. Malformed files raise GGUFError; nothing stays open or allocated on
+    failure.
 
-    devices: as for pyggml.Scheduler (priority order). n_ctx: KV cache length (tokens).
-    attn: "flash" (flash_attn_ext) or "softmax" (mul_mat + soft_max). kv_type: "f16" or "f32".
-    n_batch: largest prefill chunk (prompts run in power-of-two chunks up to it)."""
+    devices: as for pyggml.Scheduler (priority order). With several devices the layers are split
+    into contiguous ranges (pyggml/models/placement.py): over the non-CPU devices by free memory,
+    or by `tensor_split` (one proportion per listed device, the CPU included: partial offload);
+    the output layer goes with the last range, each layer's KV cache with its layer.
+    n_ctx: KV cache length (tokens). attn: "flash" (flash_attn_ext) or "softmax" (mul_mat +
+    soft_max). kv_type: "f16" or "f32". n_batch (alias n_ubatch): the micro-batch, the largest
+    prefill chunk (prompts run in power-of-two chunks up to it; equal chunks are pipelined over the
+    devices). n_copies: input slots per split for that pipelining (default 2 with several devices)."""
     from ..scheduler import Scheduler
     from ..graph import Graph
     if not isinstance(attn, str) or attn not in ATTN_MODES:
@@ -52,7 +60,7 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     if not isinstance(kv_type, str) or kv_type not in ("f16", "f32"):
         raise ConfigError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
     n_ctx = _count("n_ctx", n_ctx, 1, MAX_CTX)
-    n_batch = _count("n_batch", n_batch, 1, MAX_CTX)
+    n_batch = _count("n_batch", n_batch if n_ubatch is None else n_ubatch, 1, MAX_CTX)
     if n_threads is not None:
         n_threads = _count("n_threads", n_threads, 1, 1024)
     if not isinstance(path, (str, bytes, os.PathLike)):
@@ -72,20 +80,24 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
         tensors = check_tensors(reader, hp)
         if isinstance(devices, str):
             devices = [devices]
-        sched = Scheduler(list(devices), n_threads=n_threads, sync=sync)
+        devs = [get_device(d) for d in devices] if isinstance(devices, (list, tuple)) else devices
+        layer_dev = placement.split_layers(devs, hp.n_layer, tensor_split) if devs else []
+        if n_copies is None:
+            n_copies = 2 if len(set(layer_dev)) > 1 else 1
+        sched = Scheduler(devs, n_threads=n_threads, sync=sync, n_copies=n_copies)
         g = Graph(f"{hp.arch}:{hp.name or path}")
         weights = {}
         pairs = []
+        tied = "output.weight" not in tensors
         for name, ft in tensors.items():
             gt = g.weight(name, ft.raw, type=ft.type.name, shape=ft.shape)
             weights[name] = gt
-            pairs.append((gt, ft))
+            pairs.append((gt, ft, placement.weight_devices(name, layer_dev, tied)))
         t_parse = time.perf_counter()
-        upload(sched, sched.devices[0], pairs, reader, progress=progress,
-               label=f"loading {hp.name or hp.arch}")
+        upload(sched, pairs, reader, progress=progress, label=f"loading {hp.name or hp.arch}")
         t_upload = time.perf_counter()
         model = Model(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path,
-                      n_batch=n_batch)
+                      n_batch=n_batch, layer_devices=layer_dev if len(sched.devices) > 1 else None)
         f = model.forward_for(1)
         sched.plan([f.logits])
         t_end = time.perf_counter()

@@ -20,6 +20,7 @@ then logits = rms_norm(x[last]) * output_norm @ Wout.T (all rows with all_logits
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -109,7 +110,7 @@ class Model:
     After close(), every method raises ClosedError."""
 
     def __init__(self, hp, tensors, sched, graph, weights, n_ctx, attn="flash", kv_type="f16", reader=None,
-                 path=None, n_batch=512):
+                 path=None, n_batch=512, layer_devices=None):
         if attn not in ATTN_MODES:
             raise ValueError(f"attn must be one of {ATTN_MODES}, not {attn!r}")
         self.hp = hp
@@ -128,6 +129,8 @@ class Model:
         self._forwards = {}
         self._decode_fwd = None
         self.timings = {}                 # filled by load()
+        # device name per layer (contiguous ranges, see placement.py); None: the scheduler decides
+        self.layer_devices = list(layer_devices) if layer_devices else None
         self._busy = threading.RLock()    # see _exclusive
         kvd = hp.n_embd_kv
         self.k_cache = [graph.state(f"cache_k.{i}", (self.n_ctx, kvd), self.kv_type) for i in range(hp.n_layer)]
@@ -137,26 +140,42 @@ class Model:
 
     def _forward_nodes(self, tok, pos, kvi, mask, T, all_logits):
         hp, W = self.hp, self.w
-        d, H, Hkv, D = hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim
         eps = hp.rms_eps
         rope_kw = dict(n_dims=hp.rope_dims, mode=hp.rope_mode, freq_base=hp.rope_base, freq_scale=hp.rope_scale,
                        n_ctx_orig=hp.n_ctx_train, freq_factors=W.get("rope_freqs.weight"))
-        x = pg.get_rows(W["token_embd.weight"], tok)                          # (T, d) f32
+        g = self.graph
+        on = (lambda i: g.on(self.layer_devices[i], prefer=True)) if self.layer_devices else \
+            (lambda i: contextlib.nullcontext())
+        with on(0):
+            x = pg.get_rows(W["token_embd.weight"], tok)                      # (T, d) f32
         for i in range(hp.n_layer):
-            p = f"blk.{i}."
-            h = pg.mul(pg.rms_norm(x, eps), W[p + "attn_norm.weight"])
-            q = pg.mul_mat(W[p + "attn_q.weight"], h)
-            k = pg.mul_mat(W[p + "attn_k.weight"], h)
-            v = pg.mul_mat(W[p + "attn_v.weight"], h)
-            q = pg.rope(pg.reshape(q, (T, H, D)), pos, **rope_kw)
-            k = pg.rope(pg.reshape(k, (T, Hkv, D)), pos, **rope_kw)
-            ks = pg.set_rows(self.k_cache[i], pg.reshape(k, (T, Hkv * D)), kvi)
-            vs = pg.set_rows(self.v_cache[i], v, kvi)
-            o = self._attention(q, ks, vs, mask, T)                            # (T, d)
-            x = pg.add(x, pg.mul_mat(W[p + "attn_output.weight"], o))
-            h = pg.mul(pg.rms_norm(x, eps), W[p + "ffn_norm.weight"])
-            f = pg.swiglu(pg.mul_mat(W[p + "ffn_gate.weight"], h), pg.mul_mat(W[p + "ffn_up.weight"], h))
-            x = pg.add(x, pg.mul_mat(W[p + "ffn_down.weight"], f))
+            with on(i):
+                x = self._layer(i, x, pos, kvi, mask, T, eps, rope_kw)
+        with on(hp.n_layer - 1):
+            return self._output(x, T, all_logits, eps)
+
+    def _layer(self, i, x, pos, kvi, mask, T, eps, rope_kw):
+        """Layer i over the residual stream x (T, d): attention then the SwiGLU FFN."""
+        hp, W = self.hp, self.w
+        H, Hkv, D = hp.n_head, hp.n_head_kv, hp.head_dim
+        p = f"blk.{i}."
+        h = pg.mul(pg.rms_norm(x, eps), W[p + "attn_norm.weight"])
+        q = pg.mul_mat(W[p + "attn_q.weight"], h)
+        k = pg.mul_mat(W[p + "attn_k.weight"], h)
+        v = pg.mul_mat(W[p + "attn_v.weight"], h)
+        q = pg.rope(pg.reshape(q, (T, H, D)), pos, **rope_kw)
+        k = pg.rope(pg.reshape(k, (T, Hkv, D)), pos, **rope_kw)
+        ks = pg.set_rows(self.k_cache[i], pg.reshape(k, (T, Hkv * D)), kvi)
+        vs = pg.set_rows(self.v_cache[i], v, kvi)
+        o = self._attention(q, ks, vs, mask, T)                            # (T, d)
+        x = pg.add(x, pg.mul_mat(W[p + "attn_output.weight"], o))
+        h = pg.mul(pg.rms_norm(x, eps), W[p + "ffn_norm.weight"])
+        f = pg.swiglu(pg.mul_mat(W[p + "ffn_gate.weight"], h), pg.mul_mat(W[p + "ffn_up.weight"], h))
+        x = pg.add(x, pg.mul_mat(W[p + "ffn_down.weight"], f))
+        return x
+
+    def _output(self, x, T, all_logits, eps):
+        W, d = self.w, self.hp.n_embd
         if T > 1 and not all_logits:
             x = pg.view(x, (1, d), offset=(T - 1) * d * 4)
         x = pg.mul(pg.rms_norm(x, eps), W["output_norm.weight"])
@@ -228,12 +247,31 @@ class Model:
             f.mask[0, 0, 0, f.visible:p0 + 1] = 0
             f.visible = p0 + 1
         else:
-            cells = np.arange(self.n_ctx)
-            f.mask[0, 0] = np.where(cells[None, :] <= pos[:, None], np.float16(0), np.float16(-np.inf))
+            f.mask[0, 0] = self._causal(pos)
         out = self.sched.compute(output, fe)
         self.n_past += T
         self.tokens.extend(int(x) for x in tokens)
         return out
+
+    def _causal(self, pos):
+        """The (T, n_ctx) f16 mask of queries at positions `pos`: 0 where a query may look."""
+        cells = np.arange(self.n_ctx)
+        return np.where(cells[None, :] <= pos[:, None], np.float16(0), np.float16(-np.inf))
+
+    def _run_batches(self, f, token_chunks, output):
+        """Equal chunks as pipelined micro-batches (Scheduler.compute_batches): with layers on
+        several devices, chunk m + 1 runs on the first devices while m runs on the next."""
+        feeds, p = [], self.n_past
+        for tk in token_chunks:
+            pos = np.arange(p, p + f.T, dtype=np.int32)
+            feeds.append({f.names["tokens"]: np.asarray(tk, np.int32), f.names["pos"]: pos, f.names["kv_idx"]: pos,
+                          f.names["mask"]: self._causal(pos).reshape(1, 1, f.T, self.n_ctx)})
+            p += f.T
+        outs = self.sched.compute_batches(output, feeds)
+        self.n_past = p
+        for tk in token_chunks:
+            self.tokens.extend(int(x) for x in tk)
+        return outs
 
     def chunks(self, n):
         """Sizes a prompt of n tokens is run in: powers of two up to n_batch, largest first, so
@@ -247,13 +285,22 @@ class Model:
 
     def _prefill(self, t, all_logits, output_of):
         outs, i = [], 0
-        for c in self.chunks(t.size):
+        sizes = self.chunks(t.size)
+        j = 0
+        while j < len(sizes):
+            c, n = sizes[j], 1
+            while j + n < len(sizes) and sizes[j + n] == c:
+                n += 1
             f = self.forward_for(c, all_logits)
-            r = self._run(f, t[i:i + c], output_of(f))
-            i += c
+            if n == 1:
+                rs = [self._run(f, t[i:i + c], output_of(f))]
+            else:
+                rs = self._run_batches(f, [t[i + k * c:i + (k + 1) * c] for k in range(n)], output_of(f))
             if all_logits:
-                outs.append(r.reshape(c, -1))
-        return np.concatenate(outs) if all_logits else r
+                outs.extend(r.reshape(c, -1) for r in rs)
+            i += n * c
+            j += n
+        return np.concatenate(outs) if all_logits else rs[-1]
 
     @_exclusive
     def prefill(self, tokens, all_logits=False):

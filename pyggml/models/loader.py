@@ -249,24 +249,19 @@ def drop_pages(reader: GGUFReader, t):
             pass
 
 
-def upload(sched, device, weights, reader, progress=True, label="loading"):
-    """Put every weight tensor (graph Tensors whose data views the reader's mmap) into `device`'s
-    buffers now, in file order, dropping each one's file pages once written."""
-    up = getattr(sched, "upload", None)
-    leaf = getattr(sched, "_leaf", None)
-    total = sum(int(t.nbytes) for t, _ in weights)
+def upload(sched, weights, reader, progress=True, label="loading"):
+    """Put every weight tensor (graph Tensors whose data views the reader's mmap) into the buffers
+    of the devices that need it, now, in file order, dropping each one's file pages once written.
+    weights: [(graph tensor, GGUF tensor, [device specs])]."""
+    total = sum(int(t.nbytes) * len(devs) for t, _, devs in weights)
     bar = Progress(f"{label}", total, enabled=progress)
     done = 0
     try:
-        for gt, ft in sorted(weights, key=lambda p: p[1].file_offset):
-            if up is not None:
-                up(gt, device)
-            elif leaf is not None:
-                leaf(device, gt)
-            else:   # pragma: no cover - scheduler without an upload entry: the first plan uploads
-                return False
+        for gt, ft, devs in sorted(weights, key=lambda p: p[1].file_offset):
+            for dev in devs:
+                sched.upload(gt, dev)
+                done += gt.nbytes
             drop_pages(reader, ft)
-            done += gt.nbytes
             bar.update(done, ft.name)
     finally:
         bar.finish()
