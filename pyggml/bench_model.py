@@ -67,7 +67,8 @@ def _loadavg():
         return None
 
 
-def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", echo=print):
+def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", echo=print, tensor_split=None,
+                 trace=None, n_ubatch=512):
     import pyggml.models as models
     from .models.loader import reset_peak_rss, rss_bytes
     res = {"engine": "pyggml", "devices": devices, "attn": attn}
@@ -78,7 +79,11 @@ def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", 
     base_rss, _ = rss_bytes()
     hwm_reset = reset_peak_rss()
     t0 = time.perf_counter()
-    m = models.load(path, devices=devices, n_ctx=max(n_prompt, n_gen, 1), n_threads=n_threads, attn=attn)
+    m = models.load(path, devices=devices, n_ctx=max(n_prompt, n_gen, 1), n_threads=n_threads, attn=attn,
+                    tensor_split=tensor_split, trace=trace, n_batch=n_ubatch)
+    if m.layer_devices:
+        from .models.placement import summary
+        res["layers"] = {d: [r.start, r.stop] for d, r in summary(m.layer_devices).items()}
     load_s = time.perf_counter() - t0
     cur, peak = rss_bytes()
     res["load"] = {"seconds": load_s, "file_bytes": file_size, "rss_before": base_rss, "rss_after": cur,
@@ -141,6 +146,7 @@ def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", 
         res["sync_pattern"] = m.sched.last_run.sync_pattern
     res["peak_rss"] = rss_bytes()[1]
     res["sched_stats"] = dict(m.sched.stats)
+    res["memory"] = m.sched.memory_by_device()
     m.close()
     del m
     gc.collect()
@@ -240,6 +246,11 @@ def print_table(path, n_threads, ours, peer, n_prompt, n_gen, echo=print):
                       f"{ours['sched_host_us_per_token']:.0f} us scheduler + {ours['model_host_us_per_token']:.0f} us "
                       f"Model.decode"))
         lines.append(("decode re-plans / new buffers", f"{ours['decode_replans']} / {ours['decode_new_allocs']}"))
+    if "layers" in ours:
+        lines.append(("layers", ", ".join(f"{d}: {a}-{b - 1}" for d, (a, b) in ours["layers"].items())))
+    if "memory" in ours:
+        lines.append(("memory per device", ", ".join(f"{d}: {_gb(v['weights'])} weights + {_gb(v['graph'])} graph"
+                                                     for d, v in ours["memory"].items() if v["weights"] or v["graph"])))
     lines.append(("peak RSS (whole run)", _gb(ours["peak_rss"])))
     if peer:
         pl = peer["load"]
@@ -258,6 +269,10 @@ def main(args):
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("--attn", default="flash", choices=("flash", "softmax"))
     ap.add_argument("--no-peer", action="store_true", help="do not run llama.cpp even if importable")
+    ap.add_argument("-ts", "--tensor-split", default=None,
+                    help="layer proportions per device, e.g. 1,1 (default: the GPUs by free memory)")
+    ap.add_argument("-ub", "--n-ubatch", type=int, default=512, help="prefill micro-batch (pipelined over devices)")
+    ap.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace of every run to this file")
     ap.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     extra = ap.parse_args(getattr(args, "rest", []) or [])
     try:
@@ -269,7 +284,9 @@ def main(args):
     reps = max(1, int(args.reps))
     from .errors import PyggmlError
     try:
-        ours = bench_pyggml(path, devices, args.threads, reps, extra.n_prompt, extra.n_gen, extra.attn)
+        ts = [float(x) for x in extra.tensor_split.split(",")] if extra.tensor_split else None
+        ours = bench_pyggml(path, devices, args.threads, reps, extra.n_prompt, extra.n_gen, extra.attn,
+                            tensor_split=ts, trace=extra.trace, n_ubatch=extra.n_ubatch)
     except PyggmlError as e:
         print(f"pyggml bench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -248,6 +248,21 @@ class Scheduler:
         with self._lock:
             return self._program(self.plan(outputs), n_mb)
 
+    def memory_by_device(self) -> Dict[str, Dict[str, int]]:
+        """{device: {"weights": bytes of weights and states, "graph": bytes of graph memory (the
+        largest plan's arena and input slots)}} held by this scheduler."""
+        out = {str(d): {"weights": 0, "graph": 0} for d in self.devices}
+        with self._lock:
+            for (_, _, dev), m in self._leaf_mem.items():
+                out[dev]["weights"] += int(m.buf.size)
+            for p in self._plans.values():
+                per = {}
+                for b in p.scratch:
+                    per[str(b.device)] = per.get(str(b.device), 0) + int(b.size)
+                for dev, n in per.items():
+                    out[dev]["graph"] = max(out[dev]["graph"], n)
+        return out
+
     def read(self, t: Tensor) -> np.ndarray:
         """Current contents of a state or weight tensor (from its home device)."""
         with self._lock:

@@ -142,6 +142,7 @@ static void init_locked(void) {
         d->cc_minor = p.minor;
         d->memory_total = p.totalGlobalMem;
         d->graphs = env_graphs_enabled();
+        d->write_sync = 1;
         snprintf(d->description, sizeof d->description, "%s", p.name);
         /* pageable writes: cudaMemcpyAsync stages pageable memory before it returns, so the host may
          * reuse the source at once (safe, though not overlapped); pinned writes are truly async. */
@@ -151,7 +152,10 @@ static void init_locked(void) {
         pyg_cuda_log(PYG_LOG_INFO, "device %d: %s, compute %d.%d, %d SMs, %.1f GiB", i, p.name, p.major,
                      p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     }
-    /* peer access between every pair that supports it */
+    /* peer access between every pair that supports it; cudaMemcpyPeerAsync works between any two
+     * devices (without peer access the runtime stages it through the host, still queued on the
+     * stream, never blocking the host), so every device of a multi-GPU machine declares peer copies */
+    for (int a = 0; a < g_n_devices && g_n_devices > 1; a++) g_devices[a].caps |= PYG_CAP_PEER_COPY;
     for (int a = 0; a < g_n_devices; a++) {
         for (int b = 0; b < g_n_devices; b++) {
             if (a == b) continue;
@@ -164,7 +168,6 @@ static void init_locked(void) {
             if (gpuSetDevice(g_devices[a].index) == gpuSuccess) {
                 gpuError_t pe = gpuDeviceEnablePeerAccess(g_devices[b].index, 0);
                 if (pe != gpuSuccess) gpuGetLastError(); /* already enabled is fine */
-                g_devices[a].caps |= PYG_CAP_PEER_COPY;
             }
         }
     }
@@ -246,7 +249,13 @@ static pyg_error *device_set_option(pyg_device *dev, const char *key, const char
         else return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "option graphs: expected 0/1/on/off, got '%s'", value);
         return NULL;
     }
-    return pyg_cuda_error(PYG_ERR_UNSUPPORTED, "unknown option '%s' (known: graphs)", key);
+    if (strcmp(key, "write_sync") == 0) {
+        if (strcmp(value, "0") == 0) dev->write_sync = 0;
+        else if (strcmp(value, "1") == 0) dev->write_sync = 1;
+        else return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "option write_sync: expected 0/1, got '%s'", value);
+        return NULL;
+    }
+    return pyg_cuda_error(PYG_ERR_UNSUPPORTED, "unknown option '%s' (known: graphs, write_sync)", key);
 }
 
 /* since 1.1: no per-stream options (yet) on CUDA/HIP/MUSA. */
@@ -426,7 +435,7 @@ static pyg_error *buffer_write(pyg_buffer *dst, uint64_t offset, const void *src
      * and it runs on the legacy default stream, which our non-blocking streams do not wait for:
      * work queued right after could read the old bytes (the strict race seen on the H200). The
      * contract says a blocking copy is done when it returns: wait for the default stream. */
-    GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (write)");
+    if (dst->dev->write_sync) GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (write)");
     return NULL;
 }
 

@@ -17,6 +17,8 @@ struct pyg_device {
     int n_sm;
     int cc_major, cc_minor;
     int graphs;                /* 1: plans capture and replay device graphs (option "graphs") */
+    int write_sync;            /* 1: buffer_write waits for the default stream (option "write_sync";
+                                  0 brings back the pre-fix race, for the hardware probe only) */
     uint64_t caps;
     uint64_t memory_total;
     char description[256];     /* "NVIDIA H200" */

@@ -39,7 +39,7 @@ def _count(name, v, lo, hi):
 
 
 def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
-         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None):
+         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None, trace=None):
     """Open a GGUF model, check it, upload its weights into the buffers of the devices that hold
     them (straight from the file's mmap, with a progress bar on stderr for loads over a second) and
     build the decode graph. Malformed files raise GGUFError; nothing stays open or allocated on
@@ -52,7 +52,8 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     n_ctx: KV cache length (tokens). attn: "flash" (flash_attn_ext) or "softmax" (mul_mat +
     soft_max). kv_type: "f16" or "f32". n_batch (alias n_ubatch): the micro-batch, the largest
     prefill chunk (prompts run in power-of-two chunks up to it; equal chunks are pipelined over the
-    devices). n_copies: input slots per split for that pipelining (default 2 with several devices)."""
+    devices). n_copies: input slots per split for that pipelining (default 2 with several devices).
+    trace: a Chrome/Perfetto trace file of every run (written when the model closes)."""
     from ..scheduler import Scheduler
     from ..graph import Graph
     if not isinstance(attn, str) or attn not in ATTN_MODES:
@@ -84,7 +85,7 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
         layer_dev = placement.split_layers(devs, hp.n_layer, tensor_split) if devs else []
         if n_copies is None:
             n_copies = 2 if len(set(layer_dev)) > 1 else 1
-        sched = Scheduler(devs, n_threads=n_threads, sync=sync, n_copies=n_copies)
+        sched = Scheduler(devs, n_threads=n_threads, sync=sync, n_copies=n_copies, trace=trace)
         g = Graph(f"{hp.arch}:{hp.name or path}")
         weights = {}
         pairs = []

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# scripts/gpu_two.sh — issue 13 on a two-GPU machine (nvidia-h200-x2), in one device call of about
+# 9 minutes: build; the pipeline/model-split tests and the CUDA op suite; the two-GPU probe
+# (bench/two_gpu_probe.py: every micro-batch under strict/relaxed/events x n_copies 1/2/4 x 1/2 GPUs,
+# the pipelining speed-up, the pre-fix race with write_sync=0); split-model benches of 1b and 7b
+# q4_0 (pp4096, tg128) on one and two GPUs, a Perfetto trace of a two-GPU prefill, the MUSA shim on
+# both GPUs; llama.cpp's llama-bench on the same files with its layer split when .peer was carried
+# (bash ../shared/tools/llamacpp-peer.sh fetch; carry [".peer"]).
+#
+#   GPU_CHECK_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_two.sh
+# Results: $OUT/two-gpu.tar.gz (all logs and JSON) plus the probe JSON and a summary log.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+T0=$(date +%s)
+W=$(mktemp -d /tmp/gpu-two.XXXXXX)
+OUTD=${OUT:-$ROOT/bench/results/tmp}
+mkdir -p "$OUTD"
+export PYTHONUNBUFFERED=1 GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-unknown}
+export PYGGML_MODEL_CACHE=${PYGGML_MODEL_CACHE:-$HOME/.cache/pyggml/models}
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+PY=${PYTHON:-python3}
+say() { echo "== [$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/summary.log"; }
+pack() { tar czf "$OUTD/two-gpu.tar.gz" -C "$W" . 2>/dev/null; cp "$W/summary.log" "$OUTD/" 2>/dev/null; true; }
+left() { echo $(( ${GPU_TWO_BUDGET:-560} - ($(date +%s) - T0) )); }
+
+say "$(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') commit $GPU_CHECK_COMMIT"
+nvidia-smi topo -m > "$W/topo.txt" 2>&1
+if [ -x .peer/build.sh ] && [ ! -x "$HOME/llama-peer/bin/llama-bench" ]; then
+    setsid bash .peer/build.sh > "$W/peer-build.log" 2>&1 < /dev/null &
+    say "llama-bench build started in the background"
+fi
+touch .stamp-deps
+make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so > "$W/build.log" 2>&1 || { say "build of the core failed"; tail -30 "$W/build.log"; pack; exit 1; }
+for m in 7b 1b; do
+    setsid $PY -c "from pyggml.bench_model import resolve_model; print(resolve_model('synth:$m:q4_0', quiet=True))" \
+        > "$W/synth-$m.log" 2>&1 < /dev/null &
+done
+make -j"$(nproc)" pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-musa.so >> "$W/build.log" 2>&1
+say "build rc=$? ($(ls pyggml/plugins | tr '\n' ' '))"
+$PY -m pyggml devices | tee -a "$W/summary.log"
+
+say "tests"
+timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_pipeline.py tests/test_model_split.py tests/test_sched.py \
+    "tests/test_ops.py" -k "not vulkan and not hip and not musa" > "$W/pytest.log" 2>&1
+say "pytest rc=$?: $(tail -1 "$W/pytest.log")"
+grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20 | tee -a "$W/summary.log"
+pack
+
+say "two-GPU probe"
+timeout 150 $PY bench/two_gpu_probe.py --devices cuda:0,cuda:1 --runs "${GPU_TWO_RUNS:-20}" --out "$W/probe.json" \
+    2>&1 | tee "$W/probe.log" | tail -25
+cp "$W/probe.json" "$OUTD/" 2>/dev/null
+pack
+
+wait_model() {  # the cached synthetic model's path, once written
+    local f; f=$(ls "$PYGGML_MODEL_CACHE"/synth-"$1"-q4_0-*.gguf 2>/dev/null | head -1)
+    while [ -z "$f" ] || pgrep -f "synth:$1:q4_0" >/dev/null; do
+        sleep 2; [ "$(left)" -lt 60 ] && return 1
+        f=$(ls "$PYGGML_MODEL_CACHE"/synth-"$1"-q4_0-*.gguf 2>/dev/null | head -1)
+    done
+    echo "$f"
+}
+bench() {  # bench NAME MODEL ARGS...
+    local name=$1 model=$2; shift 2
+    [ "$(left)" -lt 45 ] && { say "skipped $name: time"; return; }
+    timeout "$(( $(left) - 30 ))" $PY -m pyggml bench -m "$model" -o "$W" "$@" > "$W/$name.log" 2>&1
+    say "$name rc=$?: $(grep -E '^\| .*(pp|tg)[0-9]' "$W/$name.log" | awk -F'|' '{printf "%s %s; ", $7, $8}')"
+    grep -E "layers|memory per device|host syncs per decoded" "$W/$name.log" | tee -a "$W/summary.log"
+}
+M7=$(wait_model 7b) && {
+    bench 7b-1gpu "$M7" -d cuda:0 -r 3 -p 4096 -n 128
+    bench 7b-2gpu "$M7" -d cuda:0,cuda:1 -r 3 -p 4096 -n 128
+    bench 7b-2gpu-trace "$M7" -d cuda:0,cuda:1 -r 1 -p 4096 -n 16 --trace "$W/trace-7b-2gpu-pp4096.json"
+    cp "$W/trace-7b-2gpu-pp4096.json" "$OUTD/" 2>/dev/null
+}
+pack
+M1=$(wait_model 1b) && {
+    bench 1b-1gpu "$M1" -d cuda:0 -r 3 -p 4096 -n 128
+    bench 1b-2gpu "$M1" -d cuda:0,cuda:1 -r 3 -p 4096 -n 128
+    bench 1b-musa-2gpu "$M1" -d musa:0,musa:1 -r 2 -p 1024 -n 32
+}
+pack
+
+LB=$HOME/llama-peer/bin/llama-bench
+if [ -f .peer/build.sh ]; then
+    while pgrep -f "llama-peer" >/dev/null && [ ! -x "$LB" ] && [ "$(left)" -gt 70 ]; do sleep 3; done
+    if [ -x "$LB" ]; then
+        for m in ${M7:-} ${M1:-}; do
+            n=$(basename "$m" .gguf)
+            [ "$(left)" -lt 40 ] && break
+            CUDA_VISIBLE_DEVICES=0 timeout "$(( $(left) - 20 ))" "$LB" -m "$m" -ngl 99 -fa 1 -p 4096 -n 128 -r 3 -o json \
+                > "$W/llama-$n-1gpu.json" 2> "$W/llama-$n-1gpu.err"
+            say "llama.cpp $n 1 GPU rc=$?"
+            [ "$(left)" -lt 40 ] && break
+            timeout "$(( $(left) - 20 ))" "$LB" -m "$m" -ngl 99 -fa 1 -sm layer -p 4096 -n 128 -r 3 -o json \
+                > "$W/llama-$n-2gpu.json" 2> "$W/llama-$n-2gpu.err"
+            say "llama.cpp $n 2 GPUs rc=$?"
+            $PY - "$W/llama-$n-1gpu.json" "$W/llama-$n-2gpu.json" <<'EOF' | tee -a "$W/summary.log"
+import json, sys
+for p in sys.argv[1:]:
+    try:
+        rows = json.load(open(p))
+    except Exception as e:
+        print(p, "unreadable:", e); continue
+    for r in rows:
+        print(p.rsplit("/", 1)[-1], f"pp{r['n_prompt']} tg{r['n_gen']}: {r['avg_ts']:.1f} t/s")
+EOF
+        done
+    else
+        say "llama-bench not built in time: $(tail -3 "$W/peer-build.log" 2>/dev/null)"
+    fi
+fi
+say "done"
+pack
