@@ -91,5 +91,9 @@ class ConcurrentUseError(PyggmlError, RuntimeError):
     the first was still inside it."""
 
 
+class NonFiniteError(PyggmlError, FloatingPointError):
+    """A result held NaN or Inf where the scheduler was asked to check (check_finite=True)."""
+
+
 class GGUFError(PyggmlError, ValueError):
     """A GGUF file is malformed, truncated or uses something pyggml cannot read."""

@@ -23,7 +23,7 @@ import numpy as np
 from . import _plan, _plugin, _program as P, _trace
 from . import _sched as R
 from . import ops as _ops
-from .errors import ClosedError, ConfigError, GraphError, ShapeError, TypeMismatchError
+from .errors import ClosedError, ConfigError, GraphError, NonFiniteError, ShapeError, TypeMismatchError
 from .graph import FLAG_STATE, FLAG_WEIGHT, Graph, Tensor
 
 POLICIES = ("strict", "relaxed", "events")
@@ -88,11 +88,12 @@ class Scheduler:
     warning when it contradicts this argument). `n_copies`: input slots per split for pipelined
     micro-batches (1-4). `poison=True` fills compute memory with 0xFF before each run so unwritten
     outputs show as NaN. `trace`: a Chrome/Perfetto trace file (default: PYGGML_TRACE) written when
-    the scheduler closes, at exit, or on flush_trace()."""
+    the scheduler closes, at exit, or on flush_trace(). `check_finite=True` (debugging) raises
+    NonFiniteError when a float output holds NaN or Inf, naming the output and micro-batch."""
 
     def __init__(self, devices: Union[str, object, Sequence] = ("cpu",), n_threads: Optional[int] = None,
                  poison: bool = False, sync: Optional[str] = None, n_copies: int = 1,
-                 trace: Optional[str] = None):
+                 trace: Optional[str] = None, check_finite: bool = False):
         self._lock = threading.RLock()
         self._closed = False
         self._streams: Dict[int, object] = {}
@@ -123,6 +124,7 @@ class Scheduler:
             raise ConfigError(f"n_copies must be an integer 1..4, got {n_copies!r}")
         self.n_copies = int(n_copies)
         self.poison = bool(poison)
+        self.check_finite = bool(check_finite)
         self._drop_sync = None               # tests: leave out the k-th ordering (the sanitizer must see it)
         self.trace_path = trace or os.environ.get("PYGGML_TRACE") or None
         if self.trace_path:
@@ -325,12 +327,23 @@ class Scheduler:
                                         {str(d): not (d.caps & CAP_ASYNC_COMPUTE) for d in self.devices})
             total = time.perf_counter() - t_start
             _plugin.drain_log()
+            if self.check_finite:
+                self._check_finite(plan, results)
             self.stats["computes"] += 1
             nbytes = sum(a.nbytes for a in ins) + sum(a.nbytes for a in outs_a)
             self.last_run = RunStats(prog.pattern, prog.pattern.count("a") + prog.pattern.count("c"), nbytes, total,
                                      backend_s, plan.n_splits, [str(d) for d in plan.devices], self.sync, n_mb)
             self.last_run.per_split = prog.per_split
             return results
+
+    @staticmethod
+    def _check_finite(plan, results):
+        for mb, row in enumerate(results):
+            for (t, dt, _), r in zip(plan.output_specs, row):
+                if dt.kind == "f" and not np.isfinite(r).all():
+                    n_nan, n_inf = int(np.isnan(r).sum()), int(np.isinf(r).sum())
+                    raise NonFiniteError(f"compute: output {t!r} of micro-batch {mb} has {n_nan} NaN and {n_inf} "
+                                         f"Inf of {r.size} values (check_finite=True)")
 
     @staticmethod
     def _check_feeds(plan, feeds):

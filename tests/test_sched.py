@@ -233,3 +233,16 @@ def test_bad_policy_and_env_override(monkeypatch):
     monkeypatch.setenv("PYGGML_SYNC", "bogus")
     with pytest.raises(pg.ConfigError, match="PYGGML_SYNC"):
         pg.Scheduler("cpu")
+
+
+def test_check_finite_names_the_output():
+    g = pg.Graph()
+    x = g.input("x", (4,))
+    y = pg.scale(x, 2.0)
+    s = pg.Scheduler("cpu", check_finite=True)
+    assert np.array_equal(s.compute(y, {"x": np.ones(4, np.float32)}), [2, 2, 2, 2])
+    with pytest.raises(pg.NonFiniteError, match="1 NaN and 1 Inf") as e:
+        s.compute(y, {"x": np.array([1, np.nan, np.inf, 0], np.float32)})
+    assert isinstance(e.value, FloatingPointError)
+    plain = pg.Scheduler("cpu")                          # off by default: the values come back
+    assert np.isnan(plain.compute(y, {"x": np.array([np.nan] * 4, np.float32)})).all()
