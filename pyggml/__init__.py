@@ -8,6 +8,7 @@
 """
 from .errors import (AbiMismatchError, ClosedError, ConcurrentUseError, ConfigError, DeviceError,
                      DeviceOutOfMemory, DeviceUnavailableError, GGUFError, GraphError, MissingEntryPointError,
+                     NonFiniteError,
                      PluginError, PluginInitError, PluginLoadError, PluginNotFoundError, PyggmlError,
                      SanitizerError, ShapeError, SyncStateError, TypeMismatchError, UnknownTypeError,
                      UnsupportedError)
