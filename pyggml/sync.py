@@ -37,9 +37,19 @@ CONTRACT = """\
    in runs that use more than one device. The scheduler never looks at plugin or vendor names.
 7. Pipelining: split inputs have `n_copies` slots; micro-batch *m* uses slot *m* mod `n_copies`; a
    slot is refilled only after its last reader is ordered before the copy (rule 3). A plain
-   `compute` always uses slot 0, so device graphs captured from it stay valid.
-8. Every run ends with the host waiting on each queue that has pending work, so the next run starts
-   with nothing in flight (its inputs can be overwritten, its program re-run unchanged).
+   `compute` always uses slot 0, so device graphs captured from it stay valid. In a pipelined run
+   the user's arrays reach a device with queues through pinned host memory of its plugin (copied in
+   before the run, out after it): a queued copy from or into ordinary host memory may block the
+   host until its queue gets there (CUDA's does), which would hold every micro-batch behind the
+   previous one's output.
+8. Every run ends with the host waiting on each queue that has pending work and that no other such
+   queue is ordered after (waiting for the last device of a chain covers the ones before it), so the
+   next run starts with nothing in flight (its inputs can be overwritten, its program re-run
+   unchanged).
+9. A blocking copy (`c`) is complete, for every queue of its device, when it returns: the plugin
+   makes it so (plugin.h). The CUDA runtime's plain copy from pageable memory returns before its
+   bytes land, on a default queue the plugin's streams do not wait for; the CUDA plugin waits for
+   it (the strict race seen on the H200), and the test plugin models both (tests/plugins/testdev).
 """
 
 STATES = ("free", "filling", "filled", "launched", "recorded")

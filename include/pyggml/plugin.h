@@ -209,14 +209,20 @@ typedef struct pyg_plugin_api {
     pyg_error *(*buffer_alloc)(pyg_device *dev, uint64_t size, uint32_t flags, pyg_buffer **out);
     void (*buffer_free)(pyg_buffer *buffer);            /* no work may still use it; NULL no-op */
     pyg_error *(*buffer_get_info)(pyg_buffer *buffer, pyg_buffer_info *info);
-    /* Blocking copies: return when done. The host guarantees no queued work touches the range. */
+    /* Blocking copies: return when done — for every stream of the device: work queued anywhere
+     * after the call returns sees the bytes (a runtime whose plain copy returns before its bytes
+     * land, like CUDA's pageable cudaMemcpy on the legacy stream, must be waited for inside the
+     * call). The host guarantees no queued work touches the range. */
     pyg_error *(*buffer_write)(pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size);
     pyg_error *(*buffer_read)(pyg_buffer *src, uint64_t offset, void *dst, uint64_t size);
     pyg_error *(*buffer_fill)(pyg_buffer *dst, uint64_t offset, uint8_t value, uint64_t size);
 
     /* Queued copies: ordered on `stream`. Host memory must stay alive and unchanged (write) or
      * untouched (read) until the stream passes the copy. Where the matching cap is missing the
-     * call still works but may block (it is then a blocking copy in stream order). */
+     * call still works but may block (it is then a blocking copy in stream order). With ordinary
+     * (pageable) host memory a plugin may also block until the stream reaches the copy (CUDA does
+     * for reads, and for writes larger than its staging buffer); PYG_BUFFER_HOST memory with
+     * PYG_CAP_ASYNC_WRITE_PINNED / PYG_CAP_ASYNC_READ must not block. */
     pyg_error *(*stream_write_async)(pyg_stream *stream, pyg_buffer *dst, uint64_t offset,
                                      const void *src, uint64_t size);
     pyg_error *(*stream_read_async)(pyg_stream *stream, pyg_buffer *src, uint64_t offset,
