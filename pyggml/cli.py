@@ -57,8 +57,23 @@ def _cmd_check(args):
     return 1 if failures else 0
 
 
+def apply_device_options(specs):
+    """Device options from the command line: each "DEVICE:KEY=VALUE", DEVICE a plugin name (every
+    device of it) or "name:index" (one device), e.g. "cuda:graphs=0", "cuda:1:fuse=0"."""
+    import pyggml as pg
+    for spec in specs:
+        target, sep, value = spec.partition("=")
+        dev, _, key = target.rpartition(":")
+        if not sep or not dev or not key:
+            raise pg.PyggmlError(f"-O {spec!r}: expected DEVICE:KEY=VALUE (e.g. cuda:graphs=0)")
+        devs = [pg.get_device(dev)] if ":" in dev else pg.get_device(dev).plugin.devices
+        for d in devs:
+            d.set_option(key, value)
+
+
 def _cmd_bench(args):
     from pyggml import bench_ops
+    apply_device_options(args.option)
     if args.model:
         from pyggml import bench_model
         return bench_model.main(args)
@@ -95,6 +110,9 @@ def main(argv=None):
     b.add_argument("-m", "--model", default=None,
                    help="a GGUF model file, or synth:SHAPE:WTYPE (generated once, cached in ~/.cache/pyggml/models); "
                         "model options: -p N -n N --attn flash|softmax --no-peer")
+    b.add_argument("-O", "--option", action="append", default=[], metavar="DEVICE:KEY=VALUE",
+                   help="a device option before anything runs, e.g. cuda:graphs=0 (every cuda device) or "
+                        "cuda:1:fuse=0; the options of each plugin are listed in its README")
     b.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
     b.add_argument("--ops", action="store_true", help="op benchmark (the default without -m)")
     b.add_argument("--no-quant", action="store_true", help="skip the per-weight-type mul_mat section")

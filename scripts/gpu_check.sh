@@ -36,6 +36,7 @@ pack() {
 RESULTS=$ROOT/bench/results
 mkdir -p "$OUT_DIR" "$RESULTS"
 PY=${PYTHON:-python3}
+BENCH_OPT=""   # device options for the model benches (-O DEVICE:KEY=VALUE)
 TESTS=${GPU_CHECK_TESTS:-tests}
 STAMP=$(date +%Y%m%dT%H%M%S)
 export PYTHONUNBUFFERED=1
@@ -94,8 +95,8 @@ TEST_RC=$?
 TEST_S=$(( $(date +%s) - t0 ))
 grep -E "^(FAILED|ERROR)" "$OUT_DIR/pytest.log" | head -40
 if grep -qE "^(FAILED|ERROR).*(grouped|fused)" "$OUT_DIR/pytest.log"; then
-    export PYGGML_CUDA_FUSE=0     # the benches must not measure a wrong answer
-    say "fusion tests failed: benches run with PYGGML_CUDA_FUSE=0"
+    BENCH_OPT="-O cuda:fuse=0"     # the benches must not measure a wrong answer
+    say "fusion tests failed: model benches run with -O cuda:fuse=0"
 fi
 pack
 TEST_SUMMARY=$(tail -1 "$OUT_DIR/pytest.log")
@@ -134,7 +135,7 @@ BENCH_RC=skipped
 BENCH_JSON=
 if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     say "CUDA mat-vec benchmark"
-    timeout 180 $PY plugins/cuda/bench_matvec.py --out "$OUT_DIR" --results "$RESULTS" 2>&1 | tee "$OUT_DIR/bench.log"
+    timeout 180 $PY bench/cuda_matvec.py --out "$OUT_DIR" --results "$RESULTS" 2>&1 | tee "$OUT_DIR/bench.log"
     BENCH_RC=$?
     BENCH_JSON=$(grep -o "cuda-matvec-[0-9T]*\.json" "$OUT_DIR/bench.log" | head -1)
     pack
@@ -146,19 +147,21 @@ fi
 
 # Model benchmark (llama-bench conventions) on the GPU: GPU_CHECK_MODELS lists synth:SHAPE:WTYPE
 # or files; each runs with CUDA graphs on, and the first (every one with GPU_CHECK_GRAPHS_OFF=all)
-# again with PYGGML_CUDA_GRAPHS=0.
+# again with the device option graphs=0.
 MODEL_RC=skipped
 if [ -n "${GPU_CHECK_MODELS:-}" ]; then
     MODEL_RC=0
     first=1
     for m in $GPU_CHECK_MODELS; do
         say "model bench $m on cuda:0,cpu (CUDA graphs on)"
-        timeout 200 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
+        # shellcheck disable=SC2086
+        timeout 200 $PY -m pyggml bench $BENCH_OPT -m "$m" -d cuda:0,cpu -r 5 -o "$OUT_DIR" -p 512 -n 128 --no-peer 2>"$OUT_DIR/model-$first.err" \
             | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
         pack
         if [ $first = 1 ] || [ "${GPU_CHECK_GRAPHS_OFF:-first}" = all ]; then
             say "model bench $m on cuda:0,cpu (CUDA graphs off)"
-            PYGGML_CUDA_GRAPHS=0 timeout 120 $PY -m pyggml bench -m "$m" -d cuda:0,cpu -r 3 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
+            # shellcheck disable=SC2086
+            timeout 120 $PY -m pyggml bench $BENCH_OPT -O cuda:graphs=0 -m "$m" -d cuda:0,cpu -r 3 -o "$OUT_DIR" -p 512 -n 128 --no-peer \
                 2>>"$OUT_DIR/model-$first.err" | sed 's/^/[graphs off] /' | tee -a "$OUT_DIR/model.log" || MODEL_RC=$?
         fi
         first=0

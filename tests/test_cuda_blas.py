@@ -9,6 +9,7 @@ libcublas, and the fallbacks (not found, switched off).
 With a CUDA device: mul_mat for N above the threshold for every weight type, broadcast batches
 and a non-contiguous src1, against numpy, on whichever GEMM path the machine has.
 """
+import contextlib
 import os
 import shutil
 import subprocess
@@ -58,10 +59,10 @@ def harness(tmp_path_factory):
     return exe, str(lib / "libcublas.so.13")
 
 
-def _run(exe, mode, **env):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PYGGML_CUDA_BLAS")}
-    e.update(env)
-    return subprocess.run([exe, mode], capture_output=True, text=True, env=e, timeout=120)
+def _run(exe, mode, *options, **env):
+    """Run the harness in `mode` with device options ("blas=0", "blas_lib=PATH") and extra env."""
+    return subprocess.run([exe, mode, *options], capture_output=True, text=True, env=dict(os.environ, **env),
+                          timeout=120)
 
 
 def test_unit_decoders_and_scale(harness):
@@ -82,7 +83,7 @@ def test_gemm_calls_through_fake_cublas(harness):
     library's libcublasLt dependency resolves only because gemm_blas.cu opens it from the same
     directory first (that directory is not on the loader path)."""
     exe, fake = harness
-    r = _run(exe, "gemm", PYGGML_CUDA_BLAS_LIB=fake)
+    r = _run(exe, "gemm", f"blas_lib={fake}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok gemm ") == 7, r.stdout
     assert "through cuBLAS 13.0.99" in r.stdout and fake in r.stdout, r.stdout
@@ -96,39 +97,61 @@ def test_whole_nodes_on_the_host(harness, backend):
     on the original weights. GEMM by the fake cuBLAS, or by the host model of our WMMA kernel
     (which also checks that kernel's alignment/padding requirements)."""
     exe, fake = harness
-    env = {"PYGGML_CUDA_BLAS_CHUNK_MB": "1"}
     if backend == "cublas":
-        env["PYGGML_CUDA_BLAS_LIB"] = fake
+        r = _run(exe, "pipeline", "blas_chunk_mb=1", f"blas_lib={fake}")
     else:
-        env.update(PYGGML_CUDA_BLAS="0", FAKE_MMA="1")
-    r = _run(exe, "pipeline", **env)
+        r = _run(exe, "pipeline", "blas_chunk_mb=1", "blas=0", FAKE_MMA="1")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok gemm ") == 40 and "ok pipeline" in r.stdout, r.stdout
 
 
 def test_fallbacks_are_logged(harness):
     exe, fake = harness
-    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake)
+    lib = f"blas_lib={fake}"
+    r = _run(exe, "scratch", lib)
     assert r.returncode == 0 and int(r.stdout.split("scratch ")[1]) > 32 << 20, r.stdout
-    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS="0")
-    assert "scratch 0" in r.stdout and "PYGGML_CUDA_BLAS=0" in r.stdout, r.stdout
-    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=os.path.join(os.path.dirname(fake), "libcublas.so.99"))
+    r = _run(exe, "scratch", lib, "blas=0")
+    assert "scratch 0" in r.stdout and "option blas=0" in r.stdout, r.stdout
+    r = _run(exe, "scratch", "blas_lib=" + os.path.join(os.path.dirname(fake), "libcublas.so.99"))
     assert "scratch 0" in r.stdout and "cuBLAS not found" in r.stdout, r.stdout
     # without cuBLAS, our WMMA kernel takes the GEMM on the same converted operands (no workspace)
-    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS="0", FAKE_MMA="1")
+    r = _run(exe, "scratch", lib, "blas=0", FAKE_MMA="1")
     assert 0 < int(r.stdout.split("scratch ")[1]) < 32 << 20, r.stdout
-    r = _run(exe, "scratch", PYGGML_CUDA_BLAS_LIB=fake, PYGGML_CUDA_BLAS_MIN_N="65")
+    r = _run(exe, "scratch", lib, "blas_min_n=65")
     assert "scratch 0" in r.stdout, r.stdout   # N = 64 is below the threshold
+    r = _run(exe, "scratch", "blas_min_n=zero")
+    assert r.returncode == 2 and "blas_min_n" in r.stderr, r.stderr   # the option parser refuses it
 
 
 # ---------------------------------------------------------------- on a CUDA device
 
-def _cuda_device():
+@contextlib.contextmanager
+def _options(dev, **opts):
+    """Device options for plans created inside the block; the defaults again afterwards."""
+    import pyggml as pg
+    d = pg.get_device(dev)
+    for k, v in opts.items():
+        d.set_option(k, v)
+    try:
+        yield
+    finally:
+        for k in opts:
+            d.set_option(k, _DEFAULTS[k])
+
+
+_DEFAULTS = {"blas": 1, "blas_chunk_mb": 128}
+
+
+@pytest.fixture(params=["cublas", "builtin"])
+def cuda(request):
+    """(pyggml, "cuda:N"), with prefill GEMMs through cuBLAS where it opens, or (option blas=0) our
+    WMMA kernel on the converted operands (zero-padded K, f16 with the activation scale, bf16)."""
     pg = pytest.importorskip("pyggml")
-    for d in pg.devices():
-        if str(d).startswith("cuda"):
-            return pg, str(d)
-    pytest.skip("no CUDA device here")
+    dev = next((str(d) for d in pg.devices() if str(d).startswith("cuda")), None)
+    if dev is None:
+        pytest.skip("no CUDA device here")
+    with _options(dev, blas=int(request.param == "cublas")):
+        yield pg, dev
 
 
 def _nmse(out, ref):
@@ -165,10 +188,10 @@ _SHAPES = [(n, 96, 512) for n in (32, 77, 512)] + [(45, 300, 256)]
 
 @pytest.mark.parametrize("wtype", WTYPES)
 @pytest.mark.parametrize("n,M,K", _SHAPES + [(40, 70, 67)])
-def test_gemm_on_cuda(wtype, n, M, K):
+def test_gemm_on_cuda(wtype, n, M, K, cuda):
     if K % 32 and wtype not in ("f32", "f16", "bf16"):
         pytest.skip("K must be a multiple of the block size")
-    pg, dev = _cuda_device()
+    pg, dev = cuda
     rng = np.random.default_rng(n)
     g = pg.Graph()
     w, wd = _weight(pg, g, rng, wtype, (M, K))
@@ -181,10 +204,10 @@ def test_gemm_on_cuda(wtype, n, M, K):
 
 
 @pytest.mark.parametrize("wtype", ["f16", "q4_K", "f32"])
-def test_gemm_broadcast_and_noncontiguous_src1_on_cuda(wtype):
+def test_gemm_broadcast_and_noncontiguous_src1_on_cuda(wtype, cuda):
     """weights [2, M, K] against activations [2, 3*2, N, K] (r2 = 3, r3 = 2) given transposed
     (permute of [.., K, N] data), so src1's rows are strided."""
-    pg, dev = _cuda_device()
+    pg, dev = cuda
     rng = np.random.default_rng(11)
     M, K, N = 64, 256, 48
     g = pg.Graph()
@@ -203,10 +226,10 @@ def test_gemm_broadcast_and_noncontiguous_src1_on_cuda(wtype):
 
 
 @pytest.mark.parametrize("scale", [1e6, 1e-6])
-def test_gemm_extreme_activations_on_cuda(scale):
+def test_gemm_extreme_activations_on_cuda(scale, cuda):
     """Activations far beyond f16's range (1e6) or deep in its subnormals (1e-6 * N(0,1)): the f16
     path scales them by a power of two into [2^14, 2^15)."""
-    pg, dev = _cuda_device()
+    pg, dev = cuda
     rng = np.random.default_rng(5)
     M, K, N = 64, 256, 40
     g = pg.Graph()
@@ -219,9 +242,9 @@ def test_gemm_extreme_activations_on_cuda(scale):
     assert _nmse(out, ref) < 5e-4
 
 
-def test_gemm_graph_replay_on_cuda():
+def test_gemm_graph_replay_on_cuda(cuda):
     """The same plan four times (direct, captured, replayed twice) with new activations each time."""
-    pg, dev = _cuda_device()
+    pg, dev = cuda
     rng = np.random.default_rng(9)
     M, K, N = 128, 256, 64
     g = pg.Graph()
@@ -235,59 +258,29 @@ def test_gemm_graph_replay_on_cuda():
         assert _nmse(out, x.astype(np.float64) @ wd.T) < 5e-4, f"compute #{i + 1}"
 
 
-_CHUNK_SCRIPT = r"""
-import sys, numpy as np
-sys.path.insert(0, {root!r})
-import pyggml as pg
-dev = next(str(d) for d in pg.devices() if str(d).startswith("cuda"))
-rng = np.random.default_rng(3)
-worst = 0.0
-for wtype, b2, B2 in (("q4_0", 1, 1), ("q6_K", 2, 4), ("f16", 1, 1)):
-    M, K, N = 2500, 512, 64
-    wf = rng.standard_normal((b2, M, K)).astype(np.float32)
-    g = pg.Graph()
-    if wtype == "f16":
-        wd = wf.astype(np.float16)
-        # rows with a stride (a view of a wider matrix): cuBLAS cannot read them in place
-        wide = g.weight("wide", np.concatenate([wd, wd[..., :32]], axis=-1))
-        w = pg.view(wide, (b2, M, K), strides=(M * (K + 32) * 2, (K + 32) * 2, 2))
-        wd = wd.astype(np.float64)
-    else:
-        blocks = pg.quantize(wf.reshape(-1, K), wtype)
-        wd = pg.dequantize(blocks, wtype, (b2 * M, K)).astype(np.float64).reshape(b2, M, K)
-        w = g.weight("w", blocks, type=wtype, shape=(b2, M, K))
-    x = rng.standard_normal((B2, N, K)).astype(np.float32)
-    xi = g.input("x", x.shape, pg.f32)
-    out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {{"x": x}})
-    ref = np.stack([x[i].astype(np.float64) @ wd[i // (B2 // b2)].T for i in range(B2)])
-    nmse = float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
-    print(wtype, nmse)
-    worst = max(worst, nmse if np.all(np.isfinite(out)) else np.inf)
-sys.exit(0 if worst < 5e-4 else 1)
-"""
-
-
-def test_gemm_weight_chunks_on_cuda():
-    """Weights converted in chunks of 1 MiB (PYGGML_CUDA_BLAS_CHUNK_MB=1: 1024 rows of K = 512, the last
-    chunk partial), with dim-2 weight batches and strided f16 rows; in a subprocess, because the
-    plugin reads its switches once."""
-    _cuda_device()
-    import sys
-    env = dict(os.environ, PYGGML_CUDA_BLAS_CHUNK_MB="1")
-    r = subprocess.run([sys.executable, "-c", _CHUNK_SCRIPT.format(root=ROOT)], capture_output=True, text=True,
-                       env=env, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
-def test_builtin_path_on_cuda():
-    """Every device test above again with PYGGML_CUDA_BLAS=0: our WMMA kernel on the converted
-    operands (zero-padded K, f16 with the activation scale, bf16), in a subprocess because the plugin
-    reads its switches once."""
-    _cuda_device()
-    import sys
-    if os.environ.get("PYGGML_CUDA_BLAS") == "0":
-        pytest.skip("already running without cuBLAS")
-    env = dict(os.environ, PYGGML_CUDA_BLAS="0")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", __file__, "-k", "on_cuda and not builtin_path"],
-                       capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+def test_gemm_weight_chunks_on_cuda(cuda):
+    """Weights converted in chunks of 1 MiB (option blas_chunk_mb=1: 1024 rows of K = 512, the last
+    chunk partial), with dim-2 weight batches and strided f16 rows."""
+    pg, dev = cuda
+    rng = np.random.default_rng(3)
+    with _options(dev, blas_chunk_mb=1):
+        for wtype, b2, B2 in (("q4_0", 1, 1), ("q6_K", 2, 4), ("f16", 1, 1)):
+            M, K, N = 2500, 512, 64
+            wf = rng.standard_normal((b2, M, K)).astype(np.float32)
+            g = pg.Graph()
+            if wtype == "f16":
+                wd = wf.astype(np.float16)
+                # rows with a stride (a view of a wider matrix): cuBLAS cannot read them in place
+                wide = g.weight("wide", np.concatenate([wd, wd[..., :32]], axis=-1))
+                w = pg.view(wide, (b2, M, K), strides=(M * (K + 32) * 2, (K + 32) * 2, 2))
+                wd = wd.astype(np.float64)
+            else:
+                blocks = pg.quantize(wf.reshape(-1, K), wtype)
+                wd = pg.dequantize(blocks, wtype, (b2 * M, K)).astype(np.float64).reshape(b2, M, K)
+                w = g.weight("w", blocks, type=wtype, shape=(b2, M, K))
+            x = rng.standard_normal((B2, N, K)).astype(np.float32)
+            xi = g.input("x", x.shape, pg.f32)
+            out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
+            ref = np.stack([x[i].astype(np.float64) @ wd[i // (B2 // b2)].T for i in range(B2)])
+            assert np.all(np.isfinite(out)), wtype
+            assert _nmse(out, ref) < 5e-4, wtype

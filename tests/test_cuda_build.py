@@ -302,7 +302,7 @@ def test_cpy_between_shapes_and_set_rows_bf16_on_cuda():
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
 def test_grouped_decode_mat_vecs_on_cuda(qtype):
     """Mat-vecs over one activation column (a layer's q/k/v, gate/up) run as one launch with the
-    column quantized once (PYGGML_CUDA_FUSE); every output must match its own weights, including
+    column quantized once (device option fuse); every output must match its own weights, including
     row counts that leave a block half full, and a consumer that reads all of them."""
     pg, dev = _cuda_device()
     rng = np.random.default_rng(11)

@@ -52,16 +52,9 @@ def q_scalar(q, tmp_path_factory):
     """a second copy of the library whose dispatch is forced to the scalar kernels"""
     path = str(tmp_path_factory.mktemp("quants_scalar") / "libquants_scalar.so")
     shutil.copy(q.lib._name, path)
-    old = os.environ.get("PYGGML_CPU_NO_AVX2")
-    os.environ["PYGGML_CPU_NO_AVX2"] = "1"
-    try:
-        qs = qlib.QLib(path)
-        assert not qs.has_avx2()  # cached now
-    finally:
-        if old is None:
-            del os.environ["PYGGML_CPU_NO_AVX2"]
-        else:
-            os.environ["PYGGML_CPU_NO_AVX2"] = old
+    qs = qlib.QLib(path)
+    qs.lib.tq_force_scalar(1)
+    assert not qs.has_avx2()
     return qs
 
 
@@ -351,7 +344,6 @@ def test_avx2_dispatch(q):
         pytest.skip("not x86")
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     want = all(f in flags.split() for f in ("avx2", "fma", "f16c"))
-    want = want and os.environ.get("PYGGML_CPU_NO_AVX2", "0") in ("", "0")
     assert q.has_avx2() == want
 
 

@@ -162,17 +162,33 @@ def test_chain_both_ways(policy, n_copies):
 
 # ---------------------------------------------------------------- decode-shaped attention
 
+_VK_DEFAULTS = {"fa_split": "auto", "fuse": "1", "norm_wg": "auto", "subgroups": "1"}
+
+
+@pytest.fixture
+def vk_option():
+    """set(key, value): a device option of the Vulkan device for this test; defaults at teardown."""
+    dev, touched = pg.get_device(VK), []
+
+    def set_(key, value):
+        dev.set_option(key, value)
+        touched.append(key)
+    yield set_
+    for key in touched:
+        dev.set_option(key, _VK_DEFAULTS[key])
+
+
 @pytest.mark.parametrize("visible", [1, 37, 64, 65, 300])
 @pytest.mark.parametrize("D,n_kv,n_q", [(64, 320, 1), (33, 333, 1), (64, 1000, 3), (64, 64, 1)])
 @pytest.mark.parametrize("split", ["0", "1"])
-def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, monkeypatch):
+def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, vk_option):
     """Decode attention spans the whole KV cache; the mask hides the cells not written yet. The
     kernel skips K reads of masked keys and whole masked 64-key chunks, and with few query rows
     splits the KV over workgroups (partials in plan scratch, then a combine pass): the result must
     not change (against float64 numpy), at chunk and split edges too, and where whole splits are
-    masked out. Odd D takes the 16-bit K path. PYGGML_VULKAN_FA_SPLIT forces the split on or off
-    (by default it is off on CPU devices such as lavapipe, where it only adds overhead)."""
-    monkeypatch.setenv("PYGGML_VULKAN_FA_SPLIT", split)
+    masked out. Odd D takes the 16-bit K path. The device option fa_split forces the split on or
+    off (by default it is off on CPU devices such as lavapipe, where it only adds overhead)."""
+    vk_option("fa_split", "on" if split == "1" else "off")
     from pyggml.conformance import reference as R
     rng = np.random.default_rng(visible * 100 + D + n_kv)
     visible = min(visible, n_kv)
@@ -196,14 +212,14 @@ def test_flash_attn_over_a_mostly_masked_cache(visible, D, n_kv, n_q, split, mon
 
 @pytest.mark.parametrize("fuse,wg", [("0", "0"), ("1", "0"), ("1", "1")])
 @pytest.mark.parametrize("wshape", [(48,), (3, 48), (1, 48), (700,)])
-def test_rms_norm_mul_fusion(fuse, wg, wshape, monkeypatch, caplog):
+def test_rms_norm_mul_fusion(fuse, wg, wshape, vk_option, caplog):
     """rms_norm followed by a mul of its result runs as one dispatch that still writes both nodes
     (the norm is an output here too): both match float64, and the plan has one dispatch fewer.
-    wg=1: the workgroup-per-row kernel GPUs use (PYGGML_VULKAN_NORM_WG; off on lavapipe)."""
+    wg=1: the workgroup-per-row kernel GPUs use (device option norm_wg; auto is off on lavapipe)."""
     import logging
     from pyggml._plugin import drain_log
-    monkeypatch.setenv("PYGGML_VULKAN_FUSE", fuse)
-    monkeypatch.setenv("PYGGML_VULKAN_NORM_WG", wg)
+    vk_option("fuse", fuse)
+    vk_option("norm_wg", "on" if wg == "1" else "off")
     rng = np.random.default_rng(len(wshape) + 7 * int(fuse))
     xv = rng.standard_normal((3, wshape[-1])).astype(np.float32)
     wv = rng.standard_normal(wshape).astype(np.float32)
@@ -220,7 +236,7 @@ def test_rms_norm_mul_fusion(fuse, wg, wshape, monkeypatch, caplog):
     assert nmse(got_n, ref_n) <= 1e-7
     assert nmse(got_y, ref_n * wv) <= 1e-7
     plans = [r.getMessage() for r in caplog.records if "plan for graph" in r.getMessage()]
-    fused = fuse == "1" and os.environ.get("PYGGML_VULKAN_SUBGROUPS") != "0"   # needs the subgroup kernel
+    fused = fuse == "1"   # the subgroup kernel: lavapipe and GPUs have subgroup arithmetic
     assert plans and plans[-1].split(": ")[2].startswith("1 dispatches" if fused else "2 dispatches"), plans
 
 
@@ -288,6 +304,7 @@ class H(logging.Handler):
 logging.getLogger("pyggml").addHandler(H()); logging.getLogger("pyggml").setLevel(logging.INFO)
 g = pg.Graph(); x = g.input("x", (3, 64))
 y = pg.silu(pg.rms_norm(x, eps=1e-5))
+pg.get_device("VK").set_option("profile", "1")
 s = pg.Scheduler(["VK"])
 for _ in range(3):
     s.compute(y, {"x": np.ones((3, 64), np.float32)})
@@ -297,11 +314,11 @@ print("\\n".join(l for l in lines if "profile" in l))
 
 
 def test_profile_report():
-    """PYGGML_VULKAN_PROFILE=1: per-compute host counters (one submission per compute: the input
+    """Device option profile=1: per-compute host counters (one submission per compute: the input
     write rides on the plan's; a device whose memory the host cannot map, such as the NVIDIA GPU,
     adds one submission per read-back for its staging copy) and GPU time per op from timestamps."""
     import re
-    env = dict(os.environ, PYGGML_VULKAN_PROFILE="1", PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=ROOT)   # a child: profiling is plugin-wide
     r = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT.replace("VK", VK)], capture_output=True,
                        text=True, env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

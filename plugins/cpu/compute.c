@@ -408,7 +408,7 @@ int cpu_plan_compute(cpu_plan *plan, char *err, size_t errlen) {
     /* repacked weights: taken (and filled or checked) at the first compute that uses them */
     for (int i = 0; i < plan->n; i++) {
         const pyg_tensor *t = g->nodes[plan->index[i]];
-        if (t->op != PYG_OP_MUL_MAT || !cpu_repack_eligible(t, plan->isa)) {
+        if (t->op != PYG_OP_MUL_MAT || plan->opt.no_repack || !cpu_repack_eligible(t, plan->isa)) {
             plan->rpdata[i] = NULL;
             continue;
         }

@@ -16,6 +16,7 @@ typedef struct cpu_options {
     int kernels;    /* CPU_KERNELS_*: 0 auto, 1 plain scalar reference kernels only, 2 / 3 the
                        quantized mul_mat kernels at most at the AVX2 / AVX-512 level (avx2 forces
                        the AVX2 path on an AVX-512 CPU) */
+    int no_repack;  /* 1: no repacked copies of q4_0/q4_K weights (device option repack=0) */
 } cpu_options;
 
 #define CPU_KERNELS_AUTO 0

@@ -3,7 +3,6 @@
  * The only file that knows the table: devices, buffers (aligned host memory), streams and events
  * (trivial: every call has finished its work when it returns) and graph plans wrapping
  * cpu_compute.h. Errors are heap objects {code, message}; out-of-memory uses a static one. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "pyggml/plugin.h"
+#include "pyggml/options.h"
 #include "cpu_compute.h"
 
 #define CPU_PLUGIN_VERSION "0.1.0"
@@ -147,51 +147,40 @@ static pyg_error *api_device_memory(pyg_device *dev, uint64_t *free_bytes, uint6
     return NULL;
 }
 
-/* "n_threads" values: an integer in lo..1024, else -1. */
-static long parse_threads(const char *value, long lo) {
-    char *end = NULL;
-    errno = 0;
-    long n = strtol(value, &end, 10);
-    return (errno || end == value || *end != '\0' || n < lo || n > 1024) ? -1 : n;
-}
+/* Options (README.md), parsed by one table over int64 settings; applied to plans at their next
+ * compute (plans compare the device's generation). */
+typedef struct cpu_settings {
+    int64_t n_threads, kernels, repack;
+} cpu_settings;
+
+static const char *const k_kernel_words[] = { "auto", "reference", "avx2", "avx512", NULL }; /* CPU_KERNELS_* */
+
+static const pyg_option_def k_options[] = {
+    PYG_OPTION_INT(cpu_settings, n_threads, 1, 1024, "worker threads (default: online CPUs)"),
+    PYG_OPTION_CHOICE(cpu_settings, kernels, k_kernel_words,
+                      "auto; reference (scalar kernels only); avx2 / avx512 (at most that level)"),
+    PYG_OPTION_BOOL(cpu_settings, repack, "decode q4_0/q4_K weights from a copy repacked 8 rows interleaved (default 1)"),
+};
 
 static pyg_error *api_device_set_option(pyg_device *dev, const char *key, const char *value) {
     if (dev != &g_dev || !key || !value)
         return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: device_set_option: bad device, key or value");
-    if (strcmp(key, "n_threads") == 0) {
-        long n = parse_threads(value, 1);
-        if (n < 0)
-            return make_error(PYG_ERR_INVALID_ARGUMENT,
-                              "cpu: option n_threads wants an integer in 1..1024, got '%.64s'", value);
-        pthread_mutex_lock(&g_dev.lock);
-        g_dev.opt.n_threads = (int)n;
-        pthread_mutex_unlock(&g_dev.lock);
-        return NULL;
+    char msg[512];
+    pthread_mutex_lock(&g_dev.lock);
+    cpu_settings s = { g_dev.opt.n_threads, g_dev.opt.kernels, !g_dev.opt.no_repack };
+    int32_t st = pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), &s, key, value, msg, sizeof msg);
+    if (st == PYG_OK && s.kernels > cpu_kernels_available()) {
+        st = PYG_ERR_UNSUPPORTED;
+        snprintf(msg, sizeof msg, "kernels '%s': this CPU lacks %s", value,
+                 s.kernels == CPU_KERNELS_AVX2 ? "AVX2+FMA+F16C" : "AVX-512 F/BW/VL/DQ");
     }
-    if (strcmp(key, "kernels") == 0) {
-        int k;
-        const int have = cpu_kernels_available();
-        if (strcmp(value, "auto") == 0) {
-            k = CPU_KERNELS_AUTO;
-        } else if (strcmp(value, "reference") == 0) {
-            k = CPU_KERNELS_REFERENCE;
-        } else if (strcmp(value, "avx2") == 0 || strcmp(value, "avx512") == 0) {
-            k = value[3] == '2' ? CPU_KERNELS_AVX2 : CPU_KERNELS_AVX512;
-            if (have < k)
-                return make_error(PYG_ERR_UNSUPPORTED,
-                                  "cpu: kernels '%s': this CPU lacks %s", value,
-                                  k == CPU_KERNELS_AVX2 ? "AVX2+FMA+F16C (or PYGGML_CPU_NO_AVX2 is set)"
-                                                        : "AVX-512 F/BW/VL/DQ");
-        } else {
-            return make_error(PYG_ERR_INVALID_ARGUMENT,
-                              "cpu: option kernels wants 'auto', 'reference', 'avx2' or 'avx512', got '%.64s'", value);
-        }
-        pthread_mutex_lock(&g_dev.lock);
-        g_dev.opt.kernels = k;
-        pthread_mutex_unlock(&g_dev.lock);
-        return NULL;
+    if (st == PYG_OK) {
+        g_dev.opt.n_threads = (int)s.n_threads;
+        g_dev.opt.kernels = (int)s.kernels;
+        g_dev.opt.no_repack = !s.repack;
     }
-    return make_error(PYG_ERR_UNSUPPORTED, "cpu: unknown option '%.64s' (known: n_threads, kernels)", key);
+    pthread_mutex_unlock(&g_dev.lock);
+    return st == PYG_OK ? NULL : make_error(st, "cpu: %s", msg);
 }
 
 static int32_t api_device_supports_op(pyg_device *dev, const pyg_tensor *node) {
@@ -221,19 +210,24 @@ static pyg_error *api_stream_create(pyg_device *dev, uint32_t flags, pyg_stream 
 }
 static void api_stream_destroy(pyg_stream *stream) { free(stream); }
 /* Per-stream thread count: each Scheduler owns its stream, so its n_threads is its own. The
- * stream's driving thread is the only one reading it (graph_plan_compute), no lock needed. */
+ * stream's driving thread is the only one reading it (graph_plan_compute), no lock needed. Parsed
+ * by the same kind of table as the device's options. */
+typedef struct cpu_stream_settings {
+    int64_t n_threads;
+} cpu_stream_settings;
+
+static const pyg_option_def k_stream_options[] = {
+    PYG_OPTION_INT(cpu_stream_settings, n_threads, 1, 1024, "worker threads of this stream's computes"),
+};
+
 static pyg_error *api_stream_set_option(pyg_stream *stream, const char *key, const char *value) {
-    if (!stream || !key || !value)
-        return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_set_option: NULL stream, key or value");
-    if (strcmp(key, "n_threads") == 0) {
-        long n = parse_threads(value, 1);
-        if (n < 0)
-            return make_error(PYG_ERR_INVALID_ARGUMENT,
-                              "cpu: stream option n_threads wants an integer in 1..1024, got '%.64s'", value);
-        stream->n_threads = (int)n;
-        return NULL;
-    }
-    return make_error(PYG_ERR_UNSUPPORTED, "cpu: unknown stream option '%.64s' (known: n_threads)", key);
+    if (!stream) return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_set_option: NULL stream");
+    char msg[300];
+    cpu_stream_settings s = { stream->n_threads };
+    int32_t st = pyg_option_set(k_stream_options, PYG_OPTION_COUNT(k_stream_options), &s, key, value, msg, sizeof msg);
+    if (st != PYG_OK) return make_error(st, "cpu: stream %s", msg);
+    stream->n_threads = (int)s.n_threads;
+    return NULL;
 }
 static pyg_error *api_stream_synchronize(pyg_stream *stream) {
     if (!stream) return make_error(PYG_ERR_INVALID_ARGUMENT, "cpu: stream_synchronize: NULL stream");
@@ -410,7 +404,7 @@ static pyg_error *api_graph_plan_compute(pyg_graph_plan *plan, pyg_stream *strea
     char err[512] = "";
     cpu_options opt;
     current_options(&opt, stream);
-    if (opt.n_threads != plan->opt.n_threads || opt.kernels != plan->opt.kernels) {
+    if (opt.n_threads != plan->opt.n_threads || opt.kernels != plan->opt.kernels || opt.no_repack != plan->opt.no_repack) {
         int rc = cpu_plan_set_options(plan->plan, &opt, err, sizeof err);
         if (rc) return make_error(rc, "%s", err);
         plan->opt = opt;

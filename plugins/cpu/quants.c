@@ -1,13 +1,18 @@
 /* plugins/cpu/quants.c — the quantized types' function tables for the CPU plugin.
  *
  * Two tables per type: the scalar one and, on x86 CPUs with AVX2+FMA+F16C, one whose vec_dot is
- * the SIMD kernel. The choice is made once per process (CPU feature test) and can be forced to
- * scalar with PYGGML_CPU_NO_AVX2=1 (useful to compare paths). vec_dot_ref is always scalar.
+ * the SIMD kernel. The choice is made once per process (CPU feature test); a test harness can force
+ * the scalar tables with quant_cpu_force_scalar (the plugin's own switch is the device option
+ * kernels=reference). vec_dot_ref is always scalar.
  * Every table has every slot: a quantized type can be converted both ways and dotted against its
  * vec_dot_type. See quants.h for the layouts and the calling contract.
  */
 #include <stdlib.h>
 #include "quants.h"
+
+static int g_force_scalar;
+
+void quant_cpu_force_scalar(int on) { g_force_scalar = on != 0; }
 
 int quant_cpu_has_avx2(void) {
     static int cached = -1; /* benign race: every thread computes the same value */
@@ -19,11 +24,9 @@ int quant_cpu_has_avx2(void) {
         v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
             __builtin_cpu_supports("f16c");
 #endif
-        const char *env = getenv("PYGGML_CPU_NO_AVX2");
-        if (env && env[0] && env[0] != '0') v = 0;
         cached = v;
     }
-    return v;
+    return v && !g_force_scalar;
 }
 
 #define FUNCS(T, VT, DOT, REF) \

@@ -157,6 +157,9 @@ void quant_vec_dot_multi_q6_K_q8_K_avx2(int64_t n, float *s, const void *x, cons
 
 /* 1 when the AVX2 kernels may run on this CPU (avx2, fma and f16c all present). */
 int quant_cpu_has_avx2(void);
+/* Test harnesses: 1 = the scalar tables from now on, as on a CPU without AVX2 (not thread-safe:
+ * call before any kernel runs). */
+void quant_cpu_force_scalar(int on);
 
 /* ---- AVX-512 kernels, quants_avx512.c (x86 only; each function carries its own target
  * attribute, so the library still loads and runs on AVX2-only CPUs). _bw: AVX-512 F/BW/VL/DQ;

@@ -10,7 +10,7 @@
  * The host promises weights do not change, but a cheap check guards against memory reused for a
  * different weight at the same address: a hash of 64 words sampled across the tensor (first and
  * last included) is compared when a plan first takes the copy, and a mismatch repacks. Cost: the copy
- * doubles the memory of those weights; PYGGML_CPU_NO_REPACK=1 turns it off.
+ * doubles the memory of those weights; the device option repack=0 turns it off.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,21 +33,12 @@ struct cpu_repack {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cpu_repack *g_list;
 
-static int repack_disabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CPU_NO_REPACK");
-        v = e && e[0] && e[0] != '0';
-    }
-    return v;
-}
-
 int cpu_repack_eligible(const pyg_tensor *node, int isa) {
 #ifdef QUANT_HAVE_X86
     const pyg_tensor *w = node->src[0];
     /* the 8-row kernels are AVX2 code; on AVX-512 CPUs they still beat the AVX-512 row kernels
      * (measured on a Sapphire Rapids host, 2 threads: q4_0 26 vs 8 GB/s, q4_K 25 vs 12 GB/s) */
-    if (repack_disabled() || isa < QUANT_ISA_AVX2 || node->op != PYG_OP_MUL_MAT || !w) return 0;
+    if (isa < QUANT_ISA_AVX2 || node->op != PYG_OP_MUL_MAT || !w) return 0;
     if (w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT)) return 0;
     if (w->type != PYG_TYPE_Q4_0 && w->type != PYG_TYPE_Q4_K) return 0;
     const pyg_type_traits *tr = pyg_type_get_traits(w->type);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include "vendor.h"
 #include "pyggml/pyggml.h"
+#include "options.h"
 
 #define PYG_HD __host__ __device__ __forceinline__
 
@@ -288,15 +289,8 @@ int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
 size_t mul_mat_scratch_bytes(const pyg_tensor *node);
 /* Plan-time fusion (graph.cu groups nodes; mul_mat.cu and ops_rows.cu launch the groups) unless
- * PYGGML_CUDA_FUSE=0. Read once per library. */
-static inline int cuda_fuse_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CUDA_FUSE");
-        v = !(e && strcmp(e, "0") == 0);
-    }
-    return v;
-}
+ * the device option fuse=0. */
+static inline int cuda_fuse_enabled(void) { return cuda_opts()->fuse != 0; }
 /* Where the int8 activation column of a one-column mat-vec with K inputs lies in the scratch. */
 static inline void mul_mat_quant_layout(void *scratch, int64_t K, int8_t **yq, float **yds) {
     *yq = (int8_t *)scratch;

@@ -12,7 +12,7 @@
  * causal future, the unfilled cache) is skipped in both passes.
  *
  * Taken when: the vendor has WMMA (vendor.h), n_q >= 16, K and V f16 with 16-byte aligned rows,
- * D == Dv in {64, 128}; PYGGML_CUDA_FA_MMA=0 turns it off. Otherwise flash_attn.cu's kernels run.
+ * D == Dv in {64, 128}; the device option fa_mma=0 turns it off. Otherwise flash_attn.cu's kernels run.
  * Precision: Q and P in f16 add an NMSE of about 1e-6 (flash_attn_ext's threshold is 5e-4).
  */
 #include <math.h>
@@ -260,14 +260,7 @@ __global__ void __launch_bounds__(FM_THREADS) k_fattn_mma(fm_args a) {
     }
 }
 
-static int fa_mma_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CUDA_FA_MMA");
-        v = !(e && strcmp(e, "0") == 0);
-    }
-    return v;
-}
+static int fa_mma_enabled(void) { return cuda_opts()->fa_mma != 0; }
 
 template <int D>
 static int fm_launch(const fm_args &a, int B, op_ctx *c) {

@@ -1,4 +1,4 @@
-/* plugins/cuda/gemm_blas.cu — mul_mat's prefill GEMM (N >= PYGGML_CUDA_BLAS_MIN_N, default 32) through
+/* plugins/cuda/gemm_blas.cu — mul_mat's prefill GEMM (N >= option blas_min_n, default 32) through
  * cuBLAS, opened with dlopen at first use: the plugin has no link-time dependency on cuBLAS (it
  * still exports one symbol and loads where cuBLAS is absent) and needs no cuBLAS header to build —
  * the few prototypes and enum values used are declared below.
@@ -29,8 +29,9 @@
  * (plans on different streams may run from different host threads).
  *
  * Not used (mul_mat.cu falls back to mul_mat_mma.cu / the FFMA GEMM) when cuBLAS cannot be opened or
- * its handle cannot be created, with PYGGML_CUDA_BLAS=0, and in the HIP/MUSA builds. The path in
- * use and the reason are logged once. PYGGML_CUDA_BLAS_LIB=/path/libcublas.so.N picks the library.
+ * its handle cannot be created, with the device option blas=0, and in the HIP/MUSA builds. The path
+ * in use and the reason are logged once. The option blas_lib=/path/libcublas.so.N picks the library
+ * (plugin-wide: it is opened once per process, so it must be set before the first GEMM plan).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,12 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
     (void)n;
     (void)c;
     return GEMM_BLAS_DECLINED;
+}
+
+int32_t gemm_blas_set_library(const char *path, char *msg, size_t msglen) {
+    (void)path;
+    snprintf(msg, msglen, "option blas_lib: no vendor BLAS in the %s build", PYG_GPU_RUNTIME);
+    return PYG_ERR_UNSUPPORTED;
 }
 
 #else /* CUDA */
@@ -97,7 +104,6 @@ struct blas_api {
 };
 
 #define GB_WORKSPACE ((size_t)32 << 20)   /* cuBLAS's recommendation for Hopper */
-#define GB_CHUNK_BYTES ((size_t)128 << 20) /* default converted weights per chunk (rows x K x 2 bytes) */
 #define GB_MIN_CHUNK_ROWS 1024            /* never fewer rows per chunk (GEMM efficiency) */
 #define GB_MAX_PARTS 1024                 /* blocks of the max|x| pass */
 #define GB_THREADS 256
@@ -107,35 +113,38 @@ enum { GB_F16 = 1, GB_BF16 = 2, GB_TF32 = 3 };
 
 /* ---------------------------------------------------------------- settings and the library */
 
-static std::once_flag g_settings_once;
-static int g_disabled;             /* PYGGML_CUDA_BLAS=0 */
-static int64_t g_min_n = GEMM_BLAS_MIN_N;
-static size_t g_chunk_bytes = GB_CHUNK_BYTES; /* PYGGML_CUDA_BLAS_CHUNK_MB (for tuning) */
-
-static long env_long(const char *name, long lo) {
-    const char *m = getenv(name);
-    if (!m || !*m) return -1;
-    char *end = NULL;
-    const long v = strtol(m, &end, 10);
-    if (end && *end == 0 && v >= lo) return v;
-    pyg_cuda_log(PYG_LOG_WARN, "%s=%s ignored (want an integer >= %ld)", name, m, lo);
-    return -1;
+/* The settings are device options (options.h): blas, blas_min_n, blas_chunk_mb, read through
+ * cuda_opts() for the plan being created or run. The library is process-wide. */
+static int blas_disabled(void) {
+    if (cuda_opts()->blas) return 0;
+    static std::once_flag logged;
+    std::call_once(logged, [] {
+        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (option blas=0); GEMMs use the built-in kernels");
+    });
+    return 1;
 }
-
-static void read_settings(void) {
-    const char *e = getenv("PYGGML_CUDA_BLAS");
-    g_disabled = e && (strcmp(e, "0") == 0 || strcmp(e, "off") == 0 || strcmp(e, "false") == 0);
-    if (g_disabled)
-        pyg_cuda_log(PYG_LOG_INFO, "mul_mat: cuBLAS off (PYGGML_CUDA_BLAS=%s); GEMMs use the built-in kernels", e);
-    long v = env_long("PYGGML_CUDA_BLAS_MIN_N", 1);
-    if (v > 0) g_min_n = v;
-    v = env_long("PYGGML_CUDA_BLAS_CHUNK_MB", 1);
-    if (v > 0) g_chunk_bytes = (size_t)v << 20;
-}
+static int64_t blas_min_n(void) { return cuda_opts()->blas_min_n; }
+static size_t blas_chunk_bytes(void) { return (size_t)cuda_opts()->blas_chunk_mb << 20; }
 
 static std::mutex g_lib_mu;
 static std::atomic<int> g_lib_state(0); /* 0 not tried, 1 open, -1 unavailable */
 static blas_api g_blas;
+static char g_lib_path[512];            /* option blas_lib; "" = search (under g_lib_mu) */
+
+int32_t gemm_blas_set_library(const char *path, char *msg, size_t msglen) {
+    std::lock_guard<std::mutex> lk(g_lib_mu);
+    if (g_lib_state.load(std::memory_order_relaxed) != 0) {
+        snprintf(msg, msglen, "option blas_lib: cuBLAS was already looked for (at the first GEMM plan); "
+                              "set blas_lib before creating one");
+        return PYG_ERR_INVALID_ARGUMENT;
+    }
+    if (strlen(path) >= sizeof g_lib_path) {
+        snprintf(msg, msglen, "option blas_lib: path longer than %zu bytes", sizeof g_lib_path - 1);
+        return PYG_ERR_INVALID_ARGUMENT;
+    }
+    snprintf(g_lib_path, sizeof g_lib_path, "%s", path);
+    return PYG_OK;
+}
 
 static int is_file(const char *p) { return access(p, R_OK) == 0; }
 
@@ -202,10 +211,9 @@ static int cuda_lib_dirs(char dirs[][512], int max) {
     } while (0)
 
 static int lib_open(void) {
-    if (g_disabled) return 0; /* logged by read_settings */
-    char err[512] = "";
+    char err[sizeof g_lib_path + 32] = "";
     void *lib = NULL;
-    const char *explicit_path = getenv("PYGGML_CUDA_BLAS_LIB");
+    const char *explicit_path = g_lib_path;
     if (explicit_path && *explicit_path) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s", explicit_path);
@@ -254,7 +262,7 @@ static int lib_open(void) {
     int v[3] = { 0, 0, 0 };
     if (g_blas.get_property)
         for (int i = 0; i < 3; i++) g_blas.get_property(BLAS_PROP_MAJOR + i, &v[i]);
-    pyg_cuda_log(PYG_LOG_INFO, "mul_mat: GEMMs with N >= %lld through cuBLAS %d.%d.%d (%s)", (long long)g_min_n,
+    pyg_cuda_log(PYG_LOG_INFO, "mul_mat: GEMMs with N >= %lld through cuBLAS %d.%d.%d (%s)", (long long)blas_min_n(),
                  v[0], v[1], v[2], where);
     return 1;
 }
@@ -340,14 +348,13 @@ static int mma_in_place_ok(const pyg_tensor *t, int64_t K) {
 }
 
 static int gb_plan_make(const pyg_tensor *n, gb_plan *p, int backend) {
-    std::call_once(g_settings_once, read_settings);
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     memset(p, 0, sizeof *p);
     p->backend = backend;
-    if (!backend || (backend == GB_BLAS && g_disabled)) return 0;
+    if (!backend || (backend == GB_BLAS && blas_disabled())) return 0;
     p->M = a->ne[1]; p->K = a->ne[0]; p->N = b->ne[1];
     p->b2 = a->ne[2]; p->b3 = a->ne[3]; p->B2 = b->ne[2]; p->B3 = b->ne[3];
-    if (p->N < g_min_n || p->b2 < 1 || p->b3 < 1) return 0;
+    if (p->N < blas_min_n() || p->b2 < 1 || p->b3 < 1) return 0;
     p->r2 = p->B2 / p->b2;
     p->r3 = p->B3 / p->b3;
     if (!fits_int(p->M) || !fits_int(p->K) || !fits_int(p->N * p->r2) || !fits_int(p->b2)) return 0;
@@ -371,7 +378,7 @@ static int gb_plan_make(const pyg_tensor *n, gb_plan *p, int backend) {
     } else {
         if (is_supported_quant(t) && p->K % 32) return 0;
         const size_t row = (size_t)p->b2 * (size_t)p->Kp * 2;
-        int64_t mc = (int64_t)(g_chunk_bytes / row);
+        int64_t mc = (int64_t)(blas_chunk_bytes() / row);
         if (mc < GB_MIN_CHUNK_ROWS) mc = GB_MIN_CHUNK_ROWS;
         mc -= mc % 128;
         p->mc = mc < p->M ? mc : p->M;
@@ -638,8 +645,7 @@ static unsigned gb_blocks(int64_t items, int64_t cap) {
 
 /* cuBLAS where it opens, else our WMMA kernel on the converted operands, else none (FFMA GEMM). */
 static int gb_backend(void) {
-    std::call_once(g_settings_once, read_settings);
-    if (!g_disabled && lib_ready()) return GB_BLAS;
+    if (!blas_disabled() && lib_ready()) return GB_BLAS;
     return mma_gemm_available() ? GB_MMA : 0;
 }
 

@@ -1,7 +1,8 @@
 /* plugins/cuda/graph.cu — graph plans: validation, scratch memory, launching the nodes on a stream,
  * and CUDA graphs (capture on the 2nd compute of a plan, replay from the 3rd on; the host
  * guarantees that a plan's tensors keep their addresses, so a captured graph stays valid).
- * PYGGML_CUDA_GRAPHS=0 or the device option graphs=0 turns capture off. */
+ * The device option graphs=0 turns capture off. A plan keeps a copy of its device's options
+ * (options.h), bound around everything it does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 struct pyg_graph_plan {
     pyg_device *dev;
+    cuda_options opts;            /* the device's options when the plan was created */
     const pyg_graph *graph;
     int n_nodes;                  /* nodes that run a kernel */
     const pyg_tensor **nodes;
@@ -34,6 +36,9 @@ static int type_known(int32_t type) { return pyg_type_get_traits(type) != NULL; 
 
 int32_t pyg_cuda_supports_op(pyg_device *dev, const pyg_tensor *node) {
     if (!node || !type_known(node->type)) return 0;
+    cuda_options opts;
+    pyg_cuda_device_options(dev, &opts);
+    cuda_opts_scope bound(&opts);
     for (int i = 0; i < 4; i++)
         if (node->ne[i] < 1) return 0;
     if (pyg_tensor_nrows(node) > 0x7fffffffLL) return 0; /* rows go into one grid dimension */
@@ -116,6 +121,8 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
     if (!p) return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
     p->dev = dev;
     p->graph = graph;
+    pyg_cuda_device_options(dev, &p->opts);
+    cuda_opts_scope bound(&p->opts);
     p->nodes = (const pyg_tensor **)calloc((size_t)graph->n_nodes + 1, sizeof(pyg_tensor *));
     p->group = (int *)calloc((size_t)graph->n_nodes + 1, sizeof(int));
     p->quant = (int *)calloc((size_t)graph->n_nodes + 1, sizeof(int));
@@ -254,7 +261,8 @@ pyg_error *pyg_cuda_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     gpuError_t e = gpuSetDevice(p->dev->index);
     if (e != gpuSuccess) return pyg_cuda_gpu_error(e, "cudaSetDevice");
     if (p->n_nodes == 0) return NULL;
-    const int graphs = p->dev->graphs && !p->graphs_failed;
+    cuda_opts_scope bound(&p->opts);
+    const int graphs = p->opts.graphs && !p->graphs_failed;
     if (p->exec && graphs) {
         p->n_computes++;
         e = gpuGraphLaunch(p->exec, s->s);

@@ -3,14 +3,14 @@
  * Three paths:
  *  - quantized mat-vec (N <= 8, the decode path; mmvq.cuh): activations quantized to int8 blocks in
  *    plan scratch, then one warp per weight row dots the quant blocks with them by dp4a; q4_0, q8_0,
- *    q4_K (PYGGML_CUDA_MMVQ=0 selects the float mat-vec below instead, =all adds q6_K).
+ *    q4_K (device option mmvq=off selects the float mat-vec below instead, =all adds q6_K).
  *  - float mat-vec (N <= 8): one block per weight row, threads walk the row in units of 32 weights
  *    decoded to float from the quant blocks (q4_0, q8_0, q4_K, q6_K) or 8 plain values
  *    (f32, f16, bf16), each unit dotted with up to 8 activation columns at once; needs row-contiguous
  *    weights and 16-byte aligned activation columns.
- *  - GEMM (everything else): N >= PYGGML_CUDA_BLAS_MIN_N (32) through cuBLAS opened at run time
+ *  - GEMM (everything else): N >= option blas_min_n (32) through cuBLAS opened at run time
  *    (gemm_blas.cu); where cuBLAS is missing or off, N >= MMA_MIN_N on our own tensor-core kernel
- *    (mul_mat_mma.cu); otherwise (or with PYGGML_CUDA_MMA=0) an FFMA kernel with 64x64 tiles, weights
+ *    (mul_mat_mma.cu); otherwise (or with option mma=0) an FFMA kernel with 64x64 tiles, weights
  *    dequantized element-wise into shared memory; all take any strides on both operands.
  * Weights broadcast over dims 2, 3 as in ggml: src0 batch i02 = i12 / (B2 / b2).
  */
@@ -153,40 +153,29 @@ __global__ void k_quantize_y(const float *y, int64_t ys1, int64_t ys2, int64_t y
 
 #define MVQ_ROWS 4 /* warps per block */
 
-/* Each warp dots R consecutive rows with the same activation units: the y loads (from L1) are
- * shared by the R rows (the unit functions inline, and the compiler keeps the loaded words), and
- * each lane has R independent weight loads in flight. */
-template <int T, int NC, int R, int U = 2>
+/* Each warp dots one row against NC activation columns; U unrolls the unit loop (1 for one
+ * column, see launch_mmvq). */
+template <int T, int NC, int U = 2>
 __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq(mvq_args a) {
     const int lane = threadIdx.x % PYG_WARP_SIZE;
-    const int64_t m0 = ((int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE) * R;
+    const int64_t m0 = (int64_t)blockIdx.x * MVQ_ROWS + threadIdx.x / PYG_WARP_SIZE;
     if (m0 >= a.M) return; /* whole warps only */
     const int64_t i12 = blockIdx.y % a.B2, i13 = blockIdx.y / a.B2;
-    const char *row[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) /* rows past M repeat the last one; their sums are not stored */
-        row[r] = a.w + min(m0 + r, a.M - 1) * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
+    const char *row = a.w + m0 * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03;
     const int64_t col0 = (int64_t)blockIdx.y * a.ncols;
     const int8_t *yq = a.yq + col0 * a.K;
     const float *yds = a.yds + col0 * (a.K / 16);
-    float acc[R][NC];
+    float acc[NC];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
     const int64_t nu = mmvq<T>::units(a.K);
 #pragma unroll U
-    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE) {
+    for (int64_t u = lane; u < nu; u += PYG_WARP_SIZE) mmvq<T>::template unit<NC>(row, u, yq, yds, a.K, a.K / 16, a.ncols, acc);
 #pragma unroll
-        for (int r = 0; r < R; r++) mmvq<T>::template unit<NC>(row[r], u, yq, yds, a.K, a.K / 16, a.ncols, acc[r]);
+    for (int c = 0; c < NC; c++) {
+        const float v = warp_sum(acc[c]);
+        if (lane == 0 && c < a.ncols) a.dst[m0 + c * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            const float v = warp_sum(acc[r][c]);
-            if (lane == 0 && c < a.ncols && m0 + r < a.M) a.dst[m0 + r + c * a.ds1 + i12 * a.ds2 + i13 * a.ds3] = v;
-        }
 }
 
 /* ---------------------------------------------------------------- tiled GEMM (any type, any strides) */
@@ -284,22 +273,14 @@ static int matvec_ok(const pyg_tensor *n) {
     return 1;
 }
 
-static int mmvq_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PYGGML_CUDA_MMVQ");
-        v = (e && strcmp(e, "0") == 0) ? 0 : (e && strcmp(e, "all") == 0) ? 2 : 1;
-    }
-    return v;
-}
-
 /* q6_K stays on the float mat-vec: on the H200 it measured 1.42 TB/s there against 1.28 TB/s in
- * mmvq (bench/results/cuda-matvec-20261130T091951.json and ...T094012.json); PYGGML_CUDA_MMVQ=all
- * forces mmvq for it too. */
+ * mmvq (bench/results/cuda-matvec-20261130T091951.json and ...T094012.json); the device option
+ * mmvq=all forces mmvq for it too, mmvq=off turns it off for every type. */
 static int use_mmvq(const pyg_tensor *n) {
     const int t = n->src[0]->type;
-    if (!is_supported_quant(t) || !matvec_ok(n) || !mmvq_enabled()) return 0;
-    return t != PYG_TYPE_Q6_K || mmvq_enabled() == 2;
+    const int64_t mode = cuda_opts()->mmvq;
+    if (!is_supported_quant(t) || !matvec_ok(n) || mode == CUDA_MMVQ_OFF) return 0;
+    return t != PYG_TYPE_Q6_K || mode == CUDA_MMVQ_ALL;
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -311,44 +292,20 @@ size_t mul_mat_scratch_bytes(const pyg_tensor *n) {
     return align256(cols * (size_t)b->ne[0]) + cols * (size_t)(b->ne[0] / 32) * 2 * sizeof(float);
 }
 
-/* 2 or 4 when the environment variable says so, else 1. */
-static int env_1_2_4(const char *name) {
-    const char *e = getenv(name);
-    return (e && (!strcmp(e, "2") || !strcmp(e, "4"))) ? atoi(e) : 1;
-}
-
-/* Rows per warp: PYGGML_CUDA_MMVQ_ROWS (1, 2 or 4) for one column, 1 for more. Default 1: on the
- * H200 at 4096x14336, 2 rows per warp measured 1545/1724/2272 GB/s (q4_K/q4_0/q8_0) against
- * 1651/1939/2445 for 1 row, and 4 rows ~1200 (bench_matvec, 2026-11-30). */
-static int mmvq_rows_per_warp(void) {
-    static const int v = env_1_2_4("PYGGML_CUDA_MMVQ_ROWS");
-    return v;
-}
-
-/* Loop unrolling of the one-column mat-vecs (single and grouped): PYGGML_CUDA_MMVQ_UNROLL (1, 2 or
- * 4; default 1). On the H200 at 4096x14336 (bench_matvec, gpu-check at 6c06256), q4_K/q4_0/q8_0
- * measured 1683/1978/2562 GB/s with 1, 1536/1849/2319 with 2 and 1376/1884/2439 with 4: fewer
- * registers, more resident warps, beat more loads in flight per lane. */
-static int mmvq_unroll(void) {
-    static const int v = env_1_2_4("PYGGML_CUDA_MMVQ_UNROLL");
-    return v;
-}
-
+/* One column: one row per warp, no unrolling of the unit loop. On the H200 at 4096x14336
+ * (bench_matvec, 2026-11-30) 2 and 4 rows per warp measured 1545/1724/2272 and ~1200 GB/s
+ * (q4_K/q4_0/q8_0) against 1651/1939/2445 for one row; unrolling by 2 and 4 measured
+ * 1536/1849/2319 and 1376/1884/2439 against 1683/1978/2562 without (gpu-check at 6c06256): fewer
+ * registers and more resident warps beat more loads in flight per lane. Those variants are gone. */
 template <int T>
 static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gpuStream_t s) {
     const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
-    const int R = nc == 1 ? mmvq_rows_per_warp() : 1;
-    const dim3 grid(ceil_div_u(M, MVQ_ROWS * R), gy, 1);
-    const int U = nc == 1 && R == 1 ? mmvq_unroll() : 2;
-    switch (nc * 8 + R + (U == 2 ? 0 : U == 1 ? 100 : 200)) {
-    case 100 + 8 + 1: k_mmvq<T, 1, 1, 1><<<grid, th, 0, s>>>(args); break; /* the default */
-    case 200 + 8 + 1: k_mmvq<T, 1, 1, 4><<<grid, th, 0, s>>>(args); break;
-    case 8 + 1: k_mmvq<T, 1, 1><<<grid, th, 0, s>>>(args); break;
-    case 8 + 2: k_mmvq<T, 1, 2><<<grid, th, 0, s>>>(args); break;
-    case 8 + 4: k_mmvq<T, 1, 4><<<grid, th, 0, s>>>(args); break;
-    case 16 + 1: k_mmvq<T, 2, 1><<<grid, th, 0, s>>>(args); break;
-    case 32 + 1: k_mmvq<T, 4, 1><<<grid, th, 0, s>>>(args); break;
-    default: k_mmvq<T, 8, 1><<<grid, th, 0, s>>>(args); break;
+    const dim3 grid(ceil_div_u(M, MVQ_ROWS), gy, 1);
+    switch (nc) {
+    case 1: k_mmvq<T, 1, 1><<<grid, th, 0, s>>>(args); break;
+    case 2: k_mmvq<T, 2><<<grid, th, 0, s>>>(args); break;
+    case 4: k_mmvq<T, 4><<<grid, th, 0, s>>>(args); break;
+    default: k_mmvq<T, 8><<<grid, th, 0, s>>>(args); break;
     }
 }
 
@@ -421,7 +378,7 @@ static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
  * Adjacent mul_mat nodes of a plan that multiply the same single activation column by different
  * quantized weights of one type and K (a layer's q/k/v, its gate/up) run as one launch: the column
  * is quantized once and the blocks of all the matrices form one grid, so a 16-layer decode issues
- * 48 fewer quantize launches and 48 fewer mat-vec launches. PYGGML_CUDA_FUSE=0 turns it off. */
+ * 48 fewer quantize launches and 48 fewer mat-vec launches. The device option fuse=0 turns it off. */
 #define MVQ_GROUP_MAX 4
 
 struct mvq_group_args {
@@ -491,12 +448,6 @@ static int launch_mmvq_group_u(int type, const mvq_group_args &args, unsigned bl
     }
 }
 
-static int launch_mmvq_group(int type, int unroll, const mvq_group_args &args, unsigned blocks, unsigned th,
-                             gpuStream_t s) {
-    return unroll == 4   ? launch_mmvq_group_u<4>(type, args, blocks, th, s)
-           : unroll == 2 ? launch_mmvq_group_u<2>(type, args, blocks, th, s)
-                         : launch_mmvq_group_u<1>(type, args, blocks, th, s);
-}
 
 int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
     if (g <= 1) return mul_mat_launch(nodes[0], c);
@@ -526,7 +477,7 @@ int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
     }
     args.blk0[MVQ_GROUP_MAX] = blocks;
     const unsigned th = MVQ_ROWS * PYG_WARP_SIZE;
-    int st2 = launch_mmvq_group(a->type, mmvq_unroll(), args, blocks, th, c->stream);
+    int st2 = launch_mmvq_group_u<1>(a->type, args, blocks, th, c->stream); /* no unrolling: see launch_mmvq */
     if (st2 != PYG_OK) {
         snprintf(c->err, c->errlen, "mmvq group: type %d", a->type);
         return st2;
@@ -583,7 +534,7 @@ int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
         }
         return check_launch(c, "mul_mat (mat-vec)");
     }
-    const int bst = gemm_blas_launch(n, c); /* N >= PYGGML_CUDA_BLAS_MIN_N where cuBLAS is available */
+    const int bst = gemm_blas_launch(n, c); /* N >= option blas_min_n where cuBLAS is available */
     if (bst != GEMM_BLAS_DECLINED) return bst;
     if (mul_mat_mma_usable(n)) return mul_mat_mma_launch(n, c);
     const dim3 grid(ceil_div_u(a->ne[1], GM_BM), ceil_div_u(b->ne[1], GM_BN), (unsigned)(b->ne[2] * b->ne[3]));

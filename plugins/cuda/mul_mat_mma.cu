@@ -9,7 +9,7 @@
  * the f32 activations (any strides) are converted to bf16 in shared memory and multiplied with warp
  * matrix instructions accumulating in f32. bf16 keeps f32's range (no overflow on large
  * activations); its 8-bit mantissa costs an NMSE of about 1e-6 on the product (mul_mat's threshold
- * is 5e-4). Where the vendor has no WMMA (PYG_GPU_HAS_WMMA unset in vendor.h) or PYGGML_CUDA_MMA=0,
+ * is 5e-4). Where the vendor has no WMMA (PYG_GPU_HAS_WMMA unset in vendor.h) or the device option mma=0,
  * mul_mat.cu uses its FFMA GEMM instead.
  */
 #include <stdio.h>
@@ -99,14 +99,7 @@ __global__ void __launch_bounds__(MMA_THREADS) k_gemm_mma(tview A, tview B, tvie
     }
 }
 
-int mma_gemm_available(void) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *e = getenv("PYGGML_CUDA_MMA");
-        enabled = !(e && strcmp(e, "0") == 0);
-    }
-    return enabled;
-}
+int mma_gemm_available(void) { return cuda_opts()->mma != 0; }
 
 int mul_mat_mma_usable(const pyg_tensor *n) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];

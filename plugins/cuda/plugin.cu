@@ -12,6 +12,7 @@
 #include <string.h>
 #include <mutex>
 #include "plugin_internal.h"
+#include "gemm_blas.h"
 
 #ifndef PYG_CUDA_MIN_CC
 #define PYG_CUDA_MIN_CC 90 /* lowest compute capability the build has code for (cuda.mk sets it) */
@@ -94,11 +95,6 @@ static char g_init_msg[512];
 static int g_n_devices;
 static pyg_device g_devices[PYG_CUDA_MAX_DEVICES];
 
-static int env_graphs_enabled(void) {
-    const char *v = getenv("PYGGML_CUDA_GRAPHS");
-    return !(v && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0 || strcmp(v, "false") == 0));
-}
-
 static void init_locked(void) {
     int count = 0;
     gpuError_t e = gpuGetDeviceCount(&count);
@@ -141,8 +137,7 @@ static void init_locked(void) {
         d->cc_major = p.major;
         d->cc_minor = p.minor;
         d->memory_total = p.totalGlobalMem;
-        d->graphs = env_graphs_enabled();
-        d->write_sync = 1;
+        d->opts = cuda_options_defaults;
         snprintf(d->description, sizeof d->description, "%s", p.name);
         /* pageable writes: cudaMemcpyAsync stages pageable memory before it returns, so the host may
          * reuse the source at once (safe, though not overlapped); pinned writes are truly async. */
@@ -241,21 +236,30 @@ static pyg_error *device_memory(pyg_device *dev, uint64_t *free_bytes, uint64_t 
     return NULL;
 }
 
+/* Options (options.h, README.md): the table in options.cu, plus blas_lib (process-wide, gemm_blas.cu).
+ * They apply to plans created after the call. */
+static std::mutex g_opts_mutex;
+
+void pyg_cuda_device_options(const pyg_device *dev, cuda_options *out) {
+    std::lock_guard<std::mutex> lock(g_opts_mutex);
+    *out = dev ? dev->opts : cuda_options_defaults;
+}
+
 static pyg_error *device_set_option(pyg_device *dev, const char *key, const char *value) {
     if (!dev || !key || !value) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "device_set_option: NULL argument");
-    if (strcmp(key, "graphs") == 0) {
-        if (strcmp(value, "0") == 0 || strcmp(value, "off") == 0) dev->graphs = 0;
-        else if (strcmp(value, "1") == 0 || strcmp(value, "on") == 0) dev->graphs = 1;
-        else return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "option graphs: expected 0/1/on/off, got '%s'", value);
-        return NULL;
+    char msg[700];
+    int32_t st;
+    try {
+        if (strcmp(key, "blas_lib") == 0) {
+            st = gemm_blas_set_library(value, msg, sizeof msg);
+        } else {
+            std::lock_guard<std::mutex> lock(g_opts_mutex);
+            st = cuda_options_set(&dev->opts, key, value, msg, sizeof msg);
+        }
+    } catch (...) {
+        return pyg_cuda_error(PYG_ERR_INTERNAL, "device_set_option: unexpected exception");
     }
-    if (strcmp(key, "write_sync") == 0) {
-        if (strcmp(value, "0") == 0) dev->write_sync = 0;
-        else if (strcmp(value, "1") == 0) dev->write_sync = 1;
-        else return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "option write_sync: expected 0/1, got '%s'", value);
-        return NULL;
-    }
-    return pyg_cuda_error(PYG_ERR_UNSUPPORTED, "unknown option '%s' (known: graphs, write_sync)", key);
+    return st == PYG_OK ? NULL : pyg_cuda_error(st, "%s", msg);
 }
 
 /* since 1.1: no per-stream options (yet) on CUDA/HIP/MUSA. */
@@ -435,7 +439,7 @@ static pyg_error *buffer_write(pyg_buffer *dst, uint64_t offset, const void *src
      * and it runs on the legacy default stream, which our non-blocking streams do not wait for:
      * work queued right after could read the old bytes (the strict race seen on the H200). The
      * contract says a blocking copy is done when it returns: wait for the default stream. */
-    if (dst->dev->write_sync) GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (write)");
+    if (dst->dev->opts.write_sync) GPU_TRY(gpuStreamSynchronize(0), PYG_GPU_API "StreamSynchronize (write)");
     return NULL;
 }
 

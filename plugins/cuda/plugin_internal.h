@@ -5,6 +5,7 @@
 
 #include "vendor.h"
 #include "pyggml/pyggml.h"
+#include "options.h"
 
 struct pyg_error {
     int32_t code;
@@ -16,9 +17,7 @@ struct pyg_device {
     int index;                 /* runtime device ordinal */
     int n_sm;
     int cc_major, cc_minor;
-    int graphs;                /* 1: plans capture and replay device graphs (option "graphs") */
-    int write_sync;            /* 1: buffer_write waits for the default stream (option "write_sync";
-                                  0 brings back the pre-fix race, for the hardware probe only) */
+    cuda_options opts;         /* device_set_option; read through pyg_cuda_device_options */
     uint64_t caps;
     uint64_t memory_total;
     char description[256];     /* "NVIDIA H200" */
@@ -45,6 +44,9 @@ struct pyg_buffer {
 pyg_error *pyg_cuda_error(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pyg_error *pyg_cuda_gpu_error(gpuError_t e, const char *what); /* NULL when e == gpuSuccess */
 void pyg_cuda_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A consistent copy of dev's options (device_set_option may run on another thread). */
+void pyg_cuda_device_options(const pyg_device *dev, cuda_options *out);
 
 /* graph plans and op support (graph.cu) */
 int32_t pyg_cuda_supports_op(pyg_device *dev, const pyg_tensor *node);

@@ -168,32 +168,27 @@ static uint32_t rows_per_wg(const pyg_device *d) {
     return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
 }
 
-/* KV-split flash attention: on by default except on CPU devices (lavapipe), where more
- * workgroups only add overhead; PYGGML_VULKAN_FA_SPLIT=0/1 overrides (read per plan: tests). */
-static int fa_split_on(const pyg_device *d) {
-    const char *e = getenv("PYGGML_VULKAN_FA_SPLIT");
-    if (e && *e) return strcmp(e, "0") != 0;
-    return d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+/* An auto/off/on option: auto is on except on CPU devices (lavapipe), where more workgroups or
+ * wider kernels only add overhead. */
+static int auto_on(const pyg_device *d, int64_t opt) {
+    return opt == VKP_AUTO ? d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU : opt == VKP_ON;
 }
+
+/* KV-split flash attention (option fa_split). */
+static int fa_split_on(const pyg_device *d) { return auto_on(d, d->opts.fa_split); }
 
 /* rms_norm followed by a mul of its result (x_norm * w, w broadcast): one dispatch that writes
  * both nodes (every node is still written, R9), one barrier stage less per layer norm in
- * decode. Needs the subgroup row kernel. PYGGML_VULKAN_FUSE=0 turns fusion off (tests). */
+ * decode. Needs the subgroup row kernel. The option fuse=0 turns fusion off. */
 static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
-    const char *e = getenv("PYGGML_VULKAN_FUSE");
-    if (e && strcmp(e, "0") == 0) return 0;
+    if (!d->opts.fuse) return 0;
     if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
     if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
     return vkp_supports_op((pyg_device *)d, m);
 }
 
-/* The workgroup-per-row variant (norm_mul_wg.comp): on by default except on CPU devices;
- * PYGGML_VULKAN_NORM_WG=0/1 overrides (read per plan: tests). */
-static int norm_wg_on(const pyg_device *d) {
-    const char *e = getenv("PYGGML_VULKAN_NORM_WG");
-    if (e && *e) return strcmp(e, "0") != 0;
-    return d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
-}
+/* The workgroup-per-row variant (norm_mul_wg.comp), option norm_wg. */
+static int norm_wg_on(const pyg_device *d) { return auto_on(d, d->opts.norm_wg); }
 
 static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_tensor *m, dispatch *dp, uint32_t *p) {
     memset(dp->slot, 0, sizeof dp->slot);
@@ -546,7 +541,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             int hazard = 0;
             for (int k = 0; k < nmyw && !hazard; k++) hazard = overlaps(wr, nwr, &myw[k]) || overlaps(rd, nrd, &myw[k]);
             for (int k = 0; k < nmyr && !hazard; k++) hazard = overlaps(wr, nwr, &myr[k]);
-            if (hazard && !d->drop_barriers) {
+            if (hazard && !d->opts.debug_drop_barriers) {
                 VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                     .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
                 d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,

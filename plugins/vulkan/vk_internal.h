@@ -59,6 +59,20 @@ typedef struct vkp_pipeline {
     VkPipeline pipeline;
 } vkp_pipeline;
 
+/* Device options (device_set_option; the table in vk_plugin.c, README.md lists them). Plans read
+ * them when they are created. Choice fields: VKP_AUTO (the device type decides), VKP_OFF, VKP_ON. */
+typedef struct vkp_options {
+    int64_t fa_split;               /* KV-split flash attention (auto: off on CPU devices such as lavapipe) */
+    int64_t fuse;                   /* rms_norm + mul as one dispatch */
+    int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */
+    int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
+    int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
+    int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
+} vkp_options;
+#define VKP_AUTO 0
+#define VKP_OFF 1
+#define VKP_ON 2
+
 struct pyg_device {
     int index;
     VkPhysicalDevice phys;
@@ -71,16 +85,17 @@ struct pyg_device {
     pthread_mutex_t queue_lock;     /* vkQueueSubmit is externally synchronized */
     pthread_mutex_t lock;           /* pipeline cache, internal stream, accounting */
     int32_t device_type;
-    int subgroup_arith;             /* subgroup add usable in compute shaders */
+    int subgroup_arith;             /* subgroup add usable in compute shaders (and option subgroups=1) */
+    int subgroup_hw;                /* the device has it (subgroup_arith without the option) */
+    vkp_options opts;
     uint32_t subgroup_size;
     uint64_t max_range;             /* maxStorageBufferRange: largest tensor one binding can see */
     uint64_t max_alloc;
     uint64_t heap_size, allocated;
     uint32_t mt_device, mt_host;    /* memory type indices */
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
-    int drop_barriers;
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
-    float ts_period;                /* ns per timestamp tick */              /* test switch (option debug_drop_barriers): plans omit barriers */
+    float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     vkp_pipeline pipes[VKP_MAX_PIPELINES];
@@ -198,7 +213,7 @@ typedef struct vkp_prof_counters {
     uint64_t reads, read_bytes;
     uint64_t staged_reads;                  /* read chunks copied through staging: one submit each */
 } vkp_prof_counters;
-extern int vkp_prof_on;                     /* -1 until read from the environment */
+extern int vkp_prof_on;                     /* option profile (plugin-wide) */
 extern vkp_prof_counters vkp_prof;          /* updated without locks: approximate under threads */
 int vkp_profiling(void);
 uint64_t vkp_now_ns(void);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "vk_internal.h"
+#include "pyggml/options.h"
 
 /* ---------------------------------------------------------------- errors and logging */
 
@@ -152,10 +153,8 @@ static pyg_error *device_open(pyg_device *d) {
     d->subgroup_size = sg.subgroupSize;
     d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
-    {   /* PYGGML_VULKAN_SUBGROUPS=0 forces the shared-memory kernels (tests the fallback path) */
-        const char *env = getenv("PYGGML_VULKAN_SUBGROUPS");
-        if (env && strcmp(env, "0") == 0) d->subgroup_arith = 0;
-    }
+    d->subgroup_hw = d->subgroup_arith;   /* option subgroups=0 forces the shared-memory kernels */
+    d->opts = (vkp_options){ .fa_split = VKP_AUTO, .fuse = 1, .norm_wg = VKP_AUTO, .subgroups = 1 };
     d->max_alloc = m3.maxMemoryAllocationSize;
     d->max_range = d->props.limits.maxStorageBufferRange;
 
@@ -284,7 +283,6 @@ static pyg_error *init_impl(void) {
 
 static pyg_error *api_plugin_init(void) {
     pthread_mutex_lock(&g_init_lock);
-    vkp_profiling();
     if (!g_init_done) {
         g_init_err = init_impl();
         if (g_init_err) g_ndev = 0;
@@ -337,22 +335,33 @@ static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_b, uint64_t *t
 
 static pyg_error *validation_selftest(pyg_device *d);
 
-/* Options: "validation_check" (sanitizer mode: the validation layer's messages since the last
- * check, as a PYG_ERR_SANITIZER error), "validation_selftest" (queue a deliberate hazard),
- * "debug_drop_barriers" ("1": plans created afterwards record no compute barriers -- a test
- * switch that sync validation must catch). */
+static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
+
+/* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
+ * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
+ * validation layer's messages since the last check, as a PYG_ERR_SANITIZER error),
+ * "validation_selftest" (queue a deliberate hazard), "profile_report" (log the profile, start over). */
+static const pyg_option_def k_options[] = {
+    PYG_OPTION_CHOICE(vkp_options, fa_split, k_auto_off_on, "KV-split flash attention (auto: off on CPU devices)"),
+    PYG_OPTION_BOOL(vkp_options, fuse, "rms_norm followed by mul as one dispatch (default 1)"),
+    PYG_OPTION_CHOICE(vkp_options, norm_wg, k_auto_off_on, "workgroup-per-row norm+mul (auto: off on CPU devices)"),
+    PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
+    PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
+    PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
+};
+
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {
     if (!d || !key || !value) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "device_set_option: NULL argument");
     if (strcmp(key, "validation_check") == 0) return vkp_validation_check();
     if (strcmp(key, "validation_selftest") == 0) return validation_selftest(d);
     if (strcmp(key, "profile_report") == 0) return vkp_prof_report();
-    if (strcmp(key, "debug_drop_barriers") == 0) {
-        if (strcmp(value, "0") && strcmp(value, "1"))
-            return vkp_err(PYG_ERR_INVALID_ARGUMENT, "debug_drop_barriers: '0' or '1', not '%s'", value);
-        d->drop_barriers = value[0] == '1';
-        return NULL;
-    }
-    return vkp_err(PYG_ERR_UNSUPPORTED, "unknown option '%s'", key);
+    char msg[600];
+    pthread_mutex_lock(&d->lock);
+    int32_t st = pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), &d->opts, key, value, msg, sizeof msg);
+    d->subgroup_arith = d->subgroup_hw && d->opts.subgroups;
+    if (st == PYG_OK && strcmp(key, "profile") == 0) vkp_prof_on = (int)d->opts.profile;
+    pthread_mutex_unlock(&d->lock);
+    return st == PYG_OK ? NULL : vkp_err(st, "%s", msg);
 }
 
 static int32_t api_device_supports_op(pyg_device *d, const pyg_tensor *node) {

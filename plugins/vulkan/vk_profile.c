@@ -1,28 +1,23 @@
-/* plugins/vulkan/vk_profile.c — where a decode step's time goes (PYGGML_VULKAN_PROFILE=1).
+/* plugins/vulkan/vk_profile.c — where a decode step's time goes (device option profile=1).
  *
  * Host side: counts and times of the plugin's own work per entry kind (submissions, command
  * buffer recordings, descriptor updates, waits, staging memcpy). Device side: plans created while
  * profiling write a timestamp after every dispatch; the deltas are summed per op. The option
  * "profile_report" logs the totals (PYG_LOG_INFO, through the host log: pyggml's "pyggml"
- * logger) and starts over. With the variable unset every hook is one branch. */
+ * logger) and starts over. With profiling off every hook is one branch. Plugin-wide: the counters
+ * are the plugin's; plans created while it is on write the timestamps. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "vk_internal.h"
 
-int vkp_prof_on = -1;
+int vkp_prof_on = 0;
 vkp_prof_counters vkp_prof;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT], g_gpu_bytes[PYG_OP_COUNT];
 
-int vkp_profiling(void) {
-    if (vkp_prof_on < 0) {
-        const char *e = getenv("PYGGML_VULKAN_PROFILE");
-        vkp_prof_on = e && *e && strcmp(e, "0") != 0;
-    }
-    return vkp_prof_on;
-}
+int vkp_profiling(void) { return vkp_prof_on > 0; }
 
 uint64_t vkp_now_ns(void) {
     struct timespec ts;
@@ -42,7 +37,7 @@ void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes) {
 #define US(x) ((double)(x) / 1e3)
 
 pyg_error *vkp_prof_report(void) {
-    if (!vkp_profiling()) return vkp_err(PYG_ERR_UNSUPPORTED, "profiling is off: set PYGGML_VULKAN_PROFILE=1 before the plugin initialises");
+    if (!vkp_profiling()) return vkp_err(PYG_ERR_UNSUPPORTED, "profiling is off: set the device option profile=1 first");
     vkp_prof_counters c = vkp_prof;
     memset(&vkp_prof, 0, sizeof vkp_prof);
     uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT], gb[PYG_OP_COUNT];

@@ -54,6 +54,7 @@ EXPORT int tq_vec_dot(int type, int which, long long n, float *s, const void *x,
 }
 
 EXPORT int tq_has_avx2(void) { return quant_cpu_has_avx2(); }
+EXPORT void tq_force_scalar(int on) { quant_cpu_force_scalar(on); }
 
 /* f32 -> f16 -> f32 through the kernels' own conversion helpers */
 EXPORT void tq_f32_to_f16(const float *src, uint16_t *dst, long long n) {

@@ -5,13 +5,15 @@
  *                             random blocks), and the activation scale for f16
  *   gemm_blas_host plans      per-node plans: precision mode, in-place vs converted operands,
  *                             weight chunking, staging, broadcast folding, threshold
- *   gemm_blas_host gemm       with PYGGML_CUDA_BLAS_LIB pointing at a fake libcublas whose GEMM
+ *   gemm_blas_host gemm       with blas_lib=PATH naming a fake libcublas whose GEMM
  *                             computes on host memory: f32 weights (TF32 mode: operands in place,
  *                             so no kernel runs) over broadcast batches, strided rows, permuted
  *                             src1 and padded dst, against a double-precision reference
  *   gemm_blas_host scratch    prints the scratch bytes of one GEMM node (0 = path not taken)
  *
- * Log lines go to stdout prefixed with "log: ". Exit 0 when every check passed.
+ * After the mode, KEY=VALUE arguments set the plugin's device options (options.h; blas_lib=PATH
+ * too) for the whole run. Log lines go to stdout prefixed with "log: ". Exit 0 when every check
+ * passed.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <vector>
 #include "gemm_blas.cu"
+#include "options.cu"
 
 void pyg_cuda_log(int32_t level, const char *fmt, ...) {
     va_list ap;
@@ -337,7 +340,7 @@ static int run_plans(void) {
         make_tensor(q.d, PYG_TYPE_F32, dne, NULL, false);
         q.link();
         CHECK(gb_plan_make(&q.d.t, &p, GB_BLAS) && p.mode == GB_F16 && p.a_conv && p.mc < M && p.mc % 128 == 0 &&
-              (size_t)p.mc * K * 2 <= GB_CHUNK_BYTES && p.mc >= GB_MIN_CHUNK_ROWS, "q4_K head: chunked (mc %lld)",
+              (size_t)p.mc * K * 2 <= blas_chunk_bytes() && p.mc >= GB_MIN_CHUNK_ROWS, "q4_K head: chunked (mc %lld)",
               (long long)p.mc);
     }
     { /* broadcast: B2 = 3 * b2 with contiguous operands folds into N; a padded dst does not */
@@ -367,8 +370,7 @@ static int run_plans(void) {
 /* ---------------------------------------------------------------- GEMM through the fake cuBLAS */
 
 static int fake_calls(void) {
-    const char *path = getenv("PYGGML_CUDA_BLAS_LIB");
-    void *h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void *h = g_lib_path[0] ? dlopen(g_lib_path, RTLD_NOW | RTLD_NOLOAD) : NULL;
     int (*f)(void) = h ? (int (*)(void))dlsym(h, "fake_gemm_calls") : NULL;
     return f ? f() : -1;
 }
@@ -455,8 +457,8 @@ static int run_gemm(void) {
 }
 
 /* Whole nodes of every weight type through gemm_blas_launch with the conversion steps on the host:
- * with the fake cuBLAS (PYGGML_CUDA_BLAS_LIB) or, with PYGGML_CUDA_BLAS=0 FAKE_MMA=1, the host
- * model of our WMMA kernel. Run with PYGGML_CUDA_BLAS_CHUNK_MB=1 to split the big weights. */
+ * with the fake cuBLAS (blas_lib=PATH) or, with blas=0 and FAKE_MMA=1, the host model of our WMMA
+ * kernel. Run with blas_chunk_mb=1 to split the big weights. */
 static int run_pipeline(void) {
     g_steps.convert_b = host_convert_b;
     g_steps.convert_a = host_convert_a;
@@ -511,9 +513,26 @@ static int run_pipeline(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s decoders|plans|gemm|scratch\n", argv[0]);
+        fprintf(stderr, "usage: %s decoders|plans|gemm|pipeline|scratch [KEY=VALUE ...]\n", argv[0]);
         return 2;
     }
+    static cuda_options opts = cuda_options_defaults;
+    for (int i = 2; i < argc; i++) {
+        char key[64], msg[700];
+        const char *eq = strchr(argv[i], '=');
+        if (!eq || eq - argv[i] >= (long)sizeof key) {
+            fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
+            return 2;
+        }
+        snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
+        const int32_t st = !strcmp(key, "blas_lib") ? gemm_blas_set_library(eq + 1, msg, sizeof msg)
+                                                    : cuda_options_set(&opts, key, eq + 1, msg, sizeof msg);
+        if (st != PYG_OK) {
+            fprintf(stderr, "%s\n", msg);
+            return 2;
+        }
+    }
+    cuda_opts_scope bound(&opts);
     if (!strcmp(argv[1], "decoders")) return run_decoders();
     if (!strcmp(argv[1], "plans")) return run_plans();
     if (!strcmp(argv[1], "gemm")) return run_gemm();

@@ -2,14 +2,14 @@
 many values, quantized weights in every mul_mat path, thread-count independence, and the AVX2
 kernels against the scalar reference kernels on larger shapes.
 
-    python3 -m pytest -q plugins/cpu/tests/test_cpu_extra.py"""
+    python3 -m pytest -q tests/test_cpu_extra.py"""
 import os
 import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pyggml as pg  # noqa: E402
 
 QUANTS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q6_K"]

@@ -10,7 +10,7 @@ gemv), timed with CUDA events; PyTorch has no q4_K/q4_0 kernels, so for those th
 the f16 chain's GB/s (both are memory-bound: bytes/s is the comparable number). A device-to-device
 copy through PyTorch gives the attainable bandwidth.
 
-    python3 plugins/cuda/bench_matvec.py [--pairs 16] [--reps 10] [--out DIR] [--results bench/results]
+    python3 bench/cuda_matvec.py [--pairs 16] [--reps 10] [--out DIR] [--results bench/results]
 """
 import argparse
 import json
@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import pyggml as pg  # noqa: E402
 
@@ -188,7 +188,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     devs = [str(d) for d in pg.devices()]
     if args.device not in devs:
-        print(f"bench_matvec: {args.device} not available (devices: {devs}; failures: {pg.failures()})")
+        print(f"cuda_matvec: {args.device} not available (devices: {devs}; failures: {pg.failures()})")
         return 2
     desc = next((getattr(d, "description", str(d)) for d in pg.devices() if str(d) == args.device), args.device)
     rows = []

@@ -1,7 +1,7 @@
 """Decode-shape mat-vec of the CPU plugin as a fraction of the STREAM-style triad measured in the
 same run, interleaved (triad, type, triad, type ...) so a noisy machine hits both alike.
 
-    python3 plugins/cpu/tests/bench_matvec.py [--threads 2] [--rounds 5] [--types q4_0,q8_0,q4_K,q6_K]
+    python3 bench/cpu_matvec.py [--threads 2] [--rounds 5] [--types q4_0,q8_0,q4_K,q6_K]
 Prints, per type and shape, the median weight GB/s and median of per-round ratios to the triad,
 plus the fixed cost of one compute (a 1x1 graph) and /proc/loadavg before and after."""
 import argparse
@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 

@@ -1,13 +1,13 @@
 """MUL_MAT throughput of the CPU plugin against numpy's BLAS (same threads), f32 and f16 weights.
 
-    python3 plugins/cpu/tests/bench_mul_mat.py [--threads 2] [--reps 5]
+    python3 bench/cpu_mul_mat.py [--threads 2] [--reps 5]
 Prints GFLOP/s (best of reps, after one warm-up) and the ratio plugin / numpy."""
 import argparse
 import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 

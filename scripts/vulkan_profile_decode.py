@@ -1,10 +1,10 @@
 """Where a decode step's time goes on a Vulkan device.
 
-    PYGGML_VULKAN_PROFILE=1 python3 plugins/vulkan/tools/profile_decode.py -m synth:1b:q4_0 -n 32
+    python3 scripts/vulkan_profile_decode.py -m synth:1b:q4_0 -n 32 [--profile]
 
 Runs `-n` decodes (after an optional `-p` token prefill) on the model through the reused decode
 graph and prints: wall time per token, the scheduler's RunStats split (host outside the plugins /
-inside the plugins), and the plugin's own profile (PYGGML_VULKAN_PROFILE=1, option
+inside the plugins), and with --profile the plugin's own profile (device options profile=1 and
 "profile_report"): submissions, command-buffer recordings, host waits, and GPU time per op from
 timestamps written after every dispatch. Profiling waits for each plan's previous submission
 before resubmitting it (to read its timestamps), so compare wall times with it off."""
@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
@@ -27,6 +27,7 @@ def main(argv=None):
     ap.add_argument("-n", "--n-gen", type=int, default=32)
     ap.add_argument("-c", "--n-ctx", type=int, default=512)
     ap.add_argument("--attn", default="flash")
+    ap.add_argument("--profile", action="store_true", help="the plugin's profile (device option profile=1)")
     a = ap.parse_args(argv)
     import numpy as np
     import pyggml as pg
@@ -41,13 +42,15 @@ def main(argv=None):
     logging.getLogger("pyggml").setLevel(logging.INFO)
     path = resolve_model(a.model)
     devs = a.device.split(",")
+    profiling = a.profile
+    if profiling:
+        pg.get_device(devs[0]).set_option("profile", "1")   # before the plans exist
     m = models.load(path, devices=devs, n_ctx=a.n_ctx, attn=a.attn)
     vk = pg.get_device(devs[0])
     rng = np.random.default_rng(0)
     if a.prompt:
         m.prefill(rng.integers(3, m.hp.n_vocab, a.prompt).tolist())
     m.decode(5)                               # warm-up: first run of the decode program
-    profiling = os.environ.get("PYGGML_VULKAN_PROFILE", "0") not in ("", "0")
     from pyggml._plugin import drain_log
     if profiling:
         vk.set_option("profile_report", "1")  # start counting here

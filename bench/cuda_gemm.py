@@ -4,14 +4,14 @@ For each weight type and LLaMA-like shape (M, K) it builds one graph holding R i
 mul_mat(W, X) nodes (W: [M, K] weight, X: [N, K] f32, both resident on the device, so no upload
 is timed); each node's output is read back only through a 16-float view, so a call is R GEMMs plus
 one graph launch. Time per GEMM = (median wall time of Scheduler.compute - the call overhead of a
-trivial graph) / R; the raw figure is kept too. Each path runs in its own process because the
-plugin reads its switches once: "blas" (cuBLAS, forced for every N >= 9 with
-PYGGML_CUDA_BLAS_MIN_N) and "builtin" (PYGGML_CUDA_BLAS=0: the WMMA kernel for N >= 32, FFMA below).
+trivial graph) / R; the raw figure is kept too. Each path runs in its own process (each logs
+its own choice of GEMM library once), set by device options: "blas" (cuBLAS, forced for every
+N >= 9 with blas_min_n) and "builtin" (blas=0: the WMMA kernel for N >= 32, FFMA below).
 The log line naming the GEMM path the plugin chose is recorded. A few output rows of every product
 are checked against float64 numpy on the dequantized weights (NMSE, mul_mat's threshold is 5e-4).
 PyTorch: torch.matmul in f16 on the same shapes, CUDA events.
 
-    python3 plugins/cuda/bench_gemm.py [--types f16,q4_0,...] [--ntok 512] [--paths blas,builtin]
+    python3 bench/cuda_gemm.py [--types f16,q4_0,...] [--ntok 512] [--paths blas,builtin]
                                        [--shapes 2048x2048,...] [--out results.json]
 Sweep N to place the cuBLAS threshold:  --ntok 16,32,64,128,512 --types q4_0,q4_K
 """
@@ -27,11 +27,11 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_matvec import BLOCKS, timed  # noqa: E402  (block geometry; timing with the graph-capture call)
+from cuda_matvec import BLOCKS, timed  # noqa: E402  (block geometry; timing with the graph-capture call)
 
 SHAPES = "2048x2048,8192x2048,2048x8192,32000x2048,4096x4096,11008x4096,4096x11008"   # M x K
 TYPES = "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K"
@@ -141,6 +141,12 @@ def worker(args):
         json.dump({"error": f"{args.device} not available (devices: {devs}; failures: {pg.failures()})"},
                   open(args.worker_out, "w"))
         return 2
+    dev = pg.get_device(args.device)
+    if args.worker == "blas":
+        dev.set_option("blas", 1)
+        dev.set_option("blas_min_n", args.blas_min_n)
+    else:
+        dev.set_option("blas", 0)
     rng = np.random.default_rng(0)
     overhead = call_overhead(args.device, args.reps)
     rows = []
@@ -179,12 +185,13 @@ def main(argv=None):
     ap.add_argument("--types", default=TYPES)
     ap.add_argument("--shapes", default=SHAPES, help="comma-separated MxK (weight rows x columns)")
     ap.add_argument("--ntok", default="512", help="N (tokens), comma-separated")
-    ap.add_argument("--paths", default="blas,builtin", help="blas (cuBLAS) and/or builtin (PYGGML_CUDA_BLAS=0)")
+    ap.add_argument("--paths", default="blas,builtin", help="blas (cuBLAS) and/or builtin (device option blas=0)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=None, help="write the JSON here (a file path)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--blas-min-n", type=int, default=32, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
@@ -198,21 +205,15 @@ def main(argv=None):
         doc["commit"] = None
     min_n = min(int(v) for v in args.ntok.split(","))
     for path in args.paths.split(","):
-        env = dict(os.environ)
-        if path == "blas":
-            env["PYGGML_CUDA_BLAS"] = "1"
-            env["PYGGML_CUDA_BLAS_MIN_N"] = str(max(1, min(min_n, 32)))
-        elif path == "builtin":
-            env["PYGGML_CUDA_BLAS"] = "0"
-        else:
+        if path not in ("blas", "builtin"):
             print(f"bench_gemm: unknown path {path!r} (blas, builtin)")
             return 2
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             tmp = f.name
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", path, "--worker-out", tmp,
                "--device", args.device, "--types", args.types, "--shapes", args.shapes, "--ntok", args.ntok,
-               "--reps", str(args.reps)]
-        rc = subprocess.run(cmd, env=env).returncode
+               "--reps", str(args.reps), "--blas-min-n", str(max(1, min(min_n, 32)))]
+        rc = subprocess.run(cmd).returncode
         try:
             part = json.load(open(tmp))
         except (OSError, ValueError):

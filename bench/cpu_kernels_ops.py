@@ -1,12 +1,12 @@
 """Per-op timings of the CPU plugin, AVX2 kernels against the scalar reference kernels.
 
-    python3 plugins/cpu/tests/bench_ops.py [--threads 2]"""
+    python3 bench/cpu_kernels_ops.py [--threads 2]"""
 import argparse
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import pyggml as pg  # noqa: E402
 

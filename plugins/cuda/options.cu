@@ -1,0 +1,42 @@
+/* plugins/cuda/options.cu — the CUDA plugin's option table and the per-thread binding (options.h).
+ * Host code only; the test harness test/gemm_blas_host.cu compiles it too. */
+#include "options.h"
+#include "pyggml/options.h"
+
+const cuda_options cuda_options_defaults = {
+    /* .graphs = */ 1,
+    /* .fuse = */ 1,
+    /* .mmvq = */ CUDA_MMVQ_AUTO,
+    /* .mma = */ 1,
+    /* .fa_mma = */ 1,
+    /* .blas = */ 1,
+    /* .blas_min_n = */ 32,
+    /* .blas_chunk_mb = */ 128,
+    /* .write_sync = */ 1,
+};
+
+static const char *const k_mmvq_words[] = { "off", "auto", "all", NULL };
+
+static const pyg_option_def k_options[] = {
+    PYG_OPTION_BOOL(cuda_options, graphs, "capture plans into device graphs and replay them (default 1)"),
+    PYG_OPTION_BOOL(cuda_options, fuse, "plan-time fusion and grouping of adjacent nodes (default 1)"),
+    PYG_OPTION_CHOICE(cuda_options, mmvq, k_mmvq_words,
+                      "int8 mat-vec for quantized weights: off (float), auto (not q6_K; default), all"),
+    PYG_OPTION_BOOL(cuda_options, mma, "our tensor-core GEMMs where cuBLAS does not take a node (default 1)"),
+    PYG_OPTION_BOOL(cuda_options, fa_mma, "prefill flash attention on tensor cores (default 1)"),
+    PYG_OPTION_BOOL(cuda_options, blas, "prefill GEMMs through cuBLAS where it opens (default 1)"),
+    PYG_OPTION_INT(cuda_options, blas_min_n, 1, INT32_MAX, "smallest N sent to the cuBLAS GEMM path (default 32)"),
+    PYG_OPTION_INT(cuda_options, blas_chunk_mb, 1, 1 << 16, "converted weights per chunk, MiB (default 128)"),
+    PYG_OPTION_BOOL(cuda_options, write_sync, "buffer_write complete for every queue (default 1; 0: the old race)"),
+};
+
+int32_t cuda_options_set(cuda_options *o, const char *key, const char *value, char *msg, size_t msglen) {
+    return pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), o, key, value, msg, msglen);
+}
+
+static thread_local const cuda_options *t_bound;
+
+const cuda_options *cuda_opts(void) { return t_bound ? t_bound : &cuda_options_defaults; }
+
+cuda_opts_scope::cuda_opts_scope(const cuda_options *o) : prev_(t_bound) { t_bound = o; }
+cuda_opts_scope::~cuda_opts_scope() { t_bound = prev_; }
