@@ -20,7 +20,11 @@ deps: .stamp-deps
 	$(PYTHON) -m pip install -q -r requirements.txt
 	@touch $@
 
-ext: deps
+# The ABI's constants and declarations for Python, generated from the headers (one source of truth).
+pyggml/_abi_consts.py: $(PYG_HEADERS) scripts/gen_abi.py
+	$(PYTHON) scripts/gen_abi.py
+
+ext: deps pyggml/_abi_consts.py
 	$(PYTHON) setup.py -q build_ext --inplace
 
 test: all

@@ -1,4 +1,5 @@
-# The C ABI of include/pyggml/, as Cython sees it. Mirrors plugin.h section by section.
+# The C ABI of include/pyggml/, as Cython sees it. Mirrors plugin.h section by section; values and
+# sizes come from the headers (cdef extern), never from copies here.
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t, uint8_t
 
 cdef extern from "pyggml/pyggml.h" nogil:
@@ -25,17 +26,17 @@ cdef extern from "pyggml/pyggml.h" nogil:
     ctypedef struct pyg_tensor:
         int32_t type
         int32_t op
-        int64_t ne[4]
-        uint64_t nb[4]
-        int32_t op_params[16]
+        int64_t ne[PYG_MAX_DIMS]
+        uint64_t nb[PYG_MAX_DIMS]
+        int32_t op_params[PYG_MAX_OP_PARAMS]
         uint32_t flags
-        pyg_tensor *src[6]
+        pyg_tensor *src[PYG_MAX_SRC]
         pyg_tensor *view_src
         uint64_t view_offs
         pyg_buffer *buffer
         uint64_t offset
         void *data
-        char name[64]
+        char name[PYG_MAX_NAME]
     ctypedef struct pyg_graph:
         uint64_t struct_size
         int32_t n_nodes
@@ -71,6 +72,12 @@ cdef extern from "pyggml/pyggml.h" nogil:
         PYG_QUIRK_MULTI_DEVICE_SYNC
         PYG_BUFFER_DEVICE
         PYG_BUFFER_HOST
+        PYG_LOG_DEBUG
+        PYG_LOG_INFO
+        PYG_LOG_WARN
+        PYG_LOG_ERROR
+        PYG_DEVICE_CPU
+        PYG_DEVICE_GPU
     ctypedef struct pyg_error:
         pass
     ctypedef struct pyg_device:

@@ -20,7 +20,8 @@ cdef extern from "_abi_check.h" nogil:
     int pyg_host_has_stream_set_option(const pyg_plugin_api *a)
 
 _log = logging.getLogger("pyggml")
-_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
+_LEVELS = {PYG_LOG_DEBUG: logging.DEBUG, PYG_LOG_INFO: logging.INFO, PYG_LOG_WARN: logging.WARNING,
+           PYG_LOG_ERROR: logging.ERROR}
 
 # Plugins may log from their own worker threads while the host waits on them holding the GIL, so
 # the callback never takes the GIL: messages go into a small ring under a mutex and are emitted
@@ -150,6 +151,11 @@ cdef class Plugin:
     def available(self):
         return self.unavailable_reason is None
 
+    @property
+    def api_address(self):
+        """Address of the plugin's pyg_plugin_api table (for cffi: the conformance checks)."""
+        return <uintptr_t>self.api
+
 
 cdef class Device:
     """One device of a plugin: `str(dev)` is "name:index", e.g. "cpu:0", "cuda:1"."""
@@ -167,6 +173,11 @@ cdef class Device:
 
     def has_cap(self, uint64_t bit):
         return (self.caps & bit) != 0
+
+    @property
+    def handle_address(self):
+        """Address of the plugin's pyg_device handle (for cffi: the conformance checks)."""
+        return <uintptr_t>self.dev
 
     def set_option(self, key, value):
         """Set a device option (CPU: "n_threads", "kernels"); unknown keys raise UnsupportedError."""
@@ -246,7 +257,21 @@ def load_plugin(path, probe=True):
         raise E.MissingEntryPointError(
             f"{path}: no entry symbol 'pyg_plugin_get_api' (is it a pyggml plugin? "
             f"build it with include/pyggml/plugin.h and export that one symbol)") from None
-    cdef uintptr_t addr = ctypes.cast(fn, ctypes.c_void_p).value
+    return _accept_entry(ctypes.cast(fn, ctypes.c_void_p).value, path, real, lib)
+
+
+def load_entry(uintptr_t address, origin, keepalive):
+    """Load a plugin whose entry function (pyg_plugin_get_api) is at `address` rather than in a
+    library: a Python plugin's cffi callback (pyggml.plugin). `origin` names it in messages (its
+    file), `keepalive` is whatever must live as long as the process (its table and callbacks).
+    The same negotiation, checks and plugin_init as load_plugin."""
+    real = os.path.realpath(os.fspath(origin))
+    if real in _loaded:
+        return _loaded[real]
+    return _accept_entry(address, origin, real, keepalive)
+
+
+cdef _accept_entry(uintptr_t addr, path, real, keepalive):
     cdef pyg_plugin_get_api_fn entry = <pyg_plugin_get_api_fn>addr
     cdef const pyg_plugin_api *api
     with nogil:
@@ -259,6 +284,10 @@ def load_plugin(path, probe=True):
     name = (<bytes>api.name).decode(errors="replace") if api.name != NULL else ""
     if not _NAME_RE.match(name):
         raise E.PluginLoadError(f"{path}: plugin name {name!r} is not [a-z0-9_]+ (R4)")
+    file_name = _plugin_name_of(path)
+    if file_name is not None and file_name != name:
+        raise E.PluginLoadError(f"{path}: the library holds plugin '{name}'; name the file libpyggml-{name}.so "
+                                f"(R4: device specs and PYGGML_PLUGINS use the table's name)", plugin=name)
     if api.abi_major != PYG_ABI_MAJOR or api.abi_minor > PYG_ABI_MINOR + ABI_MINOR_WINDOW:
         raise E.AbiMismatchError(
             f"{path}: plugin '{name}' was built for ABI {api.abi_major}.{api.abi_minor}; this pyggml "
@@ -279,7 +308,7 @@ def load_plugin(path, probe=True):
     p.abi_minor = api.abi_minor
     p.unavailable_reason = None
     p.devices = []
-    p._lib = lib
+    p._lib = keepalive
 
     cdef pyg_error *err
     with nogil:
@@ -424,32 +453,3 @@ def get_device(spec):
     if not 0 <= i < len(p.devices):
         raise E.DeviceUnavailableError(f"{name} has {len(p.devices)} device(s); no device {i}", plugin=name)
     return p.devices[i]
-
-
-def abi_rule_checks(Plugin p):
-    """REQUIREMENTS.md rules a host can check by calling the plugin: (rule, ok, detail) tuples."""
-    cdef const pyg_plugin_api *api = p.api
-    out = []
-    out.append(("R4 frozen prefix and name", api.struct_size >= pyg_host_prefix_size() and bool(_NAME_RE.match(p.name)),
-                f"struct_size {api.struct_size}, name {p.name!r}"))
-    api.error_destroy(NULL)
-    api.stream_destroy(NULL)
-    api.event_destroy(NULL)
-    api.buffer_free(NULL)
-    api.graph_plan_destroy(NULL)
-    out.append(("R6 destroy(NULL) is a no-op", True, "error/stream/event/buffer/plan destroy(NULL) returned"))
-    if p.available:
-        for d in p.devices:
-            dev = (<Device>d).dev
-            buf = <pyg_buffer *>NULL
-            err = api.buffer_alloc(dev, 1 << 62, 0, &buf)
-            if err == NULL:
-                api.buffer_free(buf)
-                out.append((f"R5 OOM is an error ({d})", False, "a 4 EiB buffer_alloc succeeded"))
-            else:
-                code, msg = _take_error(api, err)
-                out.append((f"R5 OOM is an error ({d})", code == PYG_ERR_OUT_OF_MEMORY,
-                            f"code {code}: {msg}"))
-    else:
-        out.append(("R2 loads without a device", True, f"unavailable: {p.unavailable_reason}"))
-    return out

@@ -8,6 +8,7 @@ before anything runs. The program is then executed by _sched.pyx without the GIL
 """
 import numpy as np
 
+from . import _abi_consts as _abi
 from ._plan import base
 from .sync import Slot
 
@@ -65,9 +66,11 @@ class DevModel:
         self.async_compute = async_compute
 
 
-CAP_ASYNC_COMPUTE, CAP_EVENTS, CAP_W_PINNED, CAP_W_PAGEABLE, CAP_ASYNC_READ, CAP_PEER = (1 << i for i in range(6))
-CAP_HOST_BUFFER, CAP_HOST_MEMORY = 1 << 7, 1 << 8
-QUIRK_NO_ASYNC_HOST, QUIRK_MD_SYNC = 1, 2
+CAP_ASYNC_COMPUTE, CAP_EVENTS, CAP_PEER = _abi.CAP_ASYNC_COMPUTE, _abi.CAP_EVENTS, _abi.CAP_PEER_COPY
+CAP_W_PINNED, CAP_W_PAGEABLE = _abi.CAP_ASYNC_WRITE_PINNED, _abi.CAP_ASYNC_WRITE_PAGEABLE
+CAP_ASYNC_READ = _abi.CAP_ASYNC_READ
+QUIRK_NO_ASYNC_HOST, QUIRK_MD_SYNC = _abi.QUIRK_NO_ASYNC_HOST_COPY, _abi.QUIRK_MULTI_DEVICE_SYNC
+CAP_HOST_BUFFER, CAP_HOST_MEMORY = _abi.CAP_HOST_BUFFER, _abi.CAP_HOST_MEMORY
 
 
 def _overlap(a, b):

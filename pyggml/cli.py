@@ -1,7 +1,6 @@
 """The `pyggml` command: devices, bench, check (and synth once models land)."""
 import argparse
 import os
-import subprocess
 import sys
 
 
@@ -23,38 +22,9 @@ def _cmd_devices(args):
 
 
 def _cmd_check(args):
-    """Conformance of one plugin library: ABI rules, then every op case on each of its devices."""
-    import pyggml as pg
-    from pyggml.conformance import run_all
-    failures = 0
-    path = os.path.abspath(args.plugin)
-    try:
-        p = pg.load_plugin(path)
-    except pg.PluginError as e:
-        print(f"FAIL load: {e}")
-        return 2
-    print(f"plugin {p.name} {p.version} ABI {p.abi_major}.{p.abi_minor}: {path}")
-    try:
-        syms = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout.split()
-        exported = [s for s in syms if not (len(s) == 1 or all(c in "0123456789abcdef" for c in s))]
-        ok = exported == ["pyg_plugin_get_api"]
-        print(f"{'pass' if ok else 'FAIL'} R1 one exported symbol: {exported}")
-        failures += not ok
-    except OSError:
-        print("skip R1: nm not found")
-    from pyggml._plugin import abi_rule_checks
-    for rule, ok, detail in abi_rule_checks(p):
-        print(f"{'pass' if ok else 'FAIL'} {rule}: {detail}")
-        failures += not ok
-    if not p.available:
-        print(f"skip ops: plugin unavailable here: {p.unavailable_reason}")
-        return 1 if failures else 0
-    for d in p.devices:
-        print(f"--- ops on {d} ({d.description})")
-        counts = run_all(d, echo=print if args.verbose else (lambda s: print(s) if not s.startswith("pass") else None))
-        print(f"{d}: {counts['pass']} passed, {counts['fail']} failed, {counts['unsupported']} unsupported")
-        failures += counts["fail"]
-    return 1 if failures else 0
+    """Conformance of one plugin: every checkable rule of REQUIREMENTS.md (pyggml/conformance/check.py)."""
+    from pyggml.conformance import check
+    return check.main(args)
 
 
 def apply_device_options(specs):
@@ -99,9 +69,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="pyggml", description="ggml-style graphs on run-time loaded backends")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("devices", help="list plugins and devices (and why a plugin is unusable)")
-    c = sub.add_parser("check", help="run the conformance suite on a plugin library")
-    c.add_argument("plugin", help="path to libpyggml-NAME.so")
-    c.add_argument("-v", "--verbose", action="store_true", help="print passing cases too")
+    c = sub.add_parser("check", help="run the conformance suite on a plugin (library or Python plugin)")
+    from pyggml.conformance.check import add_arguments
+    add_arguments(c)
     b = sub.add_parser("bench", help="benchmarks (ops now; models with -m)")
     b.add_argument("-d", "--device", default="cpu",
                    help="device, or comma-separated devices for a model run (cuda:0,cpu)")

@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
+from . import _abi_consts as _abi
+
 try:  # the package's exception tree, once it has one (the same class, never a twin)
     from .errors import GGUFError
 except ImportError:  # pragma: no cover - only when gguf.py is used outside the package
@@ -60,36 +62,26 @@ def _t(id_, name, bs, ts, q, abi=True):
     return id_, GGMLType(id_, name, bs, ts, q, abi)
 
 
-# The single Python copy of the type table. Ids, names and block layouts of the in_abi entries
-# mirror include/pyggml/types.h (tests/test_gguf.py checks both that header and the gguf
-# package's table). The other ggml ids are known only so that files holding them can still be
-# parsed and reported; pyggml cannot compute with them.
-GGML_TYPES: dict[int, GGMLType] = dict([
-    _t(0, "f32", 1, 4, False), _t(1, "f16", 1, 2, False),
-    _t(2, "q4_0", 32, 18, True), _t(3, "q4_1", 32, 20, True),
-    _t(6, "q5_0", 32, 22, True), _t(7, "q5_1", 32, 24, True),
-    _t(8, "q8_0", 32, 34, True), _t(9, "q8_1", 32, 36, True),
-    _t(10, "q2_K", 256, 84, True), _t(11, "q3_K", 256, 110, True),
-    _t(12, "q4_K", 256, 144, True), _t(13, "q5_K", 256, 176, True),
-    _t(14, "q6_K", 256, 210, True), _t(15, "q8_K", 256, 292, True),
+# The type table: the in_abi entries come from include/pyggml/types.h (through the generated
+# _abi_consts; tests/test_gguf.py checks them against the gguf package's table). The other ggml
+# ids are known only so that files holding them can still be parsed and reported; pyggml cannot
+# compute with them.
+GGML_TYPES: dict[int, GGMLType] = dict(sorted([
+    *((tid, GGMLType(tid, name, bs, ts, bool(q), True)) for tid, (name, bs, ts, q) in _abi.TYPE_TRAITS.items()),
     _t(16, "iq2_xxs", 256, 66, True, False), _t(17, "iq2_xs", 256, 74, True, False),
     _t(18, "iq3_xxs", 256, 98, True, False), _t(19, "iq1_s", 256, 50, True, False),
     _t(20, "iq4_nl", 32, 18, True, False), _t(21, "iq3_s", 256, 110, True, False),
     _t(22, "iq2_s", 256, 82, True, False), _t(23, "iq4_xs", 256, 136, True, False),
-    _t(24, "i8", 1, 1, False), _t(25, "i16", 1, 2, False), _t(26, "i32", 1, 4, False),
-    _t(27, "i64", 1, 8, False), _t(28, "f64", 1, 8, False),
-    _t(29, "iq1_m", 256, 56, True, False), _t(30, "bf16", 1, 2, False),
+    _t(29, "iq1_m", 256, 56, True, False),
     _t(34, "tq1_0", 256, 54, True, False), _t(35, "tq2_0", 256, 66, True, False),
     _t(39, "mxfp4", 32, 17, True, False),
-])
+]))
 GGML_TYPE_IDS: dict[str, int] = {t.name: t.id for t in GGML_TYPES.values()}
 
 # numpy dtype of the plain types (bf16 has none in numpy: its data is shown as uint16)
-_PLAIN_DTYPES = {0: "<f4", 1: "<f2", 24: "i1", 25: "<i2", 26: "<i4", 27: "<i8", 28: "<f8",
-                 30: "<u2"}
-_DTYPE_TO_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int8): 24,
-                  np.dtype(np.int16): 25, np.dtype(np.int32): 26, np.dtype(np.int64): 27,
-                  np.dtype(np.float64): 28}
+_PLAIN_DTYPES = {_abi.TYPE_F32: "<f4", _abi.TYPE_F16: "<f2", _abi.TYPE_I8: "i1", _abi.TYPE_I16: "<i2",
+                 _abi.TYPE_I32: "<i4", _abi.TYPE_I64: "<i8", _abi.TYPE_F64: "<f8", _abi.TYPE_BF16: "<u2"}
+_DTYPE_TO_TYPE = {np.dtype(v): k for k, v in _PLAIN_DTYPES.items() if k != _abi.TYPE_BF16}
 
 
 def ggml_type(t: int | str) -> GGMLType:

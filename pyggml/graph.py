@@ -9,17 +9,17 @@ import numbers
 
 import numpy as np
 
+from . import _abi_consts as _abi
 from .errors import GraphError, ShapeError, TypeMismatchError
 from .types import DType, dtype as _dtype, f32
 
-MAX_DIMS = 4
-FLAG_INPUT, FLAG_OUTPUT, FLAG_WEIGHT, FLAG_STATE = 1, 2, 4, 8
+MAX_DIMS = _abi.MAX_DIMS
+FLAG_INPUT, FLAG_OUTPUT = _abi.TENSOR_FLAG_INPUT, _abi.TENSOR_FLAG_OUTPUT
+FLAG_WEIGHT, FLAG_STATE = _abi.TENSOR_FLAG_WEIGHT, _abi.TENSOR_FLAG_STATE
 
-# Op ids of include/pyggml/ops.h.
-OP = dict(none=0, view=1, reshape=2, permute=3, transpose=4, cpy=5, cont=6, add=7, mul=8, scale=9,
-          silu=10, gelu=11, swiglu=12, rms_norm=13, norm=14, soft_max=15, rope=16, argmax=17,
-          mul_mat=18, get_rows=19, set_rows=20, flash_attn_ext=21)
-OP_NAME = {v: k for k, v in OP.items()}
+# Op ids of include/pyggml/ops.h, by name.
+OP = {name: i for i, name in enumerate(_abi.OP_NAMES)}
+OP_NAME = dict(enumerate(_abi.OP_NAMES))
 VIEW_OPS = {OP["view"], OP["reshape"], OP["permute"], OP["transpose"]}
 
 _graph_ids = itertools.count(1)
@@ -112,8 +112,9 @@ class Tensor:
 
     @property
     def nbytes(self):
-        """Bytes spanned by the data (last byte + 1), honouring strides."""
-        n = self.ne[0] // self.type.block_size * self.nb[0]
+        """Bytes spanned by the data (last byte + 1), honouring strides in any order (as
+        pyg_tensor_nbytes in tensor.h)."""
+        n = self.type.type_size + (self.ne[0] // self.type.block_size - 1) * self.nb[0]
         return n + sum((self.ne[i] - 1) * self.nb[i] for i in range(1, MAX_DIMS))
 
     @property

@@ -1,6 +1,7 @@
-"""Element types: the Python mirror of include/pyggml/types.h (ids are GGUF's)."""
+"""Element types of include/pyggml/types.h (ids are GGUF's), with their numpy dtypes."""
 import numpy as np
 
+from . import _abi_consts as _abi
 from .errors import UnknownTypeError
 
 
@@ -31,16 +32,10 @@ class DType:
         return (dtype, (self.name,))
 
 
-_TABLE = [
-    (0, "f32", 1, 4, np.float32), (1, "f16", 1, 2, np.float16),
-    (2, "q4_0", 32, 18, None), (3, "q4_1", 32, 20, None), (6, "q5_0", 32, 22, None),
-    (7, "q5_1", 32, 24, None), (8, "q8_0", 32, 34, None), (9, "q8_1", 32, 36, None),
-    (10, "q2_K", 256, 84, None), (11, "q3_K", 256, 110, None), (12, "q4_K", 256, 144, None),
-    (13, "q5_K", 256, 176, None), (14, "q6_K", 256, 210, None), (15, "q8_K", 256, 292, None),
-    (24, "i8", 1, 1, np.int8), (25, "i16", 1, 2, np.int16), (26, "i32", 1, 4, np.int32),
-    (27, "i64", 1, 8, np.int64), (28, "f64", 1, 8, np.float64), (30, "bf16", 1, 2, None),
-]
-BY_ID = {row[0]: DType(*row) for row in _TABLE}
+# numpy's view of the plain types (bf16 and the block types have none)
+_NUMPY = {"f32": np.float32, "f16": np.float16, "i8": np.int8, "i16": np.int16, "i32": np.int32,
+          "i64": np.int64, "f64": np.float64}
+BY_ID = {tid: DType(tid, name, bs, ts, _NUMPY.get(name)) for tid, (name, bs, ts, _q) in _abi.TYPE_TRAITS.items()}
 BY_NAME = {t.name: t for t in BY_ID.values()}
 BY_NAME.update({t.name.lower(): t for t in BY_ID.values()})
 _NP = {t.np_dtype: t for t in BY_ID.values() if t.np_dtype is not None}

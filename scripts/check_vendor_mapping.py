@@ -88,8 +88,8 @@ def split_wmma(text):
 
 
 def cuda_branch_of_vendor_h(text):
-    """The CUDA mapping: the part of plugins/cuda/vendor.h after the vendor selection's #else."""
-    m = re.search(r"#\s*elif\s+defined\(PYG_GPU_MUSA\).*?\n#\s*else\b(.*)#\s*endif\s*/\*\s*vendor selection", text, re.S)
+    """The CUDA mapping: the part of plugins/cuda/vendor.h inside `#ifndef PYG_GPU_PLUGIN_NAME`."""
+    m = re.search(r"#\s*ifndef\s+PYG_GPU_PLUGIN_NAME\b(.*)#\s*endif\s*/\*\s*no derived build", text, re.S)
     return m.group(1) if m else text
 
 
@@ -153,13 +153,13 @@ def check_vendor(name, path, uses, via_map, direct, wmma_only, required):
     has_wmma = "PYG_GPU_HAS_WMMA" in defs
     missing = []
     for gpu_name in sorted(required):
-        if gpu_name == "PYG_GPU_HAS_WMMA":
-            continue  # optional: without it the sources compile the FFMA GEMM instead
+        if gpu_name in ("PYG_GPU_HAS_WMMA", "PYG_GPU_HAS_CUBLAS"):
+            continue  # optional: without them the sources compile the FFMA GEMM / no cuBLAS path
         if gpu_name not in defs:
             missing.append((gpu_name, "not defined (CUDA's vendor.h defines it)"))
     for ident in sorted(uses):
         if ident in via_map:
-            lacking = sorted(n for n in via_map[ident] if n not in defs and n != "PYG_GPU_HAS_WMMA")
+            lacking = sorted(n for n in via_map[ident] if n not in defs and n not in ("PYG_GPU_HAS_WMMA", "PYG_GPU_HAS_CUBLAS"))
             if lacking:
                 missing.append((ident, "its gpu names " + ", ".join(lacking) + " are not defined"))
         if ident in direct:

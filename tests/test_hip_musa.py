@@ -148,7 +148,7 @@ def test_hip_loads_without_its_kernels_library(tmp_path):
 
 
 def _compile_probe(name, tmp_path):
-    """Compile a host program against the vendor header exactly as hip.mk / musa.mk select it and
+    """Compile a host program against the vendor header exactly as hip.mk / musa.mk inject it and
     print what the plugin declares: name, quirk bits, logical warp size."""
     src = tmp_path / "probe.cpp"
     src.write_text('#include <stdio.h>\n#include "pyggml/plugin.h"\n#include "vendor.h"\n'
@@ -159,13 +159,15 @@ def _compile_probe(name, tmp_path):
     if name == "hip":
         if HIPCC is None:
             pytest.skip("hipcc not found")
-        cmd = [HIPCC, "-x", "hip", "--cuda-host-only", "--offload-arch=gfx90a", "-DPYG_GPU_HIP"] + inc
+        cmd = [HIPCC, "-x", "hip", "--cuda-host-only", "--offload-arch=gfx90a", "-DPYG_GPU_HIP", "-include",
+               os.path.join(ROOT, "plugins", "hip", "vendor_hip.h")] + inc
         env = dict(os.environ, HIP_PLATFORM="amd")
     elif name == "musa":
+        musa_h = os.path.join(ROOT, "plugins", "musa", "vendor_musa.h")
         if MCC is not None:
-            cmd = [MCC, "-x", "musa", "-DPYG_GPU_MUSA"] + inc
+            cmd = [MCC, "-x", "musa", "-DPYG_GPU_MUSA", "-include", musa_h] + inc
         elif NVCC is not None:
-            cmd = [NVCC, "-x", "cu", "-DPYG_GPU_MUSA", "-DPYG_MUSA_SHIM", "-I",
+            cmd = [NVCC, "-x", "cu", "-DPYG_GPU_MUSA", "-DPYG_MUSA_SHIM", "-include", musa_h, "-I",
                    os.path.join(ROOT, "plugins", "musa", "shim")] + inc
         else:
             pytest.skip("neither mcc nor nvcc")

@@ -18,23 +18,25 @@ import threading
 import numpy as np
 import pytest
 
+from pyggml import _abi_consts as A
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---------------------------------------------------------------- ABI 1.0 through ctypes
 
-PYG_OK, PYG_ERR_INVALID_ARGUMENT, PYG_ERR_UNSUPPORTED, PYG_ERR_OUT_OF_MEMORY = 0, 1, 2, 3
-PYG_ERR_SANITIZER = 8
-CAP = dict(ASYNC_COMPUTE=1 << 0, EVENTS=1 << 1, ASYNC_WRITE_PINNED=1 << 2, ASYNC_WRITE_PAGEABLE=1 << 3,
-           ASYNC_READ=1 << 4, PEER_COPY=1 << 5, GRAPH_CAPTURE=1 << 6, HOST_BUFFER=1 << 7,
-           HOST_MEMORY=1 << 8, MULTI_STREAM=1 << 9)
+# constants from the headers (pyggml/_abi_consts.py, generated); the ctypes structs below are
+# checked against the headers' layout by test_ctypes_mirror_matches_the_headers
+PYG_OK, PYG_ERR_INVALID_ARGUMENT, PYG_ERR_UNSUPPORTED = A.OK, A.ERR_INVALID_ARGUMENT, A.ERR_UNSUPPORTED
+PYG_ERR_OUT_OF_MEMORY, PYG_ERR_SANITIZER = A.ERR_OUT_OF_MEMORY, A.ERR_SANITIZER
+CAP = {k[4:]: v for k, v in vars(A).items() if k.startswith("CAP_")}
 DEFAULT_CAPS = sum(CAP[k] for k in ("ASYNC_COMPUTE", "EVENTS", "ASYNC_WRITE_PINNED", "ASYNC_WRITE_PAGEABLE",
                                     "ASYNC_READ", "PEER_COPY", "HOST_BUFFER", "MULTI_STREAM"))
-QUIRK_NO_ASYNC_HOST_COPY, QUIRK_MULTI_DEVICE_SYNC = 1, 2
-PYG_DEVICE_GPU = 1
-PYG_LOG_ERROR = 3
-PYG_BUFFER_HOST = 1
-OP_ADD, OP_MUL_MAT = 7, 18
-T_F32 = 0
+QUIRK_NO_ASYNC_HOST_COPY, QUIRK_MULTI_DEVICE_SYNC = A.QUIRK_NO_ASYNC_HOST_COPY, A.QUIRK_MULTI_DEVICE_SYNC
+PYG_DEVICE_GPU = A.DEVICE_GPU
+PYG_LOG_ERROR = A.LOG_ERROR
+PYG_BUFFER_HOST = A.BUFFER_HOST
+OP_ADD, OP_MUL_MAT = A.OP_ADD, A.OP_MUL_MAT
+T_F32 = A.TYPE_F32
 
 vp = C.c_void_p
 P = C.POINTER
@@ -98,6 +100,19 @@ class Api(C.Structure):
         ("graph_plan_compute", F(ERR, vp, vp)),
         ("stream_set_option", F(ERR, vp, C.c_char_p, C.c_char_p)),     # since 1.1
     ]
+
+
+def test_ctypes_mirror_matches_the_headers():
+    """Every ctypes struct here has the headers' size and field offsets (through the generated cffi
+    declarations, themselves checked against the compiler by tests/test_abi_consts.py)."""
+    import cffi
+    ffi = cffi.FFI()
+    ffi.cdef(A.CDEF)
+    for cls, name in ((HostInfo, "pyg_host_info"), (DeviceProps, "pyg_device_props"), (BufferInfo, "pyg_buffer_info"),
+                      (Tensor, "pyg_tensor"), (Graph, "pyg_graph"), (Api, "pyg_plugin_api")):
+        assert C.sizeof(cls) == ffi.sizeof(name), name
+        assert [(f, getattr(cls, f).offset) for f, _ in cls._fields_] == \
+            [(f, ffi.offsetof(name, f)) for f, _ in ffi.typeof(name).fields], name
 
 
 class PluginError(Exception):

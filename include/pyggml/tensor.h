@@ -78,11 +78,13 @@ static inline int64_t pyg_tensor_nrows(const pyg_tensor *t) {
     return t->ne[1] * t->ne[2] * t->ne[3];
 }
 
-/* Bytes spanned by the tensor's data (last byte + 1), honouring strides. */
+/* Bytes spanned by the tensor's data: the offset of its last element (block) plus that element's
+ * size, honouring strides in any order (a transposed view, whose nb[0] is the row stride, spans
+ * less than ne[0] * nb[0]). 0 for an unknown type. */
 static inline uint64_t pyg_tensor_nbytes(const pyg_tensor *t) {
     const pyg_type_traits *tr = pyg_type_get_traits(t->type);
     if (!tr) return 0;
-    uint64_t n = (uint64_t)(t->ne[0] / tr->block_size) * t->nb[0];
+    uint64_t n = (uint64_t)tr->type_size + (uint64_t)(t->ne[0] / tr->block_size - 1) * t->nb[0];
     for (int i = 1; i < PYG_MAX_DIMS; i++) n += (uint64_t)(t->ne[i] - 1) * t->nb[i];
     return n;
 }

@@ -42,7 +42,7 @@
 #include "gemm_blas.h"
 #include "plugin_internal.h"
 
-#if defined(PYG_GPU_HIP) || defined(PYG_GPU_MUSA)
+#ifndef PYG_GPU_HAS_CUBLAS
 
 /* No vendor BLAS is opened in these builds (hipBLAS/muBLAS would need their own glue). */
 static std::once_flag g_logged;
@@ -68,7 +68,7 @@ int32_t gemm_blas_set_library(const char *path, char *msg, size_t msglen) {
     return PYG_ERR_UNSUPPORTED;
 }
 
-#else /* CUDA */
+#else /* PYG_GPU_HAS_CUBLAS */
 
 #include <dlfcn.h>
 #include <glob.h>
@@ -823,4 +823,4 @@ int gemm_blas_launch(const pyg_tensor *n, op_ctx *c) {
     return run_gemms(n, p, scr, h, c);
 }
 
-#endif /* CUDA */
+#endif /* PYG_GPU_HAS_CUBLAS */

@@ -279,8 +279,8 @@ static int matvec_ok(const pyg_tensor *n) {
 static int use_mmvq(const pyg_tensor *n) {
     const int t = n->src[0]->type;
     const int64_t mode = cuda_opts()->mmvq;
-    if (!is_supported_quant(t) || !matvec_ok(n) || mode == CUDA_MMVQ_OFF) return 0;
-    return t != PYG_TYPE_Q6_K || mode == CUDA_MMVQ_ALL;
+    if (!is_supported_quant(t) || !matvec_ok(n) || mode == MMVQ_OFF) return 0;
+    return t != PYG_TYPE_Q6_K || mode == MMVQ_ALL;
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }

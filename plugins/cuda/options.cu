@@ -6,7 +6,7 @@
 const cuda_options cuda_options_defaults = {
     /* .graphs = */ 1,
     /* .fuse = */ 1,
-    /* .mmvq = */ CUDA_MMVQ_AUTO,
+    /* .mmvq = */ MMVQ_AUTO,
     /* .mma = */ 1,
     /* .fa_mma = */ 1,
     /* .blas = */ 1,

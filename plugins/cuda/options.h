@@ -16,7 +16,7 @@
 struct cuda_options {
     int64_t graphs;        /* 1: plans capture their launches into a device graph (2nd compute) and replay it */
     int64_t fuse;          /* 1: plan-time fusion and grouping of adjacent nodes (graph.cu) */
-    int64_t mmvq;          /* int8 mat-vec for quantized weights: CUDA_MMVQ_OFF / _AUTO (not q6_K) / _ALL */
+    int64_t mmvq;          /* int8 mat-vec for quantized weights: MMVQ_OFF / _AUTO (not q6_K) / _ALL */
     int64_t mma;           /* 1: our tensor-core GEMMs where cuBLAS does not take a node */
     int64_t fa_mma;        /* 1: prefill flash attention on tensor cores */
     int64_t blas;          /* 1: prefill GEMMs through cuBLAS where it opens */
@@ -26,9 +26,9 @@ struct cuda_options {
                               (R13); 0 brings back the pre-fix race, for the hardware probe only */
 };
 
-#define CUDA_MMVQ_OFF 0
-#define CUDA_MMVQ_AUTO 1
-#define CUDA_MMVQ_ALL 2
+#define MMVQ_OFF 0
+#define MMVQ_AUTO 1
+#define MMVQ_ALL 2
 
 extern const cuda_options cuda_options_defaults;
 

@@ -1,25 +1,22 @@
-/* plugins/cuda/vendor.h — the one place that names the vendor GPU runtime.
+/* plugins/cuda/vendor.h — the one place that names the vendor GPU runtime: CUDA's mapping.
  *
- * Every runtime call in the plugin sources goes through a gpu* name defined here, so that the HIP
- * and MUSA plugins can compile the same sources with their own vendor.h that maps these names onto
- * hip* / musa*. Keep this list short: adding a runtime call means adding it here (and in the
- * other vendors' headers). Device-side intrinsics used by the kernels are listed at the end.
+ * Every runtime call in the plugin sources goes through a gpu* name defined here, so that other
+ * builds of the same sources can map these names onto their own runtime. Keep this list short:
+ * adding a runtime call means adding it here (and in every derived build's mapping). Device-side
+ * intrinsics used by the kernels are listed at the end.
  */
 #ifndef PYG_CUDA_VENDOR_H
 #define PYG_CUDA_VENDOR_H
 
-/* The HIP and MUSA builds compile these same sources with their own mapping (hip.mk / musa.mk
- * define PYG_GPU_HIP / PYG_GPU_MUSA). Each vendor header defines the same gpu* names, plus:
- *   PYG_GPU_PLUGIN_NAME, PYG_GPU_VENDOR, PYG_GPU_RUNTIME ("CUDA"/"HIP"/"MUSA", used in messages),
+/* A derived build brings its own mapping and force-includes it before any source (its make
+ * fragment passes -include <its header>); that header defines PYG_GPU_PLUGIN_NAME, so this file
+ * then adds nothing. Every mapping defines the same gpu* names, plus:
+ *   PYG_GPU_PLUGIN_NAME, PYG_GPU_VENDOR, PYG_GPU_RUNTIME (used in messages),
  *   PYG_GPU_API (runtime call prefix in messages), PYG_GPU_DRIVER_HINT, PYG_GPU_BUILD_NOTE,
  *   PYG_GPU_QUIRKS (the PYG_QUIRK_* bits its devices declare),
- *   PYG_WARP_SIZE (the kernels' logical warp: 32 lanes everywhere; see plugins/hip/vendor_hip.h for
- *   64-wide wavefronts), and optionally PYG_GPU_HAS_WMMA. */
-#if defined(PYG_GPU_HIP)
-#include "../hip/vendor_hip.h"
-#elif defined(PYG_GPU_MUSA)
-#include "../musa/vendor_musa.h"
-#else
+ *   PYG_WARP_SIZE (the kernels' logical warp: 32 lanes everywhere), and optionally
+ *   PYG_GPU_HAS_WMMA (nvcuda::wmma) and PYG_GPU_HAS_CUBLAS (gemm_blas.cu may open cuBLAS). */
+#ifndef PYG_GPU_PLUGIN_NAME
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -99,6 +96,7 @@ typedef __half gpu_half;
 typedef __nv_bfloat16 gpu_bf16;
 #define gpu_float2bf16 __float2bfloat16_rn
 #define PYG_GPU_HAS_WMMA 1 /* nvcuda::wmma (<mma.h>) with bf16 inputs: mul_mat_mma.cu */
+#define PYG_GPU_HAS_CUBLAS 1 /* gemm_blas.cu opens cuBLAS at run time */
 
-#endif /* vendor selection */
+#endif /* no derived build's mapping */
 #endif /* PYG_CUDA_VENDOR_H */

@@ -15,7 +15,7 @@ HIP_OBJS := $(patsubst plugins/cuda/%.cu,build/hip/%.o,$(HIP_SRCS))
 HIP_LIB := $(PLUGIN_DIR)/libpyggml-hip.so
 HIP_KERNELS_LIB := $(PLUGIN_DIR)/libpyghip-kernels.so
 HIP_FLAGS := -x hip -O3 -std=c++17 $(foreach a,$(HIP_ARCHS),--offload-arch=$(a)) -DPYG_GPU_HIP \
-	-DPYG_HIP_ARCHS='"$(HIP_ARCHS)"' -Iinclude -Iplugins/cuda -fPIC -fvisibility=hidden \
+	-DPYG_HIP_ARCHS='"$(HIP_ARCHS)"' -include plugins/hip/vendor_hip.h -Iinclude -Iplugins/cuda -fPIC -fvisibility=hidden \
 	-Wall -Wno-unused-function -Wno-unused-result -Wno-unused-command-line-argument
 
 build/hip/%.o: plugins/cuda/%.cu $(wildcard plugins/cuda/*.h plugins/cuda/*.cuh plugins/hip/*.h) $(PYG_HEADERS)

@@ -1,6 +1,6 @@
 /* plugins/hip/vendor_hip.h — the CUDA plugin's gpu* names mapped onto HIP (ROCm), so that
- * the plugins/cuda sources compile with hipcc into libpyggml-hip.so. Included by plugins/cuda/vendor.h when
- * PYG_GPU_HIP is defined (hip.mk does). scripts/check_vendor_mapping.py checks that this file maps
+ * the plugins/cuda sources compile with hipcc into libpyggml-hip.so. hip.mk force-includes it
+ * (-include) before every source, so plugins/cuda/vendor.h sees PYG_GPU_PLUGIN_NAME and adds nothing. scripts/check_vendor_mapping.py checks that this file maps
  * every runtime call, type, constant and intrinsic the CUDA sources use.
  *
  * Warp size: the kernels are written for a LOGICAL warp of PYG_WARP_SIZE = 32 lanes: every

@@ -17,7 +17,8 @@ ifneq ($(MUSA_MCC),)
 MUSA_ARCHS ?= 21 22
 MUSA_ROOT := $(patsubst %/bin/mcc,%,$(MUSA_MCC))
 MUSA_FLAGS := -x musa -O3 -std=c++17 $(foreach a,$(MUSA_ARCHS),--cuda-gpu-arch=mp_$(a)) -DPYG_GPU_MUSA \
-	-DPYG_CUDA_MIN_CC=$(firstword $(MUSA_ARCHS)) -Iinclude -Iplugins/cuda -I$(MUSA_ROOT)/include \
+	-DPYG_CUDA_MIN_CC=$(firstword $(MUSA_ARCHS)) -include plugins/musa/vendor_musa.h -Iinclude -Iplugins/cuda \
+	-I$(MUSA_ROOT)/include \
 	-fPIC -fvisibility=hidden -Wall -Wno-unused-function
 
 build/musa/%.o: plugins/cuda/%.cu $(MUSA_DEPS)
@@ -33,7 +34,8 @@ else ifneq ($(MUSA_NVCC),)
 MUSA_SHIM_ARCHS ?= 90
 MUSA_GENCODE := $(foreach a,$(MUSA_SHIM_ARCHS),-gencode=arch=compute_$(a),code=[sm_$(a),compute_$(a)])
 MUSA_NVCCFLAGS := -O3 -std=c++17 $(MUSA_GENCODE) -DPYG_GPU_MUSA -DPYG_MUSA_SHIM \
-	-DPYG_CUDA_MIN_CC=$(firstword $(MUSA_SHIM_ARCHS)) -Iinclude -Iplugins/musa/shim -Iplugins/cuda \
+	-DPYG_CUDA_MIN_CC=$(firstword $(MUSA_SHIM_ARCHS)) -include plugins/musa/vendor_musa.h -Iinclude \
+	-Iplugins/musa/shim -Iplugins/cuda \
 	-Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wno-unused-function
 
 build/musa/%.o: plugins/cuda/%.cu $(MUSA_DEPS)

@@ -1,6 +1,6 @@
 /* plugins/musa/vendor_musa.h — the CUDA plugin's gpu* names mapped onto MUSA (Moore Threads), so
- * that the plugins/cuda sources compile with mcc into libpyggml-musa.so. Included by
- * plugins/cuda/vendor.h when PYG_GPU_MUSA is defined (musa.mk does).
+ * that the plugins/cuda sources compile with mcc into libpyggml-musa.so. musa.mk
+ * force-includes it (-include) before every source, so plugins/cuda/vendor.h adds nothing.
  *
  * NOTHING here has run on MUSA hardware or been compiled by mcc (no MUSA toolchain on our machines).
  * What is checked: scripts/check_vendor_mapping.py (every CUDA name the sources use is mapped here),

@@ -132,7 +132,7 @@ pyg_error *td_graph_plan_create(pyg_device *dev, const pyg_graph *g, pyg_graph_p
     }
     td_unlock();
     if (e) { plan_free(p); return e; }
-    cpu_options opt = { cfg.n_threads, cfg.reference };
+    cpu_options opt = { cfg.n_threads, cfg.reference, 0 };
     char err[512] = "";
     int rc = cpu_plan_create(g, &opt, &p->cp, err, sizeof err);
     if (rc) {
