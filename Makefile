@@ -6,7 +6,7 @@ PLUGIN_CFLAGS := -g -fPIC -fvisibility=hidden -Iinclude -Wall -Wextra -Wno-unuse
 PLUGIN_LDFLAGS := -Wl,--version-script=plugins/plugin.map -Wl,--no-undefined
 PLUGINS :=
 
-.PHONY: all ext plugins deps test fuzz bench bench-ops bench-llamacpp check-plugin clean gpu-check
+.PHONY: all ext plugins deps test test-c fuzz bench bench-ops bench-ops-pytest bench-llamacpp check-plugin clean gpu-check
 
 all: ext plugins
 
@@ -27,8 +27,13 @@ pyggml/_abi_consts.py: $(PYG_HEADERS) scripts/gen_abi.py
 ext: deps pyggml/_abi_consts.py
 	$(PYTHON) setup.py -q build_ext --inplace
 
-test: all
-	$(PYTHON) -m pytest -q tests
+# The plugins' own C tests (no Python), then the Python suite. Markers: gpu, slow, llamacpp
+# (e.g. make test PYTEST_ARGS="-m 'not slow'").
+test: all test-c
+	$(PYTHON) -m pytest -q --strict-markers $(PYTEST_ARGS) tests
+
+test-c: all
+	$(MAKE) -f plugins/cpu/tests/Makefile check kernels
 
 # Bounded coverage-guided fuzzing of the GGUF reader and the loader's checks (atheris, installed on
 # first use) from the committed seed corpus; new inputs go to a scratch folder. CI runs it.
@@ -51,6 +56,12 @@ bench: all
 
 bench-ops: all
 	$(PYTHON) -m pyggml bench $(if $(THREADS),-t $(THREADS)) $(BENCH_ARGS)
+
+# The op micro-benchmarks on pytest-benchmark, numpy beside each op; JSON into bench/results.
+# Compare with a saved run: BENCH_ARGS="--benchmark-compare=0001" (see bench/test_ops_bench.py).
+bench-ops-pytest: all
+	$(PYTHON) -m pytest -q bench/test_ops_bench.py --device $(DEVICES) \
+		--benchmark-json bench/results/ops-bench-$(shell date +%Y%m%dT%H%M%S).json $(BENCH_ARGS)
 
 # llama.cpp side by side: builds llama-cpp-python once (5-20 min), then the same model run
 bench-llamacpp: all

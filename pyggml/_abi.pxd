@@ -47,6 +47,7 @@ cdef extern from "pyggml/pyggml.h" nogil:
     enum:
         PYG_ABI_MAJOR
         PYG_ABI_MINOR
+        PYG_ABI_MINOR_WINDOW
         PYG_OK
         PYG_ERR_INVALID_ARGUMENT
         PYG_ERR_UNSUPPORTED

@@ -101,8 +101,8 @@ _host.log = _host_log
 _host.log_user_data = NULL
 
 ABI_VERSION = (PYG_ABI_MAJOR, PYG_ABI_MINOR)
-# Newer plugins of the same major are accepted up to this many minors ahead (CHANGELOG.md).
-ABI_MINOR_WINDOW = 2
+# Newer plugins of the same major are accepted up to this many minors ahead (plugin.h, CHANGELOG.md).
+ABI_MINOR_WINDOW = PYG_ABI_MINOR_WINDOW
 
 _CODE_EXC = {
     PYG_ERR_INVALID_ARGUMENT: E.PluginError,

@@ -9,6 +9,34 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+MARKERS = {
+    "gpu": "needs a GPU device (skips with a reason where none loads)",
+    "slow": "takes more than ~10 s on the 2-core CI machine (deselect with -m 'not slow')",
+    "llamacpp": "compares with llama.cpp through llama-cpp-python (skips where it is not installed)",
+}
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """gpu and llamacpp follow from what a test needs: a CUDA device (`_cuda_device()`, the `cuda`
+    fixture) or llama-cpp-python (`importorskip("llama_cpp")`); slow ones are marked where defined."""
+    import inspect
+    for item in items:
+        fn = getattr(item, "function", None)
+        try:
+            src = inspect.getsource(fn) if fn else ""
+        except (OSError, TypeError):
+            src = ""
+        if "_cuda_device(" in src or "cuda" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+        if 'importorskip("llama_cpp"' in src:
+            item.add_marker(pytest.mark.llamacpp)
+
+
 def build_shared(out_dir, name, sources, defines=(), extra=()):
     """Compile C sources into OUT_DIR/NAME with the plugin flags; returns the path."""
     out = os.path.join(str(out_dir), name)

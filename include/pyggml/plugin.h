@@ -6,9 +6,16 @@
  *
  * It returns a pointer to a static, immutable function table that lives until the process
  * exits (plugins are never unloaded). The host accepts the table when abi_major equals its own
- * and abi_minor is within the window it supports; entries at or beyond the table's struct_size
- * count as absent. REQUIREMENTS.md beside this header lists, numbered, what every plugin must do;
- * CHANGELOG.md records each version.
+ * and abi_minor is at most its own plus PYG_ABI_MINOR_WINDOW; entries at or beyond the table's
+ * struct_size count as absent. Every entry of the 1.0 table is mandatory (the host refuses a
+ * table with one NULL); an entry a device cannot honour answers PYG_ERR_UNSUPPORTED or behaves as
+ * documented without its cap bit. REQUIREMENTS.md beside this header lists, numbered, what every
+ * plugin must do; CHANGELOG.md records each version. docs/plugin-guide.md walks through writing
+ * one; examples/plugin-template/ is a complete plugin to start from.
+ *
+ * Names: the table's `name` is the plugin's name everywhere. A library is the file
+ * libpyggml-NAME.so (the loader refuses a file named otherwise), its devices are "NAME:0",
+ * "NAME:1" ..., and PYGGML_PLUGINS / PYGGML_PLUGINS_DISABLE list NAMEs.
  *
  * Layering (as ggml's reg -> device -> stream -> buffer): a plugin has devices; a device has
  * streams (ordered queues of work), events (points in a stream) and buffers (memory).
@@ -19,7 +26,9 @@
  * Errors are values: every fallible entry returns pyg_error* (NULL = success). The host reads
  * it with error_code/error_message and releases it with error_destroy. A plugin never aborts,
  * never lets a C++ exception cross the ABI, and never writes to stdout; it logs through
- * host->log. Failures of asynchronous work surface on the next event_query, event_synchronize
+ * host->log (pyggml queues each line, cut to 479 bytes, and emits it through Python's "pyggml"
+ * logger after the plugin call returns: PYG_LOG_DEBUG/INFO/WARN/ERROR become logging's
+ * DEBUG/INFO/WARNING/ERROR; the callback never blocks, and may be called from any thread). Failures of asynchronous work surface on the next event_query, event_synchronize
  * or stream_synchronize of the stream that ran it.
  *
  * Only C types, no varargs, no struct returned by value: a table can be filled from any
@@ -40,6 +49,8 @@ extern "C" {
 
 #define PYG_ABI_MAJOR 1
 #define PYG_ABI_MINOR 1
+/* A host speaking M.n accepts plugins built for M.k with k <= n + PYG_ABI_MINOR_WINDOW. */
+#define PYG_ABI_MINOR_WINDOW 2
 
 #define PYG_PLUGIN_ENTRY_NAME "pyg_plugin_get_api"
 
@@ -129,7 +140,8 @@ typedef struct pyg_host_info {
  * in it. Strings are plugin-owned and live until process exit. */
 typedef struct pyg_device_props {
     uint64_t struct_size;
-    const char *name;          /* short, stable: "cpu", "cuda:0" style is built by the host */
+    const char *name;          /* informational: the host names devices "<table name>:<index>"
+                                  and does not read this; give the table's name */
     const char *description;   /* human readable: "AMD EPYC (2 threads)", "NVIDIA H200" */
     int32_t type;              /* PYG_DEVICE_* */
     int32_t reserved0;

@@ -2,8 +2,10 @@
  *
  * Ownership: the host (pyggml's scheduler) allocates and owns every pyg_tensor and pyg_graph.
  * A plugin reads them during the call that receives them and, for a graph plan, for as long as
- * the plan lives (the host keeps the descriptors alive and unchanged, except `data`-free fields
- * it documents below, until graph_plan_destroy). A plugin never writes a descriptor.
+ * the plan lives: the host keeps every descriptor of the plan alive and unchanged, every field
+ * including `buffer`, `offset` and `data`, until graph_plan_destroy; between computes only the
+ * bytes inside the buffers change (so a plugin may derive anything from the descriptors once,
+ * addresses included: CUDA graphs). A plugin never writes a descriptor.
  *
  * Memory layout: ne[i] elements along dim i, nb[i] bytes between neighbours along dim i
  * (nb[0] = type_size for plain types; for block types ne[0] % block_size == 0 and nb[0] is the
@@ -38,10 +40,12 @@ typedef struct pyg_tensor {
     int32_t type;                      /* pyg_type (required) */
     int32_t op;                        /* pyg_op; PYG_OP_NONE for leaves */
     int64_t ne[PYG_MAX_DIMS];          /* elements per dim, ne[0] fastest; >= 1 */
-    uint64_t nb[PYG_MAX_DIMS];         /* byte strides */
-    int32_t op_params[PYG_MAX_OP_PARAMS]; /* per-op parameters, layout in ops.h */
-    uint32_t flags;                    /* PYG_TENSOR_FLAG_* */
-    int32_t reserved0;
+    uint64_t nb[PYG_MAX_DIMS];         /* byte strides, in any order (views may
+                                          transpose: nb[0] need not be the element size) */
+    int32_t op_params[PYG_MAX_OP_PARAMS]; /* per-op parameters, layout in ops.h; unused words 0 */
+    uint32_t flags;                    /* PYG_TENSOR_FLAG_*: hints about the data's role, never
+                                          needed to compute the node */
+    int32_t reserved0;                 /* zero */
     struct pyg_tensor *src[PYG_MAX_SRC]; /* operands (optional per op; NULL = absent); host-owned */
     struct pyg_tensor *view_src;       /* for views and in-place ops: the tensor whose memory
                                           this one aliases (NULL otherwise); host-owned */
@@ -52,7 +56,7 @@ typedef struct pyg_tensor {
     void *data;                        /* device address of the data (buffer base + offset) for
                                           plugins whose buffers have one (CPU, CUDA); NULL where a
                                           buffer has no address space (Vulkan: use buffer+offset) */
-    char name[PYG_MAX_NAME];           /* NUL-terminated, for messages and traces */
+    char name[PYG_MAX_NAME];           /* NUL-terminated, may be empty; for messages and traces */
     void *reserved[4];                 /* zero; room for 1.x additions */
 } pyg_tensor;
 
@@ -63,8 +67,9 @@ typedef struct pyg_graph {
     uint64_t struct_size;              /* sizeof(pyg_graph) as the host knows it */
     int32_t n_nodes;
     int32_t reserved0;
-    pyg_tensor *const *nodes;          /* n_nodes pointers, host-owned, may include view nodes
-                                          (plugins skip pyg_op_is_view nodes) */
+    pyg_tensor *const *nodes;          /* n_nodes pointers, host-owned, may include leaves
+                                          (PYG_OP_NONE) and view nodes (pyg_op_is_view): plugins
+                                          run neither */
     uint64_t id;                       /* host-assigned, unique per distinct graph in a process */
 } pyg_graph;
 
