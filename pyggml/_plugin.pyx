@@ -164,7 +164,7 @@ cdef class Device:
         return f"{self.plugin.name}:{self.index}"
 
     def __repr__(self):
-        gib = f", {self.memory_total / 2**30:.0f} GiB" if self.memory_total and self.kind != 0 else ""
+        gib = f", {self.memory_total / 2**30:.0f} GiB" if self.memory_total and self.kind != PYG_DEVICE_CPU else ""
         return f"{self}({self.description}{gib})"
 
     @property

@@ -52,6 +52,7 @@ def test_check_passes_on_shipped_plugins(name):
             assert f"pass {rule} " in out, (rule, out)
 
 
+@pytest.mark.slow
 def test_check_on_the_test_plugin_two_devices(testdev):
     """Two devices with latency on copies and launches: events recorded on one and waited on the
     other, peer copies after the wait."""

@@ -89,6 +89,7 @@ def test_gemm_calls_through_fake_cublas(harness):
     assert "through cuBLAS 13.0.99" in r.stdout and fake in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cublas", "wmma"])
 def test_whole_nodes_on_the_host(harness, backend):
     """Every weight type through gemm_blas_launch with the conversion kernels' element functions run

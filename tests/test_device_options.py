@@ -106,3 +106,23 @@ def test_cli_device_option_syntax():
     with pytest.raises(pg.UnsupportedError):
         apply_device_options(["cpu:no_such_option=1"])
     apply_device_options(["cpu:n_threads=1", f"cpu:0:n_threads={os.cpu_count() or 1}"])
+
+
+def test_plugins_do_not_import_pyggml():
+    """Plugins depend on include/ alone: nothing under plugins/ imports the host package (benches
+    and tools that drive pyggml live in bench/, scripts/ and tests/)."""
+    offenders = []
+    for path in glob.glob(os.path.join(ROOT, "plugins", "**", "*.py"), recursive=True):
+        if re.search(r"^\s*(import pyggml|from pyggml)", open(path).read(), re.M):
+            offenders.append(os.path.relpath(path, ROOT))
+    assert not offenders, offenders
+
+
+def test_the_cuda_base_names_no_derived_build():
+    """plugins/cuda/ names neither HIP nor MUSA headers; hip.mk / musa.mk inject theirs (-include)."""
+    for path in glob.glob(os.path.join(ROOT, "plugins", "cuda", "*.*")):
+        if path.endswith(".md"):
+            continue
+        text = open(path).read()
+        assert "vendor_hip.h" not in text and "vendor_musa.h" not in text, path
+        assert not re.search(r"defined\(PYG_GPU_(HIP|MUSA)\)", text), path

@@ -182,6 +182,7 @@ def _compile_probe(name, tmp_path):
     return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,quirks", [("hip", QUIRKS), ("musa", QUIRKS), ("cuda", 0)])
 def test_declared_quirks(name, quirks, tmp_path):
     """The quirk bits device_get_props reports (plugin.cu: props.quirks = PYG_GPU_QUIRKS) per vendor

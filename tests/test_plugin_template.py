@@ -35,6 +35,7 @@ def _check(lib, *extra):
     return r.returncode, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_template_builds_alone_and_passes_check(tmp_path):
     lib = _build(tmp_path)
     nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout.split()

@@ -21,6 +21,7 @@ def numpy_plugin():
     return P.load(EXAMPLE)
 
 
+@pytest.mark.slow
 def test_check_passes_on_the_example():
     r = subprocess.run([sys.executable, "-m", "pyggml", "check", EXAMPLE], capture_output=True, text=True,
                        cwd=ROOT, timeout=600)

@@ -342,6 +342,7 @@ def _layer_present():
     return any(os.path.exists(os.path.join(d, "VkLayer_khronos_validation.json")) for d in dirs if d)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
 def test_suite_under_validation_layer():
     """Re-runs this file (minus this test) in a child process with PYGGML_VULKAN_VALIDATION=1:
