@@ -61,7 +61,7 @@ TENSOR_FLAG_OUTPUT = 2
 TENSOR_FLAG_WEIGHT = 4
 TENSOR_FLAG_STATE = 8
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 ABI_MINOR_WINDOW = 2
 LOG_DEBUG = 0
 LOG_INFO = 1
@@ -293,6 +293,7 @@ typedef struct pyg_plugin_api {
     pyg_error *(*graph_plan_create)(pyg_device *dev, const pyg_graph *graph, pyg_graph_plan **out);
     void (*graph_plan_destroy)(pyg_graph_plan *plan);
     pyg_error *(*graph_plan_compute)(pyg_graph_plan *plan, pyg_stream *stream);
+    pyg_error *(*stream_set_option)(pyg_stream *stream, const char *key, const char *value);
 } pyg_plugin_api;
 typedef const pyg_plugin_api *(*pyg_plugin_get_api_fn)(const pyg_host_info *host);
 """

@@ -120,6 +120,10 @@ class Device:
             return
         raise Error(A.ERR_UNSUPPORTED, f"unknown option '{key}' (known: debug_async_fault)")
 
+    def set_stream_option(self, stream, key, value):
+        """Options of one stream (ABI 1.1 stream_set_option); none by default."""
+        raise Error(A.ERR_UNSUPPORTED, f"unknown stream option '{key}' (none known)")
+
     def supports(self, node):
         """1 when compute(node) gives the op's reference result for these types and strides."""
         return False
@@ -214,6 +218,7 @@ _SIGS = {
     "graph_plan_create": ("pyg_error *(pyg_device *, const pyg_graph *, pyg_graph_plan **)", "err"),
     "graph_plan_destroy": ("void(pyg_graph_plan *)", None),
     "graph_plan_compute": ("pyg_error *(pyg_graph_plan *, pyg_stream *)", "err"),
+    "stream_set_option": ("pyg_error *(pyg_stream *, const char *, const char *)", "err"),   # since 1.1
 }
 
 
@@ -363,6 +368,12 @@ class _Table:
     # ---- streams and events
     def _stream_create(self, dev, flags, out):
         out[0] = self.objects.handle(_Stream(self.objects.get(dev, Device)), "pyg_stream *")
+
+    def _stream_set_option(self, s, key, value):
+        if key == ffi.NULL or value == ffi.NULL:
+            raise Error(A.ERR_INVALID_ARGUMENT, "NULL key or value")
+        st = self.objects.get(s, _Stream)
+        st.device.set_stream_option(st, ffi.string(key).decode(), ffi.string(value).decode())
 
     def _stream_destroy(self, s):
         self.objects.drop(s)

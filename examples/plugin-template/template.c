@@ -161,6 +161,12 @@ static pyg_error *stream_create(pyg_device *dev, uint32_t flags, pyg_stream **ou
     return NULL;
 }
 static void stream_destroy(pyg_stream *s) { free(s); }   /* free(NULL) is a no-op: R6 */
+/* (1.1, optional) options of one stream: this device has none. */
+static pyg_error *stream_set_option(pyg_stream *s, const char *key, const char *value) {
+    (void)value;
+    if (!s || !key) return err(PYG_ERR_INVALID_ARGUMENT, "stream_set_option: NULL argument");
+    return err(PYG_ERR_UNSUPPORTED, "unknown stream option '%.64s' (none known)", key);
+}
 static pyg_error *stream_synchronize(pyg_stream *s) {
     return s ? NULL : err(PYG_ERR_INVALID_ARGUMENT, "stream_synchronize: NULL stream");
 }
@@ -325,6 +331,7 @@ static const pyg_plugin_api g_api = {
     /* .graph_plan_create = */ graph_plan_create,
     /* .graph_plan_destroy = */ graph_plan_destroy,
     /* .graph_plan_compute = */ graph_plan_compute,
+    /* .stream_set_option = */ stream_set_option,   /* since 1.1 */
 };
 
 /* R3: returns the table whatever the host's version (the host decides), and does nothing else

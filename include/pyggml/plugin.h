@@ -9,7 +9,7 @@
  * and abi_minor is at most its own plus PYG_ABI_MINOR_WINDOW; entries at or beyond the table's
  * struct_size count as absent. Every entry of the 1.0 table is mandatory (the host refuses a
  * table with one NULL); an entry a device cannot honour answers PYG_ERR_UNSUPPORTED or behaves as
- * documented without its cap bit. REQUIREMENTS.md beside this header lists, numbered, what every
+ * documented without its cap bit. Entries appended later are marked (optional): NULL = absent. REQUIREMENTS.md beside this header lists, numbered, what every
  * plugin must do; CHANGELOG.md records each version. docs/plugin-guide.md walks through writing
  * one; examples/plugin-template/ is a complete plugin to start from.
  *
