@@ -2,6 +2,7 @@
 TypeMismatchError with the shapes in the message; semantics are those of include/pyggml/ops.h."""
 import struct
 
+from . import _abi_consts as _abi
 from .errors import GraphError, ShapeError, TypeMismatchError
 from .graph import OP, FLAG_STATE, MAX_DIMS, Tensor, as_int, contiguous_strides, ne_from_shape
 from .types import dtype as _dtype, f32, f16, i32, i64
@@ -127,7 +128,7 @@ def soft_max(a, mask=None, scale=1.0, max_bias=0.0):
     return _node("soft_max", src, a.type, a.ne, a.ndim, [_f(scale), _f(max_bias)])
 
 
-ROPE_NORMAL, ROPE_NEOX = 0, 2
+ROPE_NORMAL, ROPE_NEOX = _abi.ROPE_NORMAL, _abi.ROPE_NEOX
 
 
 def rope(x, positions, n_dims=None, mode=ROPE_NORMAL, freq_base=10000.0, freq_scale=1.0,
