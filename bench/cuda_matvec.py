@@ -94,8 +94,8 @@ def bench_overhead(dev, reps):
     return statistics.median(ts)
 
 
-def bench_torch_gemm(k, m, pairs, reps, ntok):
-    import torch
+def _torch_chain_times(torch, k, m, pairs, reps, ntok):
+    """CUDA-event times of `pairs` f16 up/down projections over ntok columns (after a warm-up)."""
     dev = torch.device("cuda")
     ups = [torch.randn(m, k, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
     downs = [torch.randn(k, m, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
@@ -116,10 +116,16 @@ def bench_torch_gemm(k, m, pairs, reps, ntok):
         e1.record()
         torch.cuda.synchronize()
         ts.append(e0.elapsed_time(e1) / 1e3)
-    flop = 2.0 * 2 * m * k * ntok * pairs
-    med = statistics.median(ts)
     del ups, downs
     torch.cuda.empty_cache()
+    return ts
+
+
+def bench_torch_gemm(k, m, pairs, reps, ntok):
+    import torch
+    ts = _torch_chain_times(torch, k, m, pairs, reps, ntok)
+    flop = 2.0 * 2 * m * k * ntok * pairs
+    med = statistics.median(ts)
     return {"impl": "torch", "type": "f16", "shape": f"{pairs}x({m}x{k} + {k}x{m}) @ {ntok} tokens", "flop": flop,
             "median_s": med, "TFLOPs": flop / med / 1e12, "times_s": ts}
 
@@ -132,25 +138,7 @@ def bench_torch(k, m, pairs, reps):
     if not torch.cuda.is_available():
         return None, None
     dev = torch.device("cuda")
-    ups = [torch.randn(m, k, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
-    downs = [torch.randn(k, m, device=dev, dtype=torch.float16) * 0.01 for _ in range(pairs)]
-    x = torch.randn(k, 1, device=dev, dtype=torch.float16)
-
-    def chain():
-        y = x
-        for u, d in zip(ups, downs):
-            y = d @ (u @ y)
-        return y
-    chain()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        chain()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / 1e3)
+    ts = _torch_chain_times(torch, k, m, pairs, reps, 1)
     total = 2 * m * k * 2 * pairs
     med = statistics.median(ts)
     res = {"impl": "torch", "type": "f16", "shape": f"{pairs}x({m}x{k} + {k}x{m}) @ 1 token",
@@ -168,7 +156,7 @@ def bench_torch(k, m, pairs, reps):
     e1.record()
     torch.cuda.synchronize()
     copy_gbps = 2 * a.numel() * 10 / (e0.elapsed_time(e1) / 1e3) / 1e9
-    del ups, downs, a, b
+    del a, b
     torch.cuda.empty_cache()
     return res, copy_gbps
 
