@@ -95,13 +95,13 @@ static inline int32_t pyg_option_set(const pyg_option_def *defs, int n, void *se
         if (d->kind == PYG_OPTION_KIND_BOOL) {
             const int b = pyg_option_parse_bool(value);
             if (b < 0) {
-                snprintf(msg, msglen, "option %s: expected 1/0, on/off, true/false or yes/no, got '%.64s'", key, value);
+                snprintf(msg, msglen, "option %s wants 1/0, on/off, true/false or yes/no, got '%.64s'", key, value);
                 return PYG_ERR_INVALID_ARGUMENT;
             }
             v = b;
         } else if (d->kind == PYG_OPTION_KIND_INT) {
             if (pyg_option_parse_int(value, &v) != 0 || v < d->min || v > d->max) {
-                snprintf(msg, msglen, "option %s: expected an integer in %lld..%lld, got '%.64s'", key,
+                snprintf(msg, msglen, "option %s wants an integer in %lld..%lld, got '%.64s'", key,
                          (long long)d->min, (long long)d->max, value);
                 return PYG_ERR_INVALID_ARGUMENT;
             }
@@ -116,7 +116,7 @@ static inline int32_t pyg_option_set(const pyg_option_def *defs, int n, void *se
                     if (w < 0) break;
                     len += (size_t)w;
                 }
-                snprintf(msg, msglen, "option %s: expected one of %s, got '%.64s'", key, words, value);
+                snprintf(msg, msglen, "option %s wants one of %s, got '%.64s'", key, words, value);
                 return PYG_ERR_INVALID_ARGUMENT;
             }
             v = c;
