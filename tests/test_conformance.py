@@ -56,8 +56,8 @@ def test_check_catches_the_staged_write_of_the_test_plugin(testdev):
     """The test plugin built as CUDA's pageable cudaMemcpy was (blocking_copies=staged: buffer_write
     returns once the source is staged, the bytes land later on a queue no stream waits for): R13
     fails with the stale floats counted, and only R13."""
-    rc, out = _check(testdev, env={"PYGGML_TESTDEV_DEVICES": "1", "PYGGML_TESTDEV_BLOCKING_COPIES": "staged",
-                                   "PYGGML_TESTDEV_COPY_LATENCY_US": "2000"})
+    rc, out = _check(testdev, "-O", "blocking_copies=staged",
+                     env={"PYGGML_TESTDEV_DEVICES": "1", "PYGGML_TESTDEV_COPY_LATENCY_US": "2000"})
     assert rc == 1 and "FAIL R13" in out and "stale bytes" in out, out
     assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("FAIL")] == ["R13"], out
 

@@ -224,7 +224,7 @@ typedef struct pyg_plugin_api {
     /* Blocking copies: return when done — for every stream of the device: work queued anywhere
      * after the call returns sees the bytes (a runtime whose plain copy returns before its bytes
      * land, like CUDA's pageable cudaMemcpy on the legacy stream, must be waited for inside the
-     * call). The host guarantees no queued work touches the range. */
+     * call; REQUIREMENTS.md R13). The host guarantees no queued work touches the range. */
     pyg_error *(*buffer_write)(pyg_buffer *dst, uint64_t offset, const void *src, uint64_t size);
     pyg_error *(*buffer_read)(pyg_buffer *src, uint64_t offset, void *dst, uint64_t size);
     pyg_error *(*buffer_fill)(pyg_buffer *dst, uint64_t offset, uint8_t value, uint64_t size);

@@ -23,6 +23,8 @@ def add_arguments(p):
     p.add_argument("--async-mb", type=int, default=None, help="MiB per buffer in the async rules "
                    "(default: 32 on GPUs, 8 on the CPU, 4 on lavapipe)")
     p.add_argument("--async-rounds", type=int, default=None, help="rounds per async rule (default: 20 on GPUs)")
+    p.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a device option set on every device of the plugin before the checks")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
 
 
@@ -56,6 +58,17 @@ def main(args, echo=print):
             _line(echo, results, *r)
     if not p.available:
         _line(echo, results, "R8, R9, R13-R18 device rules", None, f"plugin unavailable here: {p.unavailable_reason}")
+    for opt in args.option:
+        key, sep, value = opt.partition("=")
+        for d in p.devices:
+            try:
+                if not sep:
+                    raise pg.PyggmlError(f"-O {opt!r}: expected KEY=VALUE")
+                d.set_option(key, value)
+            except pg.PyggmlError as e:
+                echo(f"FAIL option {opt} on {d}: {e}")
+                return 2
+        echo(f"option {opt} set on every device")
     for d in p.devices:
         if not args.no_ops:
             echo(f"--- ops on {d} ({d.description})")
