@@ -179,7 +179,7 @@ def make_stream(Device dev, n_threads=None):
     st.dev = dev
     st.api = dev.plugin.api
     st.s = s
-    if n_threads is not None and dev.kind == 0:
+    if n_threads is not None and dev.kind == PYG_DEVICE_CPU:
         stream_set_option(dev, s, "n_threads", str(int(n_threads)))
     return st
 

@@ -117,7 +117,7 @@ class Scheduler:
                 raise ConfigError(f"n_threads must be a positive integer, got {n_threads!r}")
             self.n_threads = int(n_threads)      # this scheduler's: set on its own CPU streams (ABI 1.1)
             for i, d in enumerate(self.devices):
-                if d.kind == 0:
+                if d.kind == P._abi.DEVICE_CPU:
                     self._stream(i)              # now, so that a bad value fails here
         self.sync = _policy(sync)
         if isinstance(n_copies, bool) or not isinstance(n_copies, (int, np.integer)) or not 1 <= n_copies <= 4:

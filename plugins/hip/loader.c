@@ -171,6 +171,14 @@ static pyg_error *graph_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     return g_in ? g_in->graph_plan_compute(p, s) : NOT_LOADED;
 }
 
+/* since 1.1 */
+static pyg_error *stream_set_option(pyg_stream *s, const char *key, const char *value) {
+    if (!g_in) return NOT_LOADED;
+    if (!PYG_API_HAS(g_in, stream_set_option))
+        return front_error(PYG_ERR_UNSUPPORTED, "stream_set_option: the HIP kernels library predates ABI 1.1");
+    return g_in->stream_set_option(s, key, value);
+}
+
 static const pyg_plugin_api g_api = {
     sizeof(pyg_plugin_api), PYG_ABI_MAJOR, PYG_ABI_MINOR, 0, "hip", "0.1.0",
     err_code, err_message, err_destroy,
@@ -180,6 +188,7 @@ static const pyg_plugin_api g_api = {
     buffer_alloc, buffer_free, buffer_get_info, buffer_write, buffer_read, buffer_fill,
     stream_write_async, stream_read_async, stream_copy_async,
     graph_plan_create, graph_plan_destroy, graph_plan_compute,
+    stream_set_option,
 };
 
 PYG_PLUGIN_EXPORT const pyg_plugin_api *pyg_plugin_get_api(const pyg_host_info *host) {
