@@ -15,8 +15,8 @@ from .sync import Slot
 HOST = -1
 
 # command kinds (mirrored in _sched.pyx)
-WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM = range(8)
-KIND_NAME = ["write", "read", "copy", "launch", "record", "wait", "sync_event", "sync_stream"]
+WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM, HOST_COPY = range(9)
+KIND_NAME = ["write", "read", "copy", "launch", "record", "wait", "sync_event", "sync_stream", "host_copy"]
 
 
 class Cmd:
@@ -45,6 +45,8 @@ class Cmd:
         bits = [KIND_NAME[self.kind], f"dev{self.dev}"]
         if self.kind in (WRITE, READ, COPY):
             bits.append("async" if self.is_async else "blocking")
+        if self.kind == HOST_COPY:
+            bits.append("out of pinned" if self.is_async else "into pinned")
         if self.split is not None:
             bits.append(f"split{self.split}")
         if self.event is not None:
@@ -91,6 +93,7 @@ class Generator:
         self.events = []                                        # event id -> (stream, seq, clock snapshot)
         self.last_record = {d.index: None for d in devs}
         self.slots = []                                         # live Slot objects with their bookkeeping
+        self.pinned_outs = []                                   # (event, pinned Mem, user array, size, note, mb)
         self.drop_sync = drop_sync                              # debug: index of an ordering to leave out
         self.n_orderings = 0
         self.dropped = None
@@ -110,12 +113,17 @@ class Generator:
         a, b = self.devs[obs], self.devs[s]
         return a.plugin == b.plugin and (a.caps & CAP_EVENTS) and (b.caps & CAP_EVENTS) and a.async_compute
 
-    def _host_done(self, s, upto):
-        """The host has seen stream s complete everything up to seq `upto`."""
+    def _host_done(self, s, upto, seen=None):
+        """The host has seen stream s complete everything up to seq `upto`. Completion is
+        transitive: what s had waited for before that point is complete too. `seen` is s's clock
+        at that point (an event's snapshot); without it, upto must be s's last command (a stream
+        wait), where s's current clock is that point."""
+        if seen is None:
+            assert upto >= self.seq[s], "a wait before the stream's last command needs its clock snapshot"
+            seen = self.clock[s]
         for o in self.clock:
             self.clock[o][s] = max(self.clock[o][s], upto)
-        # completion is transitive: what s had waited for is complete too
-        for t, v in self.clock[s].items():
+        for t, v in seen.items():
             for o in self.clock:
                 self.clock[o][t] = max(self.clock[o][t], min(v, self.seq[t]))
         self._notify(HOST, s, upto)
@@ -126,14 +134,13 @@ class Generator:
             return
         idx = self.n_orderings
         self.n_orderings += 1
-        if self.drop_sync is not None and idx == self.drop_sync:
+        drop = self.drop_sync is not None and idx == self.drop_sync
+        if drop:        # leave it out, but generate the rest of the program as if it had happened
             self.dropped = f"ordering #{idx}: {why}"
-            # pretend it happened, so the rest of the program is generated as if it had
-            if self._can_device_wait(obs, s):
-                self.clock[obs][s] = upto
-                self._notify(obs, s, upto, device=True)
-            else:
-                self._host_done(s, upto)
+        emit = (lambda cmd: None) if drop else self._emit
+        if drop and self._can_device_wait(obs, s):
+            self.clock[obs][s] = upto
+            self._notify(obs, s, upto, device=True)
             return
         if self._can_device_wait(obs, s):
             ev = self._record(s)
@@ -146,10 +153,10 @@ class Generator:
             return
         rec = self.last_record[s]
         if rec is not None and self.events[rec][1] >= upto:
-            self._emit(Cmd(SYNC_EVENT, s, event=rec, note=why))
-            self._host_done(s, self.events[rec][1])
+            emit(Cmd(SYNC_EVENT, s, event=rec, note=why))
+            self._host_done(s, self.events[rec][1], self.events[rec][2])
         else:
-            self._emit(Cmd(SYNC_STREAM, s, note=why))
+            emit(Cmd(SYNC_STREAM, s, note=why))
             self._host_done(s, self.seq[s])
 
     def _record(self, s):
@@ -270,7 +277,34 @@ class Generator:
                 self._order(HOST, dev, self.seq[dev], f"{note}: quirk multi-device sync")
             self._strict_after(dev, note)
 
+    def host_copy_in(self, dev, user, pinned, size, note="", mb=0):
+        """The host copies a user array into pinned memory right before the write that reads it,
+        so the copy of micro-batch m + 1 overlaps the devices' work on m. (Each pinned range is
+        written once per run and the previous run ended with its readers done: rule 8.)"""
+        self._emit(Cmd(HOST_COPY, dev, False, host=(user, pinned), size=size, note=note, mb=mb, role="input"))
+
+    def pinned_read_done(self, dev, pinned, user, size, note="", mb=0):
+        """A queued read into pinned memory: an event after it, waited for at the end of the run
+        (in micro-batch order, so early outputs are copied out while later ones still compute)."""
+        ev = self._record(dev) if self.devs[dev].caps & CAP_EVENTS else None
+        self.pinned_outs.append((dev, ev, pinned, user, size, note, mb))
+
     def finish(self):
+        late = []
+        for dev, ev, pinned, user, size, note, mb in self.pinned_outs:
+            if ev is None:                       # no events: copied out after the end-of-run waits
+                late.append((dev, pinned, user, size, note, mb))
+                continue
+            s, seq, _ = self.events[ev]
+            if self.clock[HOST][s] < seq:
+                self._emit(Cmd(SYNC_EVENT, s, event=ev, note=f"{note}: read done"))
+                self._host_done(s, seq, self.events[ev][2])
+            self._emit(Cmd(HOST_COPY, dev, True, host=(user, pinned), size=size, note=note, mb=mb, role="output"))
+        self._finish_queues()
+        for dev, pinned, user, size, note, mb in late:
+            self._emit(Cmd(HOST_COPY, dev, True, host=(user, pinned), size=size, note=note, mb=mb, role="output"))
+
+    def _finish_queues(self):
         """Rule 8: the host waits for every queue with pending work. A queue whose work another
         pending queue is already ordered after (it waited on its event) is covered by waiting for
         that one: decode over several devices ends with one host wait, on the last device."""
@@ -343,6 +377,8 @@ def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False, pinned=None)
             m = plan.mem[(tid, d)]
             j = plan.input_index[tid]
             pm = pinned.get(("in", mb, j, d)) if pinned else None
+            if pm is not None:
+                gen.host_copy_in(d, ("in", mb, j), pm, t.nbytes, note=f"input {t.name}", mb=mb)
             gen.host_write(d, region(m, t.nbytes), ("fixed", pm) if pm else ("in", mb, j), t.nbytes,
                            note=f"input {t.name}", mb=mb, pinned=pm is not None)
         for si, (d, ts) in enumerate(plan.splits):
@@ -398,8 +434,14 @@ def generate(plan, devs, policy, n_mb, drop_sync=None, trace=False, pinned=None)
             d = plan.home[base(t).id]
             m = plan.mem[(t.id, d)]
             pm = pinned.get(("out", mb, j)) if pinned else None
-            gen.host_read(d, region(m, t.nbytes), ("fixed", pm) if pm else ("out", mb, j), t.nbytes,
-                          note=f"output {j}", mb=mb)
+            queued = gen.host_read(d, region(m, t.nbytes), ("fixed", pm) if pm else ("out", mb, j), t.nbytes,
+                                   note=f"output {j}", mb=mb)
+            if pm is not None:
+                if queued:
+                    gen.pinned_read_done(d, pm, ("out", mb, j), t.nbytes, note=f"output {j}", mb=mb)
+                else:
+                    gen._emit(Cmd(HOST_COPY, d, True, host=(("out", mb, j), pm), size=t.nbytes,
+                                  note=f"output {j}", mb=mb, role="output"))
     gen.finish()
     return gen
 

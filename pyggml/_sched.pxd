@@ -5,7 +5,7 @@ from pyggml._plugin cimport Device
 
 # One step of a run's program (see _program.py for how programs are made).
 cdef struct Cmd:
-    int32_t kind            # WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM
+    int32_t kind            # WRITE, READ, COPY, LAUNCH, RECORD, WAIT, SYNC_EVENT, SYNC_STREAM, HOST_COPY
     int32_t is_async
     int32_t dev             # index into the plan's devices
     int32_t host_table      # -1: `host` is a fixed pointer; 0: inputs table; 1: outputs table
@@ -20,6 +20,7 @@ cdef struct Cmd:
     pyg_buffer *buf2        # source of COPY
     uint64_t off2
     void *host
+    void *host2             # HOST_COPY: the pinned side (is_async 0: user -> pinned, 1: pinned -> user)
     uint64_t size
 
 cdef class DeviceBuffer:

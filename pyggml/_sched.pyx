@@ -50,8 +50,9 @@ DEF K_RECORD = 4
 DEF K_WAIT = 5
 DEF K_SYNC_EVENT = 6
 DEF K_SYNC_STREAM = 7
-assert (K_WRITE, K_READ, K_COPY, K_LAUNCH, K_RECORD, K_WAIT, K_SYNC_EVENT, K_SYNC_STREAM) == \
-    (P.WRITE, P.READ, P.COPY, P.LAUNCH, P.RECORD, P.WAIT, P.SYNC_EVENT, P.SYNC_STREAM)
+DEF K_HOST_COPY = 8
+assert (K_WRITE, K_READ, K_COPY, K_LAUNCH, K_RECORD, K_WAIT, K_SYNC_EVENT, K_SYNC_STREAM, K_HOST_COPY) == \
+    (P.WRITE, P.READ, P.COPY, P.LAUNCH, P.RECORD, P.WAIT, P.SYNC_EVENT, P.SYNC_STREAM, P.HOST_COPY)
 
 
 cdef inline double _now() noexcept nogil:
@@ -104,20 +105,6 @@ cdef class DeviceBuffer:
         with nogil:
             err = self.api.buffer_fill(self.buf, off, <uint8_t>value, size)
         check(self.api, err, self.device.plugin.name, what)
-
-    def host_view(self, uint64_t off, uint64_t size):
-        """A uint8 numpy view of host-visible memory (pinned or host-memory devices). The buffer
-        must outlive the view."""
-        if self.host_ptr == NULL:
-            raise PyggmlError(f"internal: {self.device} buffer is not host-visible")
-        if off + size > self.size:
-            raise PyggmlError(f"internal: host view [{off}, +{size}) outside a buffer of {self.size}")
-        return _view(<uintptr_t>self.host_ptr + off, size)
-
-
-def _view(uintptr_t p, uint64_t size):
-    import ctypes
-    return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(p))
 
 
 def alloc_buffer(Device dev, uint64_t size, dict stats, str what, bint host=False):
@@ -444,6 +431,12 @@ cdef class Program:
                     err = c.api.event_synchronize(c.event)
                 elif c.kind == K_SYNC_STREAM:
                     err = c.api.stream_synchronize(c.stream)
+                elif c.kind == K_HOST_COPY:       # host work, not backend time
+                    if c.is_async:
+                        memcpy(host, c.host2, c.size)
+                    else:
+                        memcpy(c.host2, host, c.size)
+                    t0 = _now()
                 spent += _now() - t0
                 if self.t_end != NULL:
                     self.t_end[i] = _now()
@@ -516,7 +509,16 @@ def materialize(gen, list devices, dict streams, dict bufs, dict graphs, int n_i
         c.stream = st.s
         c.host_table = -1
         c.size = cm.size
-        if cm.kind in (P.WRITE, P.READ):
+        if cm.kind == P.HOST_COPY:
+            user, pm = cm.host
+            c.host_table = 0 if user[0] == "in" else 1
+            c.host_index = user[1] * (n_in if user[0] == "in" else n_out) + user[2]
+            b = pm.buf
+            if b.host_ptr == NULL:
+                raise PyggmlError(f"internal: host copy through {b.device}, whose memory is not host-visible")
+            hoff = pm.off
+            c.host2 = <void *>(<char *>b.host_ptr + <uint64_t>hoff)
+        elif cm.kind in (P.WRITE, P.READ):
             region = cm.dst if cm.kind == P.WRITE else cm.src
             b = bufs[region[0]]
             c.buf = b.buf

@@ -310,13 +310,8 @@ class Scheduler:
                 prog.reset_timings()
                 poller = threading.Thread(target=prog._poll, daemon=True)
                 poller.start()
-            stage_in, stage_out = prog.keep[-1]
-            for i, view in stage_in:
-                view[:] = ins[i].reshape(-1).view(np.uint8)
             try:
                 backend_s = prog.execute(ins, outs_a)
-                for i, view in stage_out:
-                    outs_a[i].reshape(-1).view(np.uint8)[:] = view
             finally:
                 if poller is not None:
                     poller.join(5.0)
@@ -469,44 +464,38 @@ class Scheduler:
 
     def _pinned_io(self, plan, n_mb, devs):
         """Pinned host memory standing in for the user's arrays of a pipelined run (n_mb > 1) on
-        devices that stage host copies (see _program.stages_host_io): {key: Mem} for generate(),
-        and the (flat array index, host view) pairs copied in before and out after the run."""
+        devices that stage host copies (see _program.stages_host_io): {("in", mb, j, device) or
+        ("out", mb, j): Mem} for generate(), whose program copies the arrays in and out itself."""
         if n_mb < 2:
-            return {}, [], []
+            return {}
         layout = {}                               # device -> [(key, nbytes)]
         for mb in range(n_mb):
             for tid, d in plan.inputs_on:
                 if P.stages_host_io(devs[d]):
                     j = plan.input_index[tid]
-                    layout.setdefault(d, []).append((("in", mb, j, d), plan.input_specs[j]))
+                    layout.setdefault(d, []).append((("in", mb, j, d), _nbytes(plan.input_specs[j])))
             for j, t in enumerate(plan.readable):
                 d = plan.home[_plan.base(t).id]
                 if P.stages_host_io(devs[d]):
-                    layout.setdefault(d, []).append((("out", mb, j), plan.output_specs[j]))
-        pinned, stage_in, stage_out = {}, [], []
-        n_in, n_out = len(plan.input_specs), len(plan.output_specs)
+                    layout.setdefault(d, []).append((("out", mb, j), _nbytes(plan.output_specs[j])))
+        pinned = {}
         for d, items in layout.items():
             offs, size = [], 0
-            for key, spec in items:
+            for _, n in items:
                 offs.append(size)
-                size += (_nbytes(spec) + 255) // 256 * 256
+                size += (n + 255) // 256 * 256
             buf = R.alloc_buffer(self.devices[d], size, self.stats, f"pinned staging on {self.devices[d]}", host=True)
             plan.keep.append(buf)
-            for (key, spec), off in zip(items, offs):
+            for (key, _), off in zip(items, offs):
                 pinned[key] = _plan.Mem(buf, off, ("pinned", d))
-                view = buf.host_view(off, _nbytes(spec))
-                if key[0] == "in":
-                    stage_in.append((key[1] * n_in + key[2], view))
-                else:
-                    stage_out.append((key[1] * n_out + key[2], view))
-        return pinned, stage_in, stage_out
+        return pinned
 
     def _program(self, plan, n_mb):
         key = (n_mb, self._trace is not None)
         prog = plan.programs.get(key)
         if prog is None:
             devs = self._dev_models()
-            pinned, stage_in, stage_out = self._pinned_io(plan, n_mb, devs)
+            pinned = self._pinned_io(plan, n_mb, devs)
             gen = P.generate(plan, devs, self.sync, n_mb, self._drop_sync, trace=self._trace is not None,
                              pinned=pinned)
             streams = {d: self._stream(d) for d in {c.dev for c in gen.cmds}}
@@ -514,7 +503,6 @@ class Scheduler:
             prog = R.materialize(gen, self.devices, streams, bufs, plan.descs, len(plan.input_specs),
                                  len(plan.output_specs))
             prog.per_split = P.per_split_stats(plan, gen.cmds)
-            prog.keep.append((stage_in, stage_out))
             plan.programs[key] = prog
             self.stats["programs"] += 1
         return prog

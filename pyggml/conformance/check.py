@@ -6,7 +6,6 @@ import json
 import os
 import time
 
-from . import async_rules, rules
 from .runner import run_all
 
 
@@ -38,6 +37,7 @@ def load(path):
 
 
 def main(args, echo=print):
+    from . import async_rules, rules        # cffi: only `pyggml check` needs it, not the other commands
     import pyggml as pg
     path = os.path.abspath(args.plugin)
     results = []
