@@ -366,7 +366,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
     const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
-    const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + align - 1) / align) * align;
+    const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
+    const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
     params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
     if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
 
@@ -437,16 +438,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* descriptor sets */
     if (nd > 0) {
-        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * VKP_NSET };
+        VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * (VKP_NSET - 1) },
+                                       { .type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = (uint32_t)nd } };
         VkDescriptorPoolCreateInfo pi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-            .maxSets = (uint32_t)nd, .poolSizeCount = 1, .pPoolSizes = &ps };
+            .maxSets = (uint32_t)nd, .poolSizeCount = 2, .pPoolSizes = ps };
         VkResult r = d->fn.vkCreateDescriptorPool(d->dev, &pi, NULL, &plan->dpool);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkCreateDescriptorPool"); goto fail; }
     }
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
     VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
-    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1), sizeof *wds);
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 3, sizeof *wds);   /* tensors, parameters, scratch */
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
         e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
@@ -481,11 +483,15 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        wds[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
-            .dstBinding = 0, .descriptorCount = VKP_NSET, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &bi[i * VKP_NSET] };
+        for (int w = 0; w < 3; w++) {
+            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : VKP_BIND_SCRATCH;
+            wds[3 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
+                .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : 1,
+                .descriptorType = w == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                .pBufferInfo = &bi[i * VKP_NSET + first] };
+        }
     }
-    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd, wds, 0, NULL);
+    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 3, wds, 0, NULL);
     if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;
     free(layouts); free(bi); free(wds);
     if (e) { free(sets); goto fail; }

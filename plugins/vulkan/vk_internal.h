@@ -44,7 +44,7 @@ enum {
 };
 #define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
 
-/* Parameter block of one dispatch (binding 5), in 32-bit words: tensor slot t (0..3 = src,
+/* Parameter block of one dispatch (binding 5, a uniform buffer), in 32-bit words: tensor slot t (0..3 = src,
  * 4 = dst) at 16*t: [0] byte offset in its binding, [1] type, [4..7] ne, [8..11] nb;
  * [80..95] the node's op_params; [96..127] per-shader extras (extra[0] = work item count). */
 #define VKP_PARAM_WORDS 128

@@ -92,16 +92,18 @@ static uint32_t find_mem_type(const pyg_device *d, uint32_t bits, VkMemoryProper
 static pyg_error *raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf,
                              VkDeviceMemory *mem, void **map, uint32_t *mtype_out) {
     VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
-        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                  VK_BUFFER_USAGE_TRANSFER_DST_BIT,
         .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
     VkResult r = d->fn.vkCreateBuffer(d->dev, &bi, NULL, buf);
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateBuffer");
     VkMemoryRequirements req;
     d->fn.vkGetBufferMemoryRequirements(d->dev, *buf, &req);
+    /* host = 1: host-visible, host-cached preferred (staging, read-backs); host = 2: host-visible,
+     * device-local preferred (plan parameter blocks: the GPU reads them, the host writes once) */
     uint32_t mt = host
         ? find_mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                        VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+                        host == 2 ? VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT : VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
         : find_mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (mt == UINT32_MAX && !host) mt = find_mem_type(d, req.memoryTypeBits, 0, 0);
     if (mt == UINT32_MAX) {
@@ -203,7 +205,8 @@ static pyg_error *device_open(pyg_device *d) {
 
     VkDescriptorSetLayoutBinding b[VKP_NSET];
     for (int i = 0; i < VKP_NSET; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){ .binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+        b[i] = (VkDescriptorSetLayoutBinding){ .binding = (uint32_t)i,
+            .descriptorType = i == VKP_NBIND ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT };
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .bindingCount = VKP_NSET, .pBindings = b };
@@ -1041,7 +1044,13 @@ pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, Vk
     return raw_buffer(d, size, 0, buf, mem, map, NULL);
 }
 
-/* host-visible, mapped scratch (plan parameter blocks) */
+/* host-visible, mapped, device-local where the device has such memory (plan parameter blocks);
+ * plain host memory when that allocation fails (a small BAR heap) */
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map) {
-    return raw_buffer(d, size, 1, buf, mem, map, NULL);
+    pyg_error *e = raw_buffer(d, size, 2, buf, mem, map, NULL);
+    if (e && api_error_code(e) == PYG_ERR_OUT_OF_MEMORY) {
+        api_error_destroy(e);
+        e = raw_buffer(d, size, 1, buf, mem, map, NULL);
+    }
+    return e;
 }
