@@ -137,7 +137,7 @@ struct pyg_graph_plan {
 };
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
-static int resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
+int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
     uint64_t extra = 0;
     for (int depth = 0; t && depth < 16; depth++) {
         if (t->buffer) { *b = t->buffer; *off = t->offset + extra; return 1; }
@@ -164,7 +164,7 @@ static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
 
 
 /* rows handled by one 64-invocation workgroup of the subgroup-per-row shaders */
-static uint32_t rows_per_wg(const pyg_device *d) {
+uint32_t vkp_rows_per_wg(const pyg_device *d) {
     return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
 }
 
@@ -199,7 +199,7 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
     dp->writes_slot3 = 1;
     memcpy(&p[80], n->op_params, sizeof n->op_params);
     p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
-    uint32_t rpw = norm_wg_on(d) ? 1 : rows_per_wg(d);
+    uint32_t rpw = norm_wg_on(d) ? 1 : vkp_rows_per_wg(d);
     fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
 }
 
@@ -234,7 +234,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         if (d->subgroup_arith) {   /* one subgroup per row, no barriers */
             shader = VKP_SH_ROWS_SG;
             spec = n->op == PYG_OP_RMS_NORM ? 0 : n->op == PYG_OP_NORM ? 1 : n->op == PYG_OP_SOFT_MAX ? 2 : 3;
-            spec1 = rows_per_wg(d);
+            spec1 = vkp_rows_per_wg(d);
             work = (work + spec1 - 1) / spec1;
         }
         break;
@@ -272,25 +272,10 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         break;
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
-        spec = (uint32_t)s0->type;
-        uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
-        if (N <= 4 && d->subgroup_arith) {
-            shader = VKP_SH_MUL_MAT_VEC;
-            spec1 = rows_per_wg(d);
-            work = (M * N * B + spec1 - 1) / spec1;
-            /* chunked fast path: whole 32-element chunks, contiguous rows, f32 activations, 4-byte
-             * aligned rows (the binding start is aligned; the in-binding offsets are checked) */
-            const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
-            int aligned = resolve(s0, &b0, &o0) && resolve(s1, &b1, &o1) && o0 % 4 == 0 && o1 % 4 == 0 &&
-                          s0->nb[1] % 4 == 0 && s0->nb[2] % 4 == 0 && s0->nb[3] % 4 == 0;
-            p[96 + 1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
-                        s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
-        } else {
-            shader = VKP_SH_MUL_MAT;
-            work = ((M + 63) / 64) * ((N + 63) / 64) * B;
-        }
-        if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
-        ex[0] = (uint32_t)(shader == VKP_SH_MUL_MAT_VEC ? M * N * B : work);
+        uint32_t sp[2];
+        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex);
+        if (e) return e;
+        spec = sp[0]; spec1 = sp[1];
         break;
     }
     case PYG_OP_FLASH_ATTN_EXT: {
@@ -388,7 +373,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) { next = g->nodes[j]; break; }
         if (fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
-            uint32_t specs[2] = { 0, rows_per_wg(d) };
+            uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
             if ((e = vkp_get_pipeline(d, norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
         } else if ((e = build(d, n, &dps[nd], p))) {
@@ -399,7 +384,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[nd].slot[s];
             if (!t) continue;
             const pyg_buffer *b; uint64_t off;
-            if (!resolve(t, &b, &off)) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer", t->name); goto fail; }
+            if (!vkp_resolve(t, &b, &off)) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer", t->name); goto fail; }
             if (b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' is in another device's buffer", t->name); goto fail; }
             p[16 * s + 0] = (uint32_t)(off & (align - 1));
             p[16 * s + 1] = (uint32_t)t->type;
@@ -467,7 +452,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[i].slot[s];
             if (!t) { *b = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE }; continue; }
             const pyg_buffer *buf = NULL; uint64_t off = 0;
-            resolve(t, &buf, &off);
+            vkp_resolve(t, &buf, &off);
             uint64_t lo = off & ~(align - 1);
             uint64_t hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
             if (hi > buf->alloc_size) hi = buf->alloc_size;
@@ -538,7 +523,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 const pyg_tensor *t = dps[i].slot[s];
                 if (!t) continue;
                 const pyg_buffer *buf = NULL; uint64_t off = 0;
-                resolve(t, &buf, &off);
+                vkp_resolve(t, &buf, &off);
                 range rg = { buf, off, off + pyg_tensor_nbytes(t) };
                 int w = s == VKP_SLOT_DST || (s == 3 && dps[i].writes_slot3);
                 if (w) myw[nmyw++] = rg; else myr[nmyr++] = rg;

@@ -40,7 +40,8 @@ typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
 /* Shaders (one SPIR-V module each, embedded at build time). */
 enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
-    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG, VKP_SH_COUNT
+    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
+    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
 
@@ -68,6 +69,10 @@ typedef struct vkp_options {
     int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
     int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
+    /* kernel choices (vk_options.c) */
+    int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp */
+    int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
+    int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat */
 } vkp_options;
 #define VKP_AUTO 0
 #define VKP_OFF 1
@@ -94,6 +99,9 @@ struct pyg_device {
     uint64_t heap_size, allocated;
     uint32_t mt_device, mt_host;    /* memory type indices */
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
+    /* optional device features (vk_caps.c) */
+    int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
+    int float16;                    /* shaderFloat16 enabled */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;
@@ -170,6 +178,10 @@ struct pyg_event {
     int vid; uint64_t vvalue;       /* sanitizer mode: recording stream and its timeline value */
 };
 
+enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT };
+#define VKP_CM_BM 64    /* mul_mat_cm.comp's workgroup tile: weight rows x tokens */
+#define VKP_CM_BN 64
+
 /* errors (vk_plugin.c) */
 pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pyg_error *vkp_vk_err(VkResult r, const char *what);
@@ -221,7 +233,21 @@ void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes);   /* bytes: operands
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)
 
-/* graph (vk_graph.c) */
+/* optional features (vk_caps.c): query before vkCreateDevice, chain what to enable into its pNext */
+typedef struct vkp_caps_enable {
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
+    const char *exts[4]; uint32_t n_exts;
+} vkp_caps_enable;
+void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext);
+/* the kernel-choice options (vk_options.c): their defaults, and the refusal of a value this device
+ * cannot honour (NULL when the table may take it) */
+void vkp_kernel_option_defaults(pyg_device *d);
+pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value);
+
+/* graph (vk_graph.c, vk_matmul.c) */
+int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
+uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
+pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);
 void vkp_plan_destroy(pyg_graph_plan *plan);

@@ -176,16 +176,31 @@ static pyg_error *device_open(pyg_device *d) {
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
         .queueFamilyIndex = d->queue_family, .queueCount = 1, .pQueuePriorities = &prio };
+    vkp_caps_enable en;
+    void *chain = NULL;
+    vkp_caps_probe(d, g_gipa, g_instance, &en, &chain);   /* cooperative matrices (vk_caps.c) */
     VkPhysicalDeviceVulkan12Features e12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .timelineSemaphore = VK_TRUE, .storageBuffer8BitAccess = f12.storageBuffer8BitAccess };
+        .pNext = chain, .timelineSemaphore = VK_TRUE, .storageBuffer8BitAccess = f12.storageBuffer8BitAccess,
+        .shaderFloat16 = d->float16 ? VK_TRUE : VK_FALSE, .vulkanMemoryModel = d->coopmat ? VK_TRUE : VK_FALSE };
     VkPhysicalDeviceVulkan11Features e11 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
         .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE };
     VkPhysicalDeviceFeatures2 e2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11 };
     e2.features.shaderInt16 = VK_TRUE;
     VkDeviceCreateInfo di = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2,
-        .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi };
+        .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
+        .enabledExtensionCount = en.n_exts, .ppEnabledExtensionNames = en.exts };
     VkResult r = g_ifn.vkCreateDevice(d->phys, &di, NULL, &d->dev);
+    if (r != VK_SUCCESS && en.n_exts) {   /* the optional features are what failed: without them */
+        vkp_log(PYG_LOG_WARN, "%s: vkCreateDevice with the optional extensions failed (VkResult %d); retrying without",
+                d->props.deviceName, (int)r);
+        d->coopmat = d->float16 = 0;
+        e12.pNext = NULL;
+        e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
+        di.enabledExtensionCount = 0;
+        r = g_ifn.vkCreateDevice(d->phys, &di, NULL, &d->dev);
+    }
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateDevice");
+    vkp_kernel_option_defaults(d);
 #define VKP_LOAD_DEV(name) \
     d->fn.name = (PFN_##name)g_ifn.vkGetDeviceProcAddr(d->dev, #name); \
     if (!d->fn.name) return vkp_err(PYG_ERR_NO_DEVICE, "device function %s missing", #name);
@@ -339,6 +354,8 @@ static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_b, uint64_t *t
 static pyg_error *validation_selftest(pyg_device *d);
 
 static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
+static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
+static const char *const k_gemm[] = { "auto", "tiled", "coopmat", NULL };   /* VKP_GEMM_* */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -351,6 +368,9 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
+    PYG_OPTION_INT(vkp_options, matvec, 1, 2, "decode mat-vec: 2 mul_mat_vec2.comp where it applies (default), 1 the earlier kernel"),
+    PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2)"),
+    PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat"),
 };
 
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {
@@ -358,6 +378,8 @@ static pyg_error *api_device_set_option(pyg_device *d, const char *key, const ch
     if (strcmp(key, "validation_check") == 0) return vkp_validation_check();
     if (strcmp(key, "validation_selftest") == 0) return validation_selftest(d);
     if (strcmp(key, "profile_report") == 0) return vkp_prof_report();
+    pyg_error *refused = vkp_kernel_option_check(d, key, value);   /* gemm=coopmat without the extension */
+    if (refused) return refused;
     char msg[600];
     pthread_mutex_lock(&d->lock);
     int32_t st = pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), &d->opts, key, value, msg, sizeof msg);

@@ -44,6 +44,12 @@ VKP_SPV(norm_mul)
 VKP_SPV(norm_mul_wg)
 #include "norm_mul_wg.spv.h"
 ;
+VKP_SPV(mul_mat_vec2)
+#include "mul_mat_vec2.spv.h"
+;
+VKP_SPV(mul_mat_cm)
+#include "mul_mat_cm.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -61,6 +67,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_ROWS_SG, rows_sg)
     VKP_CASE(VKP_SH_NORM_MUL, norm_mul)
     VKP_CASE(VKP_SH_NORM_MUL_WG, norm_mul_wg)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC2, mul_mat_vec2)
+    VKP_CASE(VKP_SH_MUL_MAT_CM, mul_mat_cm)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE

@@ -1,0 +1,25 @@
+/* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
+ * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
+ * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
+ *   matvec       2 (default) mul_mat_vec2.comp for N <= 4 where its layout conditions hold, 1 the
+ *                earlier mul_mat_vec.comp everywhere (kept until GPUs confirm the new one)
+ *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp
+ *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
+ *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
+ *                device without the extension */
+#include <string.h>
+#include "vk_internal.h"
+
+void vkp_kernel_option_defaults(pyg_device *d) {
+    d->opts.matvec = 2;
+    d->opts.matvec_rows = 1;   /* index of "2" */
+    d->opts.gemm = VKP_GEMM_AUTO;
+}
+
+pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value) {
+    if (strcmp(key, "gemm") == 0 && strcmp(value, "coopmat") == 0 && !d->coopmat)
+        return vkp_err(PYG_ERR_UNSUPPORTED, "%s=coopmat: %s has no usable VK_NV_cooperative_matrix (a subgroup "
+                       "16x16x16 f16*f16+f32 shape and shaderFloat16); 'auto' uses the tiled kernel here",
+                       key, d->props.deviceName);
+    return NULL;
+}
