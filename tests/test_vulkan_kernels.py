@@ -166,10 +166,12 @@ def test_gemm_option_values():
 
 
 @pytest.mark.parametrize("wdt", TYPES)
-@pytest.mark.parametrize("gemm", ["auto", "tiled", "coopmat"])
+@pytest.mark.parametrize("gemm", ["auto", "tiled", "coopmat", "cm_emulated"])
 def test_gemm(wdt, gemm):
     """Prefill-sized N: gemm=auto picks the cooperative-matrix GEMM where the device has it and the
-    tiled one elsewhere; gemm=coopmat is refused, with the reason, on a device without it."""
+    tiled one elsewhere; gemm=coopmat is refused, with the reason, on a device without it;
+    cm_emulated runs the cooperative-matrix kernel's tiling, dequantization and stores with the
+    matrix primitives in plain GLSL (f16-rounded operands as on the tensor cores)."""
     cm = _has_coopmat()
     if gemm == "coopmat" and not cm:
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
@@ -179,5 +181,14 @@ def test_gemm(wdt, gemm):
     # M and N not multiples of the 64x64 tiles, two batch axes broadcast over the weights
     e, kernels = _run(wdt, (2, 1, 70, k), (2, 3, 37, k), {"gemm": gemm}, seed=7)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    want = "mul_mat_cm" if cm and gemm != "tiled" else "mul_mat"
+    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm_emu"}.get(gemm, "mul_mat_cm" if cm else "mul_mat")
     assert kernels == [want]
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])
+def test_gemm_strided_activations(gemm):
+    """Activation rows with a padded stride (a view into a wider input) and N = 65: one token
+    past a 64-token tile."""
+    e, kernels = _run("q4_0", (64, 256), (65, 256), {"gemm": gemm}, x_offset=4, seed=11)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels[0].startswith("mul_mat")

@@ -41,7 +41,7 @@ typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
 enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
     VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
-    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_COUNT
+    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
 
@@ -72,7 +72,7 @@ typedef struct vkp_options {
     /* kernel choices (vk_options.c) */
     int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp */
     int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
-    int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat */
+    int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
 } vkp_options;
 #define VKP_AUTO 0
 #define VKP_OFF 1
@@ -178,7 +178,7 @@ struct pyg_event {
     int vid; uint64_t vvalue;       /* sanitizer mode: recording stream and its timeline value */
 };
 
-enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT };
+enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT, VKP_GEMM_CM_EMULATED };
 #define VKP_CM_BM 64    /* mul_mat_cm.comp's workgroup tile: weight rows x tokens */
 #define VKP_CM_BN 64
 

@@ -37,7 +37,12 @@ static int mv2_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s
  * f32 destination with contiguous rows, K a multiple of its 32-element steps, weight types it
  * dequantizes, 32-wide subgroups (its 2x2 subgroup layout of a 128-invocation workgroup). */
 static int cm_ok(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *s0, const pyg_tensor *s1) {
-    if (!d->coopmat || d->subgroup_size != 32 || s0->ne[0] % 32 || s1->nb[0] != 4 || s1->type != PYG_TYPE_F32) return 0;
+    if (d->opts.gemm == VKP_GEMM_CM_EMULATED) {   /* any subgroup size from 8 (its per-lane tile share) */
+        if (d->subgroup_size < 8 || d->subgroup_size > 64) return 0;
+    } else if (d->opts.gemm == VKP_GEMM_TILED || !d->coopmat || d->subgroup_size != 32) {
+        return 0;
+    }
+    if (s0->ne[0] % 32 || s1->nb[0] != 4 || s1->type != PYG_TYPE_F32) return 0;
     if (n->nb[0] != 4 || !pyg_tensor_rows_contiguous(s0)) return 0;
     switch (s0->type) {
     case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0: case PYG_TYPE_Q4_K: case PYG_TYPE_Q6_K:
@@ -78,13 +83,13 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
                 s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         kind = "mul_mat_vec";
-    } else if (N > 4 && d->opts.gemm != VKP_GEMM_TILED && cm_ok(d, n, s0, s1)) {
-        *shader = VKP_SH_MUL_MAT_CM;
+    } else if (N > 4 && cm_ok(d, n, s0, s1)) {
+        *shader = d->opts.gemm == VKP_GEMM_CM_EMULATED ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM;
         spec[0] = (uint32_t)s0->type;
         spec[1] = 4 * d->subgroup_size;   /* workgroup size: 4 subgroups */
         *work = (M + VKP_CM_BM - 1) / VKP_CM_BM * ((N + VKP_CM_BN - 1) / VKP_CM_BN) * B;
         ex[0] = (uint32_t)*work;
-        kind = "mul_mat_cm";
+        kind = d->opts.gemm == VKP_GEMM_CM_EMULATED ? "mul_mat_cm_emu" : "mul_mat_cm";
     } else {
         *shader = VKP_SH_MUL_MAT;
         spec[0] = (uint32_t)s0->type;

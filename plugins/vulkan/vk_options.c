@@ -6,7 +6,8 @@
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
  *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
- *                device without the extension */
+ *                device without the extension; cm_emulated: the same kernel with its matrix
+ *                primitives in plain GLSL (any device: how the tests cover it on lavapipe) */
 #include <string.h>
 #include "vk_internal.h"
 

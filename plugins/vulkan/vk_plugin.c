@@ -355,7 +355,7 @@ static pyg_error *validation_selftest(pyg_device *d);
 
 static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
 static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
-static const char *const k_gemm[] = { "auto", "tiled", "coopmat", NULL };   /* VKP_GEMM_* */
+static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -370,7 +370,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
     PYG_OPTION_INT(vkp_options, matvec, 1, 2, "decode mat-vec: 2 mul_mat_vec2.comp where it applies (default), 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2)"),
-    PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat"),
+    PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {

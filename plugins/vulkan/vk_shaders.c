@@ -50,6 +50,9 @@ VKP_SPV(mul_mat_vec2)
 VKP_SPV(mul_mat_cm)
 #include "mul_mat_cm.spv.h"
 ;
+VKP_SPV(mul_mat_cm_emu)
+#include "mul_mat_cm_emu.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -69,6 +72,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_NORM_MUL_WG, norm_mul_wg)
     VKP_CASE(VKP_SH_MUL_MAT_VEC2, mul_mat_vec2)
     VKP_CASE(VKP_SH_MUL_MAT_CM, mul_mat_cm)
+    VKP_CASE(VKP_SH_MUL_MAT_CM_EMU, mul_mat_cm_emu)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE

@@ -6,20 +6,79 @@
 // Results go through a per-subgroup 16x16 staging tile so the stores are bounds-checked and
 // coalesced along m. The host uses it only on devices with VK_NV_cooperative_matrix, a 16x16x16
 // f16/f32 subgroup shape and 32-wide subgroups (vk_caps.c, vk_matmul.c: cm_ok).
+//
+// CM_EMULATE (mul_mat_cm_emu: option gemm=cm_emulated, for devices without the extension, i.e. the
+// tests on lavapipe) builds the same kernel with the three matrix primitives written out in plain
+// GLSL with the extension's semantics (A row-major and B column-major in shared memory, the result
+// stored column-major), so everything but the tensor-core instructions runs in CI.
 #include "common.glsl"
+#extension GL_KHR_shader_subgroup_basic : require
+#ifndef CM_EMULATE
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then emits the Vulkan memory model)
-layout(local_size_x_id = 1) in;                 // 4 subgroups (the host passes 4 x 32)
+#define HALF float16_t
+#define SG_ID gl_SubgroupID
+#define SG_LANE gl_SubgroupInvocationID
+#define SG_SIZE gl_SubgroupSize
+#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
+#else
+#extension GL_EXT_control_flow_attributes : require
+#define HALF float                                   // f16-rounded values (exact 4-byte shared elements)
+#define TO_HALF(v) unpackHalf2x16(f32_to_f16(v)).x
+// four "subgroups" of a quarter workgroup each, whatever the device's subgroups are
+#define SG_SIZE (gl_WorkGroupSize.x / 4u)
+#define SG_ID (gl_LocalInvocationID.x / SG_SIZE)
+#define SG_LANE (gl_LocalInvocationID.x % SG_SIZE)
+#define SG_SYNC()                               // a lane reads back only what it stored
+#endif
+layout(local_size_x = 128, local_size_x_id = 1) in;               // 4 subgroups (the host passes 4 x the subgroup size)
 layout(constant_id = 0) const uint TY = 0u;
 #define BM 64u
 #define BN 64u
 #define BK 32u
 #define LD (BK + 8u)                            // row stride in halves: 80 bytes, 16-byte aligned
-shared float16_t As[BM * LD];                   // weights, [m][k]
-shared float16_t Bs[BN * LD];                   // activations, [n][k]
+shared HALF As[BM * LD];                        // weights, [m][k]
+shared HALF Bs[BN * LD];                        // activations, [n][k]
 shared float Cs[4u * 256u];                     // a 16x16 result tile per subgroup
+
+#ifndef CM_EMULATE
+#define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define TO_HALF(v) float16_t(v)
+ACC cm_zero(uint tile) { return ACC(0.0); }
+// acc += A[16 x 16 at As[ao], row stride LD] * B[16 x 16, column n at Bs[bo + n * LD]]
+ACC cm_mma(ACC acc, uint ao, uint bo) {
+    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
+    coopMatLoadNV(a, As, ao, LD, false);
+    coopMatLoadNV(b, Bs, bo, LD, true);
+    return coopMatMulAddNV(a, b, acc);
+}
+void cm_store(ACC acc, uint cs) { coopMatStoreNV(acc, Cs, cs, 16u, true); }   // (m, n) at cs + n * 16 + m
+#else
+// A lane holds the elements e = lane + i * SG_SIZE of a 16x16 tile, (m, n) = (e % 16, e / 16), in
+// a private array indexed in loops that stay loops (so llvmpipe compiles the kernel quickly); the
+// 16-term dot products are unrolled: llvmpipe ends any loop after 65535 iterations of an invocation
+// (gallivm's loop limiter), which a rolled inner loop reaches at K = 448.
+#define EMAX 32u                                // 256 / the smallest SG_SIZE the host allows (8)
+struct ACC { float v[EMAX]; };
+ACC cm_zero(uint tile) {
+    ACC a;
+    [[dont_unroll]] for (uint i = 0u; i < EMAX; i++) a.v[i] = 0.0;
+    return a;
+}
+ACC cm_mma(ACC acc, uint ao, uint bo) {
+    [[dont_unroll]] for (uint i = 0u; i < 256u / SG_SIZE; i++) {
+        uint e = SG_LANE + i * SG_SIZE, m = e & 15u, n = e >> 4;
+        float s = acc.v[i];
+        [[unroll]] for (uint k = 0u; k < 16u; k++) s += As[ao + m * LD + k] * Bs[bo + n * LD + k];
+        acc.v[i] = s;
+    }
+    return acc;
+}
+void cm_store(ACC acc, uint cs) {
+    [[dont_unroll]] for (uint i = 0u; i < 256u / SG_SIZE; i++) Cs[cs + SG_LANE + i * SG_SIZE] = acc.v[i];
+}
+#endif
 
 uint ldw(uint o) {   // 32-bit word at a 2-byte aligned byte offset of src0
     uint a = s0w[o >> 2], b = s0w[(o >> 2) + 1u];
@@ -30,7 +89,7 @@ uint ldw(uint o) {   // 32-bit word at a 2-byte aligned byte offset of src0
 void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
     uint o = r * LD;
     if (!valid) {
-        for (uint i = 0u; i < 16u; i++) As[o + 16u * h + i] = float16_t(0.0);
+        for (uint i = 0u; i < 16u; i++) As[o + 16u * h + i] = TO_HALF(0.0);
         return;
     }
     if (TY == TY_Q4_0) {   // half h = quant bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high)
@@ -39,8 +98,8 @@ void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
         uint w0 = ldw(b + 2u + 8u * h), w1 = ldw(b + 6u + 8u * h);
         for (uint i = 0u; i < 8u; i++) {
             uint q = ((i < 4u ? w0 : w1) >> (8u * (i & 3u))) & 255u;
-            As[o + 8u * h + i] = float16_t(d * (float(q & 15u) - 8.0));
-            As[o + 16u + 8u * h + i] = float16_t(d * (float(q >> 4) - 8.0));
+            As[o + 8u * h + i] = TO_HALF(d * (float(q & 15u) - 8.0));
+            As[o + 16u + 8u * h + i] = TO_HALF(d * (float(q >> 4) - 8.0));
         }
     } else if (TY == TY_Q8_0) {
         uint b = ra + (k0 >> 5) * 34u;
@@ -48,7 +107,7 @@ void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
         for (uint j = 0u; j < 4u; j++) {
             uint w = ldw(b + 2u + 16u * h + 4u * j);
             for (uint i = 0u; i < 4u; i++)
-                As[o + 16u * h + 4u * j + i] = float16_t(d * float(int(w << (24u - 8u * i)) >> 24));
+                As[o + 16u * h + 4u * j + i] = TO_HALF(d * float(int(w << (24u - 8u * i)) >> 24));
         }
     } else {   // q4_K: sub-block sb of block k0 / 256, elements 16h..16h+15 of it
         uint b = ra + (k0 >> 8) * 144u, sb = (k0 >> 5) & 7u;
@@ -66,7 +125,7 @@ void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
         for (uint j = 0u; j < 4u; j++) {
             uint w = ldw(qb + 4u * j);
             for (uint i = 0u; i < 4u; i++)
-                As[o + 16u * h + 4u * j + i] = float16_t(d * float((w >> (8u * i + sh)) & 15u) - m);
+                As[o + 16u * h + 4u * j + i] = TO_HALF(d * float((w >> (8u * i + sh)) & 15u) - m);
         }
     }
 }
@@ -82,9 +141,9 @@ void main() {
     uint i02 = i12 / (B2 / t_ne(0u, 2u)), i03 = i13 / (t_ne(1u, 3u) / t_ne(0u, 3u));
     uint nb0 = t_nb(0u, 0u);
     uint t = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
-    uint sg = gl_SubgroupID, wm = (sg & 1u) * 32u, wn = (sg >> 1) * 32u;
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[2][2];
-    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    uint sg = SG_ID, wm = (sg & 1u) * 32u, wn = (sg >> 1) * 32u;
+    ACC acc[2][2];
+    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) acc[i][j] = cm_zero(2u * i + j);
     for (uint k0 = 0u; k0 < K; k0 += BK) {
         if (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K) {
             for (uint task = t; task < 2u * BM; task += WG) {
@@ -94,31 +153,27 @@ void main() {
         } else {
             for (uint e = t; e < BM * BK; e += WG) {
                 uint r = e / BK, kk = e % BK, m = bm * BM + r;
-                As[r * LD + kk] = float16_t(m < M ? deq(0u, t_row(0u, m, i02, i03), k0 + kk, TY, nb0) : 0.0);
+                As[r * LD + kk] = TO_HALF(m < M ? deq(0u, t_row(0u, m, i02, i03), k0 + kk, TY, nb0) : 0.0);
             }
         }
         for (uint e = t; e < BN * BK; e += WG) {   // a subgroup reads 32 consecutive floats of a row
             uint c = e / BK, kk = e % BK, n = bn * BN + c;
-            Bs[c * LD + kk] = float16_t(n < N ? uintBitsToFloat(s1w[(t_row(1u, n, i12, i13) >> 2) + k0 + kk]) : 0.0);
+            Bs[c * LD + kk] = TO_HALF(n < N ? uintBitsToFloat(s1w[(t_row(1u, n, i12, i13) >> 2) + k0 + kk]) : 0.0);
         }
         barrier();
-        for (uint kk = 0u; kk < BK; kk += 16u) {
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[2], b[2];
-            for (uint i = 0u; i < 2u; i++) coopMatLoadNV(a[i], As, (wm + 16u * i) * LD + kk, LD, false);
-            for (uint j = 0u; j < 2u; j++) coopMatLoadNV(b[j], Bs, (wn + 16u * j) * LD + kk, LD, true);
-            for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
-        }
+        for (uint kk = 0u; kk < BK; kk += 16u)
+            for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++)
+                acc[i][j] = cm_mma(acc[i][j], (wm + 16u * i) * LD + kk, (wn + 16u * j) * LD + kk);
         barrier();
     }
-    uint lane = gl_SubgroupInvocationID, cs = sg * 256u;
+    uint lane = SG_LANE, cs = sg * 256u;
     for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) {
-        coopMatStoreNV(acc[i][j], Cs, cs, 16u, true);   // element (row m, col n) at cs + n * 16 + m
-        subgroupMemoryBarrierShared();
-        subgroupBarrier();
-        for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
+        cm_store(acc[i][j], cs);
+        SG_SYNC();
+        for (uint e = lane; e < 256u; e += SG_SIZE) {
             uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + 16u * j + (e >> 4);
             if (m < M && n < N) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(Cs[cs + e]);
         }
-        subgroupBarrier();
+        SG_SYNC();
     }
 }
