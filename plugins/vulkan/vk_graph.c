@@ -6,6 +6,7 @@
  * compute->compute barrier goes in only when a dispatch reads or writes a range written since
  * then, or writes a range read since then (the allocator reuses memory, so WAR matters too). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vk_internal.h"
@@ -114,6 +115,7 @@ typedef struct dispatch {
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
     int op;
+    int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
 } dispatch;
@@ -132,6 +134,7 @@ struct pyg_graph_plan {
     VkDeviceMemory smem;
     VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
     int *ops;                       /* profiling: op of each dispatch */
+    int *labels;                    /* profiling: its shader label (vkp_prof_label) */
     uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
 };
@@ -313,7 +316,36 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
     }
     fold_groups(work, dp->groups);
     uint32_t specs[2] = { spec, spec1 };
+    dp->shader = shader;
+    dp->spec0 = spec;
     return vkp_get_pipeline(d, shader, specs, &dp->pipe);
+}
+
+/* "shader.detail": the weight type (and rows per subgroup) of the mat-mul kernels, the op of the
+ * shaders several ops share, the pass of a split flash attention */
+static int profile_label(const dispatch *dp) {
+    char buf[48];
+    const char *sh = vkp_shader_name(dp->shader);
+    const pyg_type_traits *tr;
+    switch (dp->shader) {
+    case VKP_SH_MUL_MAT_VEC2:
+        tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
+        snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
+        break;
+    case VKP_SH_MUL_MAT_VEC: case VKP_SH_MUL_MAT: case VKP_SH_MUL_MAT_CM: case VKP_SH_MUL_MAT_CM_EMU:
+        tr = pyg_type_get_traits((int32_t)dp->spec0);
+        snprintf(buf, sizeof buf, "%s.%s", sh, tr ? tr->name : "?");
+        break;
+    case VKP_SH_FLASH_ATTN:
+        snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
+        break;
+    case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
+        snprintf(buf, sizeof buf, "%s.%s", sh, pyg_op_name(dp->op));
+        break;
+    default:
+        snprintf(buf, sizeof buf, "%s", sh);
+    }
+    return vkp_prof_label(buf);
 }
 
 static int overlaps(const range *set, int n, const range *r) {
@@ -336,6 +368,7 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     free(plan->acc_write);
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     free(plan->ops);
+    free(plan->labels);
     free(plan->bytes);
     free(plan);
 }
@@ -374,7 +407,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if (fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
             uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
-            if ((e = vkp_get_pipeline(d, norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
+            dps[nd].shader = norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL;
+            if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;
@@ -403,6 +437,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             pc[96] = rows;
             fold_groups(rows, c->groups);
             uint32_t specs[2] = { 2, 1 };
+            c->spec0 = 2;
             if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
             nd++;
         }
@@ -498,10 +533,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };
             plan->ops = calloc((size_t)nd, sizeof *plan->ops);
+            plan->labels = calloc((size_t)nd, sizeof *plan->labels);
             plan->bytes = calloc((size_t)nd, sizeof *plan->bytes);
-            if (plan->ops && plan->bytes && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
+            if (plan->ops && plan->bytes && plan->labels && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
                 for (int i = 0; i < nd; i++) {
                     plan->ops[i] = dps[i].op;
+                    plan->labels[i] = profile_label(&dps[i]);
                     for (int s = 0; s < VKP_NBIND; s++)
                         if (dps[i].slot[s]) plan->bytes[i] += pyg_tensor_nbytes(dps[i].slot[s]);
                 }
@@ -579,7 +616,7 @@ static void profile_collect(pyg_graph_plan *plan) {
     if (d->fn.vkGetQueryPoolResults(d->dev, plan->qpool, 0, n, n * sizeof *ts, ts, sizeof *ts,
                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
         for (uint32_t i = 1; i < n; i++)
-            vkp_prof_add_gpu(plan->ops[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0,
+            vkp_prof_add_gpu(plan->ops[i - 1], plan->labels[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0,
                              plan->bytes[i - 1]);
     free(ts);
 }

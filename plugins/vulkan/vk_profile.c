@@ -16,6 +16,23 @@ int vkp_prof_on = 0;
 vkp_prof_counters vkp_prof;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT], g_gpu_bytes[PYG_OP_COUNT];
+/* the same per shader and specialization ("mul_mat_vec2.q4_0.r2"): labels interned at plan creation */
+#define MAX_LABELS 128
+static char g_label[MAX_LABELS][48];
+static int g_nlabel;
+static uint64_t g_lab_ns[MAX_LABELS], g_lab_n[MAX_LABELS], g_lab_bytes[MAX_LABELS];
+
+int vkp_prof_label(const char *name) {
+    pthread_mutex_lock(&g_mu);
+    int i = 0;
+    while (i < g_nlabel && strcmp(g_label[i], name) != 0) i++;
+    if (i == g_nlabel) {
+        if (g_nlabel == MAX_LABELS) i = -1;
+        else snprintf(g_label[g_nlabel++], sizeof g_label[0], "%s", name);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return i;
+}
 
 int vkp_profiling(void) { return vkp_prof_on > 0; }
 
@@ -25,12 +42,13 @@ uint64_t vkp_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes) {
+void vkp_prof_add_gpu(int op, int label, uint64_t ns, uint64_t bytes) {
     if (op < 0 || op >= PYG_OP_COUNT) return;
     pthread_mutex_lock(&g_mu);
     g_gpu_ns[op] += ns;
     g_gpu_bytes[op] += bytes;
     g_gpu_n[op]++;
+    if (label >= 0 && label < g_nlabel) { g_lab_ns[label] += ns; g_lab_bytes[label] += bytes; g_lab_n[label]++; }
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -41,7 +59,15 @@ pyg_error *vkp_prof_report(void) {
     vkp_prof_counters c = vkp_prof;
     memset(&vkp_prof, 0, sizeof vkp_prof);
     uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT], gb[PYG_OP_COUNT];
+    uint64_t lns[MAX_LABELS], ln[MAX_LABELS], lb[MAX_LABELS];
     pthread_mutex_lock(&g_mu);
+    int nlab = g_nlabel;
+    memcpy(lns, g_lab_ns, sizeof lns);
+    memcpy(ln, g_lab_n, sizeof ln);
+    memcpy(lb, g_lab_bytes, sizeof lb);
+    memset(g_lab_ns, 0, sizeof g_lab_ns);
+    memset(g_lab_n, 0, sizeof g_lab_n);
+    memset(g_lab_bytes, 0, sizeof g_lab_bytes);
     memcpy(gns, g_gpu_ns, sizeof gns);
     memcpy(gn, g_gpu_n, sizeof gn);
     memcpy(gb, g_gpu_bytes, sizeof gb);
@@ -71,6 +97,11 @@ pyg_error *vkp_prof_report(void) {
                     pyg_op_name(i), (unsigned long long)gn[i], US(gns[i]), US(gns[i]) / (double)gn[i],
                     tot ? 100.0 * (double)gns[i] / (double)tot : 0.0,
                     gns[i] ? (double)gb[i] / (double)gns[i] : 0.0);
+    for (int i = 0; i < nlab; i++)   /* labels are kept across reports (plans keep their ids) */
+        if (ln[i])
+            vkp_log(PYG_LOG_INFO, "profile shader: %-28s %6llu dispatches %10.1f us total %8.2f us each %5.1f%% %8.1f GB/s",
+                    g_label[i], (unsigned long long)ln[i], US(lns[i]), US(lns[i]) / (double)ln[i],
+                    tot ? 100.0 * (double)lns[i] / (double)tot : 0.0, lns[i] ? (double)lb[i] / (double)lns[i] : 0.0);
     if (tot) vkp_log(PYG_LOG_INFO, "profile gpu: total %.1f us, %.1f us per plan compute", US(tot), US(tot) / n);
     return NULL;
 }

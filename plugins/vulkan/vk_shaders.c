@@ -77,3 +77,16 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     }
 #undef VKP_CASE
 }
+
+/* the shader's file name (profile labels) */
+const char *vkp_shader_name(int shader) {
+    static const char *names[VKP_SH_COUNT] = {
+        [VKP_SH_ELEMENTWISE] = "elementwise", [VKP_SH_NORM] = "norm", [VKP_SH_SOFT_MAX] = "soft_max",
+        [VKP_SH_ARGMAX] = "argmax", [VKP_SH_ROPE] = "rope", [VKP_SH_GET_ROWS] = "get_rows",
+        [VKP_SH_SET_ROWS] = "set_rows", [VKP_SH_MUL_MAT_VEC] = "mul_mat_vec", [VKP_SH_MUL_MAT] = "mul_mat",
+        [VKP_SH_FLASH_ATTN] = "flash_attn", [VKP_SH_ROWS_SG] = "rows_sg", [VKP_SH_NORM_MUL] = "norm_mul",
+        [VKP_SH_NORM_MUL_WG] = "norm_mul_wg", [VKP_SH_MUL_MAT_VEC2] = "mul_mat_vec2", [VKP_SH_MUL_MAT_CM] = "mul_mat_cm",
+        [VKP_SH_MUL_MAT_CM_EMU] = "mul_mat_cm_emu",
+    };
+    return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
+}
