@@ -68,6 +68,32 @@ def _weight(g, rng, wdt, wshape):
             pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape))
 
 
+def _compute(y, feeds, options, what):
+    """y on VK with device `options` set (then back to the defaults); returns (result, the kernels
+    the plugin's debug log named for nodes whose log line contains `what`)."""
+    dev = pg.get_device(VK)
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, r):
+            records.append(r.getMessage())
+    h = H(level=logging.DEBUG)
+    log = logging.getLogger("pyggml")
+    old = log.level
+    log.addHandler(h)
+    log.setLevel(logging.DEBUG)
+    try:
+        for key, value in options.items():
+            dev.set_option(key, value)
+        out = pg.Scheduler([VK], poison=True).compute(y, feeds)
+    finally:
+        log.removeHandler(h)
+        log.setLevel(old)
+        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto")):
+            dev.set_option(key, value)
+    return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
+
+
 def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
     """mul_mat(w, x) on VK with `options` set; returns (NMSE against numpy, kernels the log named)."""
     rng = np.random.default_rng(seed)
@@ -84,32 +110,11 @@ def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
     else:
         x = g.input("x", xshape)
         feeds = {"x": xv}
-    dev = pg.get_device(VK)
-    for key, value in options.items():
-        dev.set_option(key, value)
-    records = []
-
-    class H(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h = H(level=logging.DEBUG)
-    log = logging.getLogger("pyggml")
-    old = log.level
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
-    try:
-        out = pg.Scheduler([VK], poison=True).compute(pg.mul_mat(w, x), feeds)
-    finally:
-        log.removeHandler(h)
-        log.setLevel(old)
-        dev.set_option("matvec", "2")
-        dev.set_option("matvec_rows", "2")
-        dev.set_option("gemm", "auto")
+    out, kernels = _compute(pg.mul_mat(w, x), feeds, options, "mul_mat '")
     wb = w64.reshape((1,) * (4 - w64.ndim) + w64.shape)
     xb = xv.astype(np.float64).reshape((1,) * (4 - xv.ndim) + xv.shape)
     wb = np.repeat(np.repeat(wb, xb.shape[0] // wb.shape[0], axis=0), xb.shape[1] // wb.shape[1], axis=1)
     ref = np.einsum("abnk,abmk->abnm", xb, wb).reshape(xv.shape[:-1] + (wshape[-2],))
-    kernels = [m.rsplit(": ", 1)[1] for m in records if "mul_mat '" in m]
     return nmse(np.asarray(out), ref), kernels
 
 
@@ -192,3 +197,53 @@ def test_gemm_strided_activations(gemm):
     e, kernels = _run("q4_0", (64, 256), (65, 256), {"gemm": gemm}, x_offset=4, seed=11)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels[0].startswith("mul_mat")
+
+
+# ---------------------------------------------------------------- prefill attention
+
+@pytest.mark.parametrize("fa", ["cm_emulated", "auto", "scalar"])
+@pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
+                                                (128, 40, 100, "f16")])
+def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
+    """Prefill-shaped attention (n_q >= 16): causal mask with the queries at the end of the cache,
+    a row that sees nothing, ALiBi slopes, GQA (4 heads over 2 K/V heads), partial 32-query and
+    64-key blocks; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
+    primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe)."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D * 1000 + n_q + n_kv)
+    H, Hk, max_bias = 4, 2, 2.0
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    pos = np.arange(n_kv - n_q, n_kv)
+    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float16)[None, None]
+    mv[..., 3, :] = -np.inf                  # a query row with every key masked: output 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias)
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
+                       mv.astype(np.float64), 1 / np.sqrt(D), max_bias, 0.0)
+    assert ref.shape == (1, n_q, H, D)
+    ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa}, "flash_attn '")
+    assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} ({kernels})"
+    cm = _has_coopmat()
+    if fa == "scalar" or (fa == "auto" and not cm):
+        assert kernels == ["flash_attn"]
+    elif fa == "auto":
+        assert kernels == ["flash_attn_cm"]
+    elif D <= 64:
+        assert kernels == ["flash_attn_cm_emu"]
+    else:
+        assert kernels[0] in ("flash_attn_cm_emu", "flash_attn")
+
+
+def test_fa_option_values():
+    dev = pg.get_device(VK)
+    for bad in ("tiled", "", "fast"):
+        with pytest.raises(pg.PyggmlError, match="fa"):
+            dev.set_option("fa", bad)
+    if not _has_coopmat():
+        with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
+            dev.set_option("fa", "coopmat")

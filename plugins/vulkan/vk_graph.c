@@ -286,10 +286,15 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         dp->slot[1] = s1;
         dp->slot[2] = n->src[2];
         if (n->src[3]) { dp->slot[3] = n->src[3]; ex[1] = 1; }
+        dp->fa_split = 0;
+        uint32_t sp[2];
+        if (vkp_fa_cm_setup(d, n, &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
+            spec = sp[0]; spec1 = sp[1];
+            break;
+        }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
         ex[0] = (uint32_t)rows;
         work = rows;
-        dp->fa_split = 0;
         /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
          * pass, so the device is busy and a masked-out split costs one mask read */
         if (rows < 1024 && nkv > 64 && fa_split_on(d)) {

@@ -41,7 +41,8 @@ typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
 enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
     VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
-    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU, VKP_SH_COUNT
+    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU,
+    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
 
@@ -73,6 +74,7 @@ typedef struct vkp_options {
     int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp */
     int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
+    int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
 } vkp_options;
 #define VKP_AUTO 0
 #define VKP_OFF 1
@@ -92,6 +94,7 @@ struct pyg_device {
     int32_t device_type;
     int subgroup_arith;             /* subgroup add usable in compute shaders (and option subgroups=1) */
     int subgroup_hw;                /* the device has it (subgroup_arith without the option) */
+    int subgroup_shuffle;           /* subgroup shuffles usable in compute shaders */
     vkp_options opts;
     uint32_t subgroup_size;
     uint64_t max_range;             /* maxStorageBufferRange: largest tensor one binding can see */
@@ -250,6 +253,8 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
+/* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm.comp (shader, spec, work, ex filled) */
+int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);
 void vkp_plan_destroy(pyg_graph_plan *plan);

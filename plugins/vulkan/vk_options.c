@@ -7,7 +7,9 @@
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
  *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
  *                device without the extension; cm_emulated: the same kernel with its matrix
- *                primitives in plain GLSL (any device: how the tests cover it on lavapipe) */
+ *                primitives in plain GLSL (any device: how the tests cover it on lavapipe)
+ *   fa           the same for prefill flash attention: auto, scalar (flash_attn.comp only), coopmat,
+ *                cm_emulated (flash_attn_cm.comp) */
 #include <string.h>
 #include "vk_internal.h"
 
@@ -15,12 +17,13 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec = 2;
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
+    d->opts.fa = VKP_GEMM_AUTO;
 }
 
 pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value) {
-    if (strcmp(key, "gemm") == 0 && strcmp(value, "coopmat") == 0 && !d->coopmat)
+    if ((strcmp(key, "gemm") == 0 || strcmp(key, "fa") == 0) && strcmp(value, "coopmat") == 0 && !d->coopmat)
         return vkp_err(PYG_ERR_UNSUPPORTED, "%s=coopmat: %s has no usable VK_NV_cooperative_matrix (a subgroup "
-                       "16x16x16 f16*f16+f32 shape and shaderFloat16); 'auto' uses the tiled kernel here",
-                       key, d->props.deviceName);
+                       "16x16x16 f16*f16+f32 shape, shaderFloat16, vulkanMemoryModel); 'auto' uses the %s kernel here",
+                       key, d->props.deviceName, key[0] == 'f' ? "scalar" : "tiled");
     return NULL;
 }

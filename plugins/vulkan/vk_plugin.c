@@ -156,6 +156,8 @@ static pyg_error *device_open(pyg_device *d) {
     d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
     d->subgroup_hw = d->subgroup_arith;   /* option subgroups=0 forces the shared-memory kernels */
+    d->subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                          (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && sg.subgroupSize >= 4;
     d->opts = (vkp_options){ .fa_split = VKP_AUTO, .fuse = 1, .norm_wg = VKP_AUTO, .subgroups = 1 };
     d->max_alloc = m3.maxMemoryAllocationSize;
     d->max_range = d->props.limits.maxStorageBufferRange;
@@ -356,6 +358,7 @@ static pyg_error *validation_selftest(pyg_device *d);
 static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
 static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
+static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -370,6 +373,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
     PYG_OPTION_INT(vkp_options, matvec, 1, 2, "decode mat-vec: 2 mul_mat_vec2.comp where it applies (default), 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2)"),
+    PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (cooperative matrices where the device has them), scalar, coopmat, cm_emulated (tests)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 

@@ -12,15 +12,16 @@ VK_BUILD := build/vulkan
 VK_LIB := $(PLUGIN_DIR)/libpyggml-vulkan.so
 VK_SRCS := $(wildcard $(VK_DIR)/*.c)
 VK_SHADERS := $(wildcard $(VK_DIR)/shaders/*.comp)
-VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h
+VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h \
+            $(VK_BUILD)/flash_attn_cm_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
-$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
 
-# the cooperative-matrix GEMM with its matrix primitives in plain GLSL (gemm=cm_emulated: tests)
-$(VK_BUILD)/mul_mat_cm_emu.spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl
+# the cooperative-matrix shaders with their matrix primitives in plain GLSL (options gemm / fa = cm_emulated: tests)
+$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_EMULATE -mfmt=c -o $@ $<
 

@@ -7,32 +7,12 @@
 // coalesced along m. The host uses it only on devices with VK_NV_cooperative_matrix, a 16x16x16
 // f16/f32 subgroup shape and 32-wide subgroups (vk_caps.c, vk_matmul.c: cm_ok).
 //
-// CM_EMULATE (mul_mat_cm_emu: option gemm=cm_emulated, for devices without the extension, i.e. the
-// tests on lavapipe) builds the same kernel with the three matrix primitives written out in plain
-// GLSL with the extension's semantics (A row-major and B column-major in shared memory, the result
-// stored column-major), so everything but the tensor-core instructions runs in CI.
+// CM_EMULATE builds mul_mat_cm_emu (option gemm=cm_emulated): the same kernel with the matrix
+// primitives in plain GLSL (coopmat.glsl), so everything but the tensor-core instructions runs on
+// devices without the extension (the tests on lavapipe).
 #include "common.glsl"
-#extension GL_KHR_shader_subgroup_basic : require
-#ifndef CM_EMULATE
-#extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then emits the Vulkan memory model)
-#define HALF float16_t
-#define SG_ID gl_SubgroupID
-#define SG_LANE gl_SubgroupInvocationID
-#define SG_SIZE gl_SubgroupSize
-#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
-#else
-#extension GL_EXT_control_flow_attributes : require
-#define HALF float                                   // f16-rounded values (exact 4-byte shared elements)
-#define TO_HALF(v) unpackHalf2x16(f32_to_f16(v)).x
-// four "subgroups" of a quarter workgroup each, whatever the device's subgroups are
-#define SG_SIZE (gl_WorkGroupSize.x / 4u)
-#define SG_ID (gl_LocalInvocationID.x / SG_SIZE)
-#define SG_LANE (gl_LocalInvocationID.x % SG_SIZE)
-#define SG_SYNC()                               // a lane reads back only what it stored
-#endif
-layout(local_size_x = 128, local_size_x_id = 1) in;               // 4 subgroups (the host passes 4 x the subgroup size)
+#include "coopmat.glsl"
+layout(local_size_x = 128, local_size_x_id = 1) in;   // 4 subgroups (the host passes 4 x the subgroup size)
 layout(constant_id = 0) const uint TY = 0u;
 #define BM 64u
 #define BN 64u
@@ -41,44 +21,6 @@ layout(constant_id = 0) const uint TY = 0u;
 shared HALF As[BM * LD];                        // weights, [m][k]
 shared HALF Bs[BN * LD];                        // activations, [n][k]
 shared float Cs[4u * 256u];                     // a 16x16 result tile per subgroup
-
-#ifndef CM_EMULATE
-#define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-#define TO_HALF(v) float16_t(v)
-ACC cm_zero(uint tile) { return ACC(0.0); }
-// acc += A[16 x 16 at As[ao], row stride LD] * B[16 x 16, column n at Bs[bo + n * LD]]
-ACC cm_mma(ACC acc, uint ao, uint bo) {
-    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
-    coopMatLoadNV(a, As, ao, LD, false);
-    coopMatLoadNV(b, Bs, bo, LD, true);
-    return coopMatMulAddNV(a, b, acc);
-}
-void cm_store(ACC acc, uint cs) { coopMatStoreNV(acc, Cs, cs, 16u, true); }   // (m, n) at cs + n * 16 + m
-#else
-// A lane holds the elements e = lane + i * SG_SIZE of a 16x16 tile, (m, n) = (e % 16, e / 16), in
-// a private array indexed in loops that stay loops (so llvmpipe compiles the kernel quickly); the
-// 16-term dot products are unrolled: llvmpipe ends any loop after 65535 iterations of an invocation
-// (gallivm's loop limiter), which a rolled inner loop reaches at K = 448.
-#define EMAX 32u                                // 256 / the smallest SG_SIZE the host allows (8)
-struct ACC { float v[EMAX]; };
-ACC cm_zero(uint tile) {
-    ACC a;
-    [[dont_unroll]] for (uint i = 0u; i < EMAX; i++) a.v[i] = 0.0;
-    return a;
-}
-ACC cm_mma(ACC acc, uint ao, uint bo) {
-    [[dont_unroll]] for (uint i = 0u; i < 256u / SG_SIZE; i++) {
-        uint e = SG_LANE + i * SG_SIZE, m = e & 15u, n = e >> 4;
-        float s = acc.v[i];
-        [[unroll]] for (uint k = 0u; k < 16u; k++) s += As[ao + m * LD + k] * Bs[bo + n * LD + k];
-        acc.v[i] = s;
-    }
-    return acc;
-}
-void cm_store(ACC acc, uint cs) {
-    [[dont_unroll]] for (uint i = 0u; i < 256u / SG_SIZE; i++) Cs[cs + SG_LANE + i * SG_SIZE] = acc.v[i];
-}
-#endif
 
 uint ldw(uint o) {   // 32-bit word at a 2-byte aligned byte offset of src0
     uint a = s0w[o >> 2], b = s0w[(o >> 2) + 1u];
@@ -143,7 +85,7 @@ void main() {
     uint t = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     uint sg = SG_ID, wm = (sg & 1u) * 32u, wn = (sg >> 1) * 32u;
     ACC acc[2][2];
-    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) acc[i][j] = cm_zero(2u * i + j);
+    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) CM_ZERO(acc[i][j]);
     for (uint k0 = 0u; k0 < K; k0 += BK) {
         if (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K) {
             for (uint task = t; task < 2u * BM; task += WG) {
@@ -163,12 +105,12 @@ void main() {
         barrier();
         for (uint kk = 0u; kk < BK; kk += 16u)
             for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++)
-                acc[i][j] = cm_mma(acc[i][j], (wm + 16u * i) * LD + kk, (wn + 16u * j) * LD + kk);
+                CM_MMA(acc[i][j], As, (wm + 16u * i) * LD + kk, LD, Bs, (wn + 16u * j) * LD + kk, LD, true);
         barrier();
     }
     uint lane = SG_LANE, cs = sg * 256u;
     for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) {
-        cm_store(acc[i][j], cs);
+        CM_STORE(acc[i][j], Cs, cs, 16u, true);   // (m, n) at cs + n * 16 + m
         SG_SYNC();
         for (uint e = lane; e < 256u; e += SG_SIZE) {
             uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + 16u * j + (e >> 4);
