@@ -89,7 +89,7 @@ def _compute(y, feeds, options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto")):
+        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto")):
             dev.set_option(key, value)
     return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
 
@@ -247,3 +247,28 @@ def test_fa_option_values():
     if not _has_coopmat():
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
             dev.set_option("fa", "coopmat")
+
+
+# ---------------------------------------------------------------- fusions
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("n0", [48, 700])
+@pytest.mark.parametrize("wg", ["off", "on"])
+def test_add_rms_norm_mul_fusion(rows, n0, wg):
+    """add -> rms_norm -> mul(w) (a layer's residual add and the next norm) runs as one dispatch that
+    writes all three nodes (binding 6 carries the add's output), in the subgroup-per-row and the
+    workgroup-per-row (norm_wg=on, GPUs) kernels. Against float64 numpy; the plan log shows one
+    dispatch."""
+    rng = np.random.default_rng(rows * 1000 + n0)
+    xv, yv = (rng.standard_normal((rows, n0)).astype(np.float32) for _ in range(2))
+    wv = rng.standard_normal((n0,)).astype(np.float32)
+    g = pg.Graph()
+    x, y, w = g.input("x", xv.shape), g.input("y", yv.shape), g.input("w", wv.shape)
+    a = pg.add(x, y)
+    nrm = pg.rms_norm(a, eps=1e-5)
+    m = pg.mul(nrm, w)
+    got, plans = _compute([a, nrm, m], {"x": xv, "y": yv, "w": wv}, {"norm_wg": wg}, "plan for graph")
+    s = xv.astype(np.float64) + yv
+    ref_n = s / np.sqrt(np.mean(s ** 2, axis=-1, keepdims=True) + 1e-5)
+    assert nmse(got[0], s) <= 1e-7 and nmse(got[1], ref_n) <= 1e-7 and nmse(got[2], ref_n * wv) <= 1e-7
+    assert plans[-1].startswith("1 dispatches"), plans

@@ -114,6 +114,7 @@ typedef struct dispatch {
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
+    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
@@ -183,11 +184,13 @@ static int fa_split_on(const pyg_device *d) { return auto_on(d, d->opts.fa_split
 /* rms_norm followed by a mul of its result (x_norm * w, w broadcast): one dispatch that writes
  * both nodes (every node is still written, R9), one barrier stage less per layer norm in
  * decode. Needs the subgroup row kernel. The option fuse=0 turns fusion off. */
+static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw);
 static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
     if (!d->opts.fuse) return 0;
     if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
     if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
-    return vkp_supports_op((pyg_device *)d, m);
+    const pyg_tensor *rd[2] = { n->src[0], m->src[1] }, *wr[2] = { n, m };
+    return vkp_supports_op((pyg_device *)d, m) && fused_ranges_ok(rd, 2, wr, 2);
 }
 
 /* The workgroup-per-row variant (norm_mul_wg.comp), option norm_wg. */
@@ -204,6 +207,50 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
     p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
     uint32_t rpw = norm_wg_on(d) ? 1 : vkp_rows_per_wg(d);
     fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
+}
+
+/* An add whose result the next node rms-normalizes (fused as above): the residual add of a layer
+ * joins that dispatch too (norm_add.glsl), one more barrier stage less per layer norm. Same shapes
+ * (no broadcast); the same switch as the norm fusion. */
+static int add_fusable(const pyg_device *d, const pyg_tensor *a, const pyg_tensor *n, const pyg_tensor *m) {
+    if (a->op != PYG_OP_ADD || !a->src[1] || !n || n->src[0] != a || !fusable(d, n, m)) return 0;
+    if (!same_shape(a, a->src[0]) || !same_shape(a, a->src[1]) || m->src[1] == a) return 0;
+    const pyg_tensor *rd[3] = { a->src[0], a->src[1], m->src[1] }, *wr[3] = { a, n, m };
+    return vkp_supports_op((pyg_device *)d, a) && fused_ranges_ok(rd, 3, wr, 3);
+}
+
+/* A fused dispatch runs its nodes element by element, not one after another: the allocator may have
+ * put a later node's output over an earlier node's input (its lifetime ended there), which is safe
+ * only where the two are the same elements in the same layout (each element is read, then written,
+ * by one invocation). Any other overlap between what the dispatch writes and what it reads or
+ * writes elsewhere (a shifted reuse reaching another row) keeps the nodes apart. */
+static int same_bytes(const pyg_tensor *a, const pyg_tensor *b, const pyg_buffer *ba, uint64_t oa, const pyg_buffer *bb, uint64_t ob) {
+    if (ba != bb || oa != ob || a->type != b->type) return 0;
+    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
+    return 1;
+}
+
+static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw) {
+    for (int i = 0; i < nw; i++) {
+        const pyg_buffer *bw; uint64_t ow;
+        if (!vkp_resolve(wr[i], &bw, &ow)) return 0;
+        uint64_t ew = ow + pyg_tensor_nbytes(wr[i]);
+        for (int j = 0; j < nr + nw; j++) {
+            const pyg_tensor *o = j < nr ? rd[j] : wr[j - nr];
+            if (o == wr[i]) continue;
+            const pyg_buffer *bo; uint64_t oo;
+            if (!vkp_resolve(o, &bo, &oo)) return 0;
+            if (bo == bw && oo < ew && ow < oo + pyg_tensor_nbytes(o) && !same_bytes(wr[i], o, bw, ow, bo, oo)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* the next compute node after index i (NULL at the end) */
+static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
+    for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
+        if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
+    return NULL;
 }
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
@@ -344,6 +391,9 @@ static int profile_label(const dispatch *dp) {
     case VKP_SH_FLASH_ATTN:
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
         break;
+    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD:
+        snprintf(buf, sizeof buf, "add+%s", sh);
+        break;
     case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
         snprintf(buf, sizeof buf, "%s.%s", sh, pyg_op_name(dp->op));
         break;
@@ -383,7 +433,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     int nn = g->n_nodes;
     dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 2, sizeof *dps);
     range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 8 + 4, sizeof *rd);
-    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 2 + 1, sizeof *wr);
+    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 3 + 1, sizeof *wr);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
@@ -406,15 +456,23 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        const pyg_tensor *next = NULL;
-        for (int j = i + 1; j < nn && g->nodes[j]; j++)
-            if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) { next = g->nodes[j]; break; }
-        if (fusable(d, n, next)) {
+        const pyg_tensor *next = next_compute(g, i);
+        const pyg_tensor *next2 = NULL;
+        for (int j = i + 1; next && j < nn; j++) if (g->nodes[j] == next) { next2 = next_compute(g, j); break; }
+        const pyg_tensor *add = NULL;
+        if (add_fusable(d, n, next, next2)) { add = n; n = next; next = next2; }
+        if (add || fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
             uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
-            dps[nd].shader = norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL;
+            dps[nd].shader = norm_wg_on(d) ? (add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG)
+                                           : (add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL);
+            if (add) {   /* x = add's operands; the add's output at binding 6, described in the extras */
+                dps[nd].slot[0] = add->src[0];
+                dps[nd].slot[2] = add->src[1];
+                dps[nd].add_out = add;
+            }
             if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
-            while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
+            while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;
         }
@@ -428,6 +486,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[16 * s + 0] = (uint32_t)(off & (align - 1));
             p[16 * s + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
+        }
+        if (dps[nd].add_out) {
+            const pyg_tensor *t = dps[nd].add_out;
+            const pyg_buffer *b; uint64_t off;
+            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
+            p[96 + 2] = (uint32_t)(off & (align - 1));
+            p[96 + 3] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[96 + 4 + k] = (uint32_t)t->nb[k];
         }
         nd++;
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
@@ -508,6 +574,13 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].add_out) {   /* same range rules as the tensor slots */
+            const pyg_buffer *buf = NULL; uint64_t off = 0;
+            vkp_resolve(dps[i].add_out, &buf, &off);
+            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].add_out) + 3) & ~3ull;
+            if (hi > buf->alloc_size) hi = buf->alloc_size;
+            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+        }
         for (int w = 0; w < 3; w++) {
             uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : VKP_BIND_SCRATCH;
             wds[3 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
@@ -555,19 +628,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         int nrd = 0, nwr = 0;
         if (vkp_validation_active()) {
-            plan->acc = calloc((size_t)nd * VKP_NBIND + 1, sizeof *plan->acc);
-            plan->acc_write = calloc((size_t)nd * VKP_NBIND + 1, 1);
+            plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
+            plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         for (int i = 0; i < nd; i++) {
-            range myr[4], myw[2]; int nmyr = 0, nmyw = 0;
-            for (int s = 0; s < VKP_NBIND; s++) {
-                const pyg_tensor *t = dps[i].slot[s];
+            range myr[4], myw[3]; int nmyr = 0, nmyw = 0;
+            for (int s = 0; s <= VKP_NBIND; s++) {   /* the tensor slots, then a fused add's output */
+                const pyg_tensor *t = s < VKP_NBIND ? dps[i].slot[s] : dps[i].add_out;
                 if (!t) continue;
                 const pyg_buffer *buf = NULL; uint64_t off = 0;
                 vkp_resolve(t, &buf, &off);
                 range rg = { buf, off, off + pyg_tensor_nbytes(t) };
-                int w = s == VKP_SLOT_DST || (s == 3 && dps[i].writes_slot3);
+                int w = s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dps[i].writes_slot3);
                 if (w) myw[nmyw++] = rg; else myr[nmyr++] = rg;
                 if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = rg; }
             }

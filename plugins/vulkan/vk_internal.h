@@ -42,9 +42,9 @@ enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
     VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
     VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU,
-    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD, VKP_SH_COUNT
 };
-#define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
+#define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
 /* Parameter block of one dispatch (binding 5, a uniform buffer), in 32-bit words: tensor slot t (0..3 = src,
  * 4 = dst) at 16*t: [0] byte offset in its binding, [1] type, [4..7] ne, [8..11] nb;
@@ -52,7 +52,7 @@ enum {
 #define VKP_PARAM_WORDS 128
 #define VKP_SLOT_DST 4
 #define VKP_NBIND 5
-#define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials); dummy elsewhere */
+#define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials), a fused add's output; dummy elsewhere */
 #define VKP_NSET (VKP_NBIND + 2)   /* bindings per descriptor set: tensors, parameters, scratch */
 
 typedef struct vkp_pipeline {

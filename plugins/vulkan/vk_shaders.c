@@ -59,6 +59,12 @@ VKP_SPV(flash_attn_cm)
 VKP_SPV(flash_attn_cm_emu)
 #include "flash_attn_cm_emu.spv.h"
 ;
+VKP_SPV(norm_mul_add)
+#include "norm_mul_add.spv.h"
+;
+VKP_SPV(norm_mul_wg_add)
+#include "norm_mul_wg_add.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -81,6 +87,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_CM_EMU, mul_mat_cm_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
+    VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
+    VKP_CASE(VKP_SH_NORM_MUL_WG_ADD, norm_mul_wg_add)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE
@@ -95,7 +103,8 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_FLASH_ATTN] = "flash_attn", [VKP_SH_ROWS_SG] = "rows_sg", [VKP_SH_NORM_MUL] = "norm_mul",
         [VKP_SH_NORM_MUL_WG] = "norm_mul_wg", [VKP_SH_MUL_MAT_VEC2] = "mul_mat_vec2", [VKP_SH_MUL_MAT_CM] = "mul_mat_cm",
         [VKP_SH_MUL_MAT_CM_EMU] = "mul_mat_cm_emu", [VKP_SH_FLASH_ATTN_CM] = "flash_attn_cm",
-        [VKP_SH_FLASH_ATTN_CM_EMU] = "flash_attn_cm_emu",
+        [VKP_SH_FLASH_ATTN_CM_EMU] = "flash_attn_cm_emu", [VKP_SH_NORM_MUL_ADD] = "norm_mul",
+        [VKP_SH_NORM_MUL_WG_ADD] = "norm_mul_wg",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }
