@@ -27,6 +27,11 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
         q->ne[0] <= 128 && softcap == 0.0f && d->subgroup_shuffle &&
         fa_cm_shared(dmax, emulated) <= d->props.limits.maxComputeSharedMemorySize)
         ok = emulated ? d->subgroup_size >= 8 && d->subgroup_size <= 64 : d->coopmat && d->subgroup_size == 32;
+    uint32_t sp[2] = { dmax, 4 * d->subgroup_size };
+    if (ok && !d->fa_cm_broken)
+        ok = vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM, sp, &d->fa_cm_broken);
+    else
+        ok = 0;
     if (ok) {
         uint64_t wg = (uint64_t)((q->ne[1] + FA_BQ - 1) / FA_BQ) * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
         *shader = emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM;

@@ -105,6 +105,7 @@ struct pyg_device {
     /* optional device features (vk_caps.c) */
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
     int float16;                    /* shaderFloat16 enabled */
+    int mv2_broken, cm_broken, fa_cm_broken;   /* the driver refused that pipeline: not chosen again */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;
@@ -189,6 +190,8 @@ enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT, VKP_GEMM_CM_EMULATED };
 pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pyg_error *vkp_vk_err(VkResult r, const char *what);
 void vkp_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *vkp_error_text(const pyg_error *e);
+void vkp_error_free(pyg_error *e);
 
 /* pipelines (vk_plugin.c): created once per (shader, specialization constants 0 and 1), cached */
 pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline *out);
@@ -253,6 +256,8 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
+/* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
+int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm.comp (shader, spec, work, ex filled) */
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);

@@ -37,6 +37,7 @@ static int mv2_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s
  * f32 destination with contiguous rows, K a multiple of its 32-element steps, weight types it
  * dequantizes, 32-wide subgroups (its 2x2 subgroup layout of a 128-invocation workgroup). */
 static int cm_ok(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *s0, const pyg_tensor *s1) {
+    if (d->cm_broken) return 0;
     if (d->opts.gemm == VKP_GEMM_CM_EMULATED) {   /* any subgroup size from 8 (its per-lane tile share) */
         if (d->subgroup_size < 8 || d->subgroup_size > 64) return 0;
     } else if (d->opts.gemm == VKP_GEMM_TILED || !d->coopmat || d->subgroup_size != 32) {
@@ -53,14 +54,31 @@ static int cm_ok(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *s0,
     }
 }
 
+/* A new kernel whose pipeline the driver refuses (a compiler failure on an untested driver) is
+ * logged and not chosen again on this device; the earlier kernel runs instead. */
+int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable) {
+    VkPipeline p;
+    pyg_error *e = vkp_get_pipeline(d, shader, spec, &p);
+    if (!e) return 1;
+    vkp_log(PYG_LOG_WARN, "%s: the %s pipeline failed (%s); using the earlier kernel", d->props.deviceName,
+            vkp_shader_name(shader), vkp_error_text(e));
+    vkp_error_free(e);
+    *disable = 1;
+    return 0;
+}
+
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
                              uint64_t *work, uint32_t *ex) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
     if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
     const char *kind;
-    if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && mv2_ok(d, s0, s1)) {
-        uint32_t nr = 1u << d->opts.matvec_rows, sgw = d->subgroup_size >= 1 && d->subgroup_size <= 128 ? 128 / d->subgroup_size : 1;
+    uint32_t nr = 1u << d->opts.matvec_rows, sgw = d->subgroup_size >= 1 && d->subgroup_size <= 128 ? 128 / d->subgroup_size : 1;
+    uint32_t mv2_spec[2] = { (uint32_t)s0->type | nr << 8, sgw };
+    uint32_t cm_spec[2] = { (uint32_t)s0->type, 4 * d->subgroup_size };
+    int cm_shader = d->opts.gemm == VKP_GEMM_CM_EMULATED ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM;
+    if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
+        vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;
         *shader = VKP_SH_MUL_MAT_VEC2;
         spec[0] = (uint32_t)s0->type | nr << 8;
@@ -83,7 +101,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
                 s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         kind = "mul_mat_vec";
-    } else if (N > 4 && cm_ok(d, n, s0, s1)) {
+    } else if (N > 4 && cm_ok(d, n, s0, s1) && vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
         *shader = d->opts.gemm == VKP_GEMM_CM_EMULATED ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM;
         spec[0] = (uint32_t)s0->type;
         spec[1] = 4 * d->subgroup_size;   /* workgroup size: 4 subgroups */

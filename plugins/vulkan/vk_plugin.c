@@ -54,9 +54,11 @@ void vkp_log(int32_t level, const char *fmt, ...) {
     g_host->log(g_host->log_user_data, level, "vulkan", buf);
 }
 
+const char *vkp_error_text(const pyg_error *e) { return e ? e->msg : ""; }
+void vkp_error_free(pyg_error *e) { if (e && !e->is_static) free(e); }
 static int32_t api_error_code(const pyg_error *e) { return e ? e->code : PYG_OK; }
 static const char *api_error_message(const pyg_error *e) { return e ? e->msg : ""; }
-static void api_error_destroy(pyg_error *e) { if (e && !e->is_static) free(e); }
+static void api_error_destroy(pyg_error *e) { vkp_error_free(e); }
 
 /* ---------------------------------------------------------------- loader and devices */
 
