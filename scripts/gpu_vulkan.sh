@@ -17,8 +17,8 @@
 # with the tree's own when .git travels, and records both).
 #
 # Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
-# GPU_VK_VARIANTS ("new old": new = default device options, old = matvec=1 gemm=tiled; also rows1,
-# rows4 for mul_mat_vec2's rows per subgroup), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
+# GPU_VK_VARIANTS ("new old": new = default device options, old = matvec=1 gemm=tiled fa=scalar;
+# also rows1, rows4 for mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_BENCH=0 (skip benches and profiles).
 set -u -o pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,9 @@
 
 bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml bench`) on
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
-old: matvec=1 gemm=tiled, the kernels before issue 18), and the Vulkan / CUDA ratios.
+old: matvec=1 gemm=tiled fa=scalar, the kernels before issue 18; rows1/rows4: mul_mat_vec2's rows
+per subgroup; tile64: the GEMM's smaller tile), and the Vulkan / CUDA ratios. The add+norm fusion
+follows PYGGML_VULKAN_FUSE (on unless 0).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
 (PYGGML_VULKAN_PROFILE=1, set here before the plugin loads), side by side per token.
@@ -22,9 +24,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled"},
-            "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}}
-DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto"}
+VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar"},
+            "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"}}
+DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "fa": "auto"}
 
 
 def _set_vk(pg, opts):
@@ -120,11 +122,9 @@ def profile(a, save):
     import pyggml.models as models
     from pyggml.bench_model import resolve_model
     lines = []
-
-    class H(logging.Handler):
-        def emit(self, rec):
-            lines.append(rec.getMessage())
-    logging.getLogger("pyggml").addHandler(H())
+    keep = logging.Handler()
+    keep.emit = lambda rec: lines.append(rec.getMessage())
+    logging.getLogger("pyggml").addHandler(keep)
     logging.getLogger("pyggml").setLevel(logging.INFO)
     res = []
     for spec in a.models:

@@ -89,7 +89,8 @@ def _compute(y, feeds, options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto")):
+        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
+                           ("gemm_tile", "auto")):
             dev.set_option(key, value)
     return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
 
@@ -165,7 +166,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "3"), ("matvec_rows", "3"), ("matvec_rows", "8")):
+    for key, bad in (("matvec", "3"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -188,6 +189,17 @@ def test_gemm(wdt, gemm):
     assert e <= 5e-4, f"NMSE {e:.3g}"
     want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm_emu"}.get(gemm, "mul_mat_cm" if cm else "mul_mat")
     assert kernels == [want]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
+@pytest.mark.parametrize("tile", ["64", "128"])
+def test_gemm_tiles(wdt, tile):
+    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile, emulated): M and N one past a
+    tile and well inside one, weights broadcast over a batch axis."""
+    for wshape, xshape in (((129, 256), (130, 256)), ((3, 40, 256), (2, 3, 100, 256))):
+        e, kernels = _run(wdt, wshape, xshape, {"gemm": "cm_emulated", "gemm_tile": tile}, seed=13)
+        assert e <= 5e-4, f"NMSE {e:.3g} {wshape} {xshape}"
+        assert kernels == ["mul_mat_cm128_emu" if tile == "128" else "mul_mat_cm_emu"]
 
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])

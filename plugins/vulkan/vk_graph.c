@@ -385,6 +385,7 @@ static int profile_label(const dispatch *dp) {
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
         break;
     case VKP_SH_MUL_MAT_VEC: case VKP_SH_MUL_MAT: case VKP_SH_MUL_MAT_CM: case VKP_SH_MUL_MAT_CM_EMU:
+    case VKP_SH_MUL_MAT_CM128: case VKP_SH_MUL_MAT_CM128_EMU:
         tr = pyg_type_get_traits((int32_t)dp->spec0);
         snprintf(buf, sizeof buf, "%s.%s", sh, tr ? tr->name : "?");
         break;

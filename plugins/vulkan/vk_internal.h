@@ -42,7 +42,8 @@ enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
     VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
     VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU,
-    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD,
+    VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -75,6 +76,7 @@ typedef struct vkp_options {
     int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
+    int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 from 128 tokens, else 64), 1: 64, 2: 128 */
 } vkp_options;
 #define VKP_AUTO 0
 #define VKP_OFF 1
@@ -183,8 +185,6 @@ struct pyg_event {
 };
 
 enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT, VKP_GEMM_CM_EMULATED };
-#define VKP_CM_BM 64    /* mul_mat_cm.comp's workgroup tile: weight rows x tokens */
-#define VKP_CM_BN 64
 
 /* errors (vk_plugin.c) */
 pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -2,7 +2,7 @@
  *
  *   N <= 4 (decode)   mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
  *                     default, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
- *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles on the tensor cores where the device
+ *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile) on the tensor cores where the device
  *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
  *                     or coopmat), else the 64x64 tiled mul_mat.comp (gemm=tiled, and every device
  *                     without the extension: lavapipe)
@@ -76,7 +76,10 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     uint32_t nr = 1u << d->opts.matvec_rows, sgw = d->subgroup_size >= 1 && d->subgroup_size <= 128 ? 128 / d->subgroup_size : 1;
     uint32_t mv2_spec[2] = { (uint32_t)s0->type | nr << 8, sgw };
     uint32_t cm_spec[2] = { (uint32_t)s0->type, 4 * d->subgroup_size };
-    int cm_shader = d->opts.gemm == VKP_GEMM_CM_EMULATED ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM;
+    uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 ? 128 : 64;   /* auto, 64, 128 */
+    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED;
+    int cm_shader = tile == 128 ? (emu ? VKP_SH_MUL_MAT_CM128_EMU : VKP_SH_MUL_MAT_CM128)
+                                : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM);
     if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;
@@ -102,12 +105,12 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                 s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         kind = "mul_mat_vec";
     } else if (N > 4 && cm_ok(d, n, s0, s1) && vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
-        *shader = d->opts.gemm == VKP_GEMM_CM_EMULATED ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM;
-        spec[0] = (uint32_t)s0->type;
-        spec[1] = 4 * d->subgroup_size;   /* workgroup size: 4 subgroups */
-        *work = (M + VKP_CM_BM - 1) / VKP_CM_BM * ((N + VKP_CM_BN - 1) / VKP_CM_BN) * B;
+        *shader = cm_shader;
+        spec[0] = cm_spec[0];
+        spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups */
+        *work = (M + tile - 1) / tile * ((N + tile - 1) / tile) * B;
         ex[0] = (uint32_t)*work;
-        kind = d->opts.gemm == VKP_GEMM_CM_EMULATED ? "mul_mat_cm_emu" : "mul_mat_cm";
+        kind = vkp_shader_name(cm_shader);
     } else {
         *shader = VKP_SH_MUL_MAT;
         spec[0] = (uint32_t)s0->type;

@@ -8,6 +8,8 @@
  *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
  *                device without the extension; cm_emulated: the same kernel with its matrix
  *                primitives in plain GLSL (any device: how the tests cover it on lavapipe)
+ *   gemm_tile    the cooperative-matrix GEMM's workgroup tile: auto (default: 128 x 128 from 128
+ *                tokens, else 64 x 64), 64 or 128
  *   fa           the same for prefill flash attention: auto, scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp) */
 #include <string.h>

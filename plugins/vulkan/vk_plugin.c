@@ -360,6 +360,7 @@ static pyg_error *validation_selftest(pyg_device *d);
 static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
 static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
+static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
@@ -376,6 +377,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(vkp_options, matvec, 1, 2, "decode mat-vec: 2 mul_mat_vec2.comp where it applies (default), 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2)"),
     PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (cooperative matrices where the device has them), scalar, coopmat, cm_emulated (tests)"),
+    PYG_OPTION_CHOICE(vkp_options, gemm_tile, k_gemm_tile, "cooperative-matrix GEMM tile: auto (128 from 128 tokens, else 64), 64, 128"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 

@@ -1,8 +1,9 @@
 #version 450
 // dst[m, n] = sum_k src0[k, m] * src1[k, n] on cooperative matrices (the tensor cores):
-// a workgroup of 4 subgroups computes a 64 (weight rows) x 64 (tokens) tile; per 32-element step of
-// K the weights are dequantized and the activations converted to f16 into shared memory, and each
-// subgroup multiplies its 32x32 quarter as 2x2 16x16x16 f16 products accumulated in f32.
+// a workgroup of 4 subgroups computes a 64 x 64 (or, built with CM_TILE=128, 128 x 128) tile of
+// (weight rows, tokens); per 32-element step of K the weights are dequantized and the activations
+// converted to f16 into shared memory, and each subgroup multiplies its quarter as 2x2 (4x4)
+// 16x16x16 f16 products accumulated in f32.
 // Results go through a per-subgroup 16x16 staging tile so the stores are bounds-checked and
 // coalesced along m. The host uses it only on devices with VK_NV_cooperative_matrix, a 16x16x16
 // f16/f32 subgroup shape and 32-wide subgroups (vk_caps.c, vk_matmul.c: cm_ok).
@@ -14,8 +15,12 @@
 #include "coopmat.glsl"
 layout(local_size_x = 128, local_size_x_id = 1) in;   // 4 subgroups (the host passes 4 x the subgroup size)
 layout(constant_id = 0) const uint TY = 0u;
-#define BM 64u
-#define BN 64u
+#ifndef CM_TILE
+#define CM_TILE 64                              // -DCM_TILE=128: mul_mat_cm128 (option gemm_tile)
+#endif
+#define BM uint(CM_TILE)
+#define BN uint(CM_TILE)
+#define FR (uint(CM_TILE) / 32u)                // 16x16 fragments per side of a subgroup's quarter
 #define BK 32u
 #define LD (BK + 8u)                            // row stride in halves: 80 bytes, 16-byte aligned
 shared HALF As[BM * LD];                        // weights, [m][k]
@@ -83,9 +88,9 @@ void main() {
     uint i02 = i12 / (B2 / t_ne(0u, 2u)), i03 = i13 / (t_ne(1u, 3u) / t_ne(0u, 3u));
     uint nb0 = t_nb(0u, 0u);
     uint t = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
-    uint sg = SG_ID, wm = (sg & 1u) * 32u, wn = (sg >> 1) * 32u;
-    ACC acc[2][2];
-    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) CM_ZERO(acc[i][j]);
+    uint sg = SG_ID, wm = (sg & 1u) * (BM / 2u), wn = (sg >> 1) * (BN / 2u);
+    ACC acc[FR][FR];
+    for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++) CM_ZERO(acc[i][j]);
     for (uint k0 = 0u; k0 < K; k0 += BK) {
         if (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K) {
             for (uint task = t; task < 2u * BM; task += WG) {
@@ -104,12 +109,12 @@ void main() {
         }
         barrier();
         for (uint kk = 0u; kk < BK; kk += 16u)
-            for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++)
+            for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++)
                 CM_MMA(acc[i][j], As, (wm + 16u * i) * LD + kk, LD, Bs, (wn + 16u * j) * LD + kk, LD, true);
         barrier();
     }
     uint lane = SG_LANE, cs = sg * 256u;
-    for (uint i = 0u; i < 2u; i++) for (uint j = 0u; j < 2u; j++) {
+    for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++) {
         CM_STORE(acc[i][j], Cs, cs, 16u, true);   // (m, n) at cs + n * 16 + m
         SG_SYNC();
         for (uint e = lane; e < 256u; e += SG_SIZE) {
