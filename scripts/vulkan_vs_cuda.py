@@ -52,9 +52,9 @@ def bench(a, save):
             try:
                 if variant:
                     _set_vk(pg, VARIANTS[variant])
-                r = bench_pyggml(path, devs.split(","), None, a.reps, 512, 128, echo=lambda *x: None)
-                row[name] = {"pp512": _median(r["pp512"]), "tg128": _median(r["tg128"]),
-                             "pp512_stats": r["pp512"], "tg128_stats": r["tg128"],
+                r = bench_pyggml(path, devs.split(","), None, a.reps, a.n_prompt, a.n_gen, echo=lambda *x: None)
+                pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
+                row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),
                              "decode_replans": r.get("decode_replans"), "seconds": round(time.time() - t0, 1)}
             except Exception as e:   # one failing configuration must not lose the others
@@ -68,7 +68,7 @@ def bench(a, save):
         rows.append(row)
         _set_vk(pg, {})
         save({"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "rows": rows, "partial": True})
-    return {"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "variants": {v: VARIANTS[v] for v in a.variants},
+    return {"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "n_prompt": a.n_prompt, "n_gen": a.n_gen, "variants": {v: VARIANTS[v] for v in a.variants},
             "targets": {"tg128": 0.7, "pp512": 0.5}, "rows": rows}
 
 
@@ -182,6 +182,8 @@ def main(argv=None):
     ap.add_argument("--variants", nargs="+", default=["new", "old"], choices=sorted(VARIANTS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
+    ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
     a = ap.parse_args(argv)
     if a.mode == "profile":
         os.environ["PYGGML_VULKAN_PROFILE"] = "1"   # read when the plugin initialises, below
