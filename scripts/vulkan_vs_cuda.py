@@ -7,10 +7,10 @@ bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml b
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
 old: matvec=1 gemm=tiled fa=scalar, the kernels before issue 18; rows1/rows4: mul_mat_vec2's rows
 per subgroup; tile64: the GEMM's smaller tile), and the Vulkan / CUDA ratios. The add+norm fusion
-follows PYGGML_VULKAN_FUSE (on unless 0).
+follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
-(PYGGML_VULKAN_PROFILE=1, set here before the plugin loads), side by side per token.
+(device option profile=1, set here before the models load), side by side per token.
 Each writes one JSON file into --out and prints a summary."""
 import argparse
 import json
@@ -126,6 +126,7 @@ def profile(a, save):
     keep.emit = lambda rec: lines.append(rec.getMessage())
     logging.getLogger("pyggml").addHandler(keep)
     logging.getLogger("pyggml").setLevel(logging.INFO)
+    pg.get_device("vulkan:0").set_option("profile", "1")   # timestamps in the plans created from here on
     res = []
     for spec in a.models:
         path = resolve_model(spec, quiet=True)
@@ -185,8 +186,6 @@ def main(argv=None):
     ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
     ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
     a = ap.parse_args(argv)
-    if a.mode == "profile":
-        os.environ["PYGGML_VULKAN_PROFILE"] = "1"   # read when the plugin initialises, below
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"vulkan-vs-cuda-{a.mode}-{time.strftime('%Y%m%dT%H%M%S')}.json")
 

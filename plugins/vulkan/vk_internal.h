@@ -220,7 +220,7 @@ void vkp_val_queued(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, int stre
 void vkp_val_host_access(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, const char *what);
 void vkp_val_buffer_free(pyg_buffer *b);
 
-/* profiling (vk_profile.c): PYGGML_VULKAN_PROFILE=1 at plugin_init; option "profile_report" */
+/* profiling (vk_profile.c): device option "profile" (plugin-wide); option "profile_report" logs and restarts */
 typedef struct vkp_prof_counters {
     uint64_t plan_computes, compute_ns;     /* graph_plan_compute calls, host ns inside them */
     uint64_t submits, submit_ns;            /* vkQueueSubmit */
