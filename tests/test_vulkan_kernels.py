@@ -193,13 +193,18 @@ def test_gemm(wdt, gemm):
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
 @pytest.mark.parametrize("tile", ["64", "128"])
-def test_gemm_tiles(wdt, tile):
-    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile, emulated): M and N one past a
-    tile and well inside one, weights broadcast over a batch axis."""
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_tiles(wdt, tile, gemm):
+    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile), emulated everywhere and on the
+    tensor cores where the device has them: M and N one past a tile and well inside one, weights
+    broadcast over a batch axis."""
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
+    want = ("mul_mat_cm128" if tile == "128" else "mul_mat_cm") + ("_emu" if gemm == "cm_emulated" else "")
     for wshape, xshape in (((129, 256), (130, 256)), ((3, 40, 256), (2, 3, 100, 256))):
-        e, kernels = _run(wdt, wshape, xshape, {"gemm": "cm_emulated", "gemm_tile": tile}, seed=13)
+        e, kernels = _run(wdt, wshape, xshape, {"gemm": gemm, "gemm_tile": tile}, seed=13)
         assert e <= 5e-4, f"NMSE {e:.3g} {wshape} {xshape}"
-        assert kernels == ["mul_mat_cm128_emu" if tile == "128" else "mul_mat_cm_emu"]
+        assert kernels == [want]
 
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])
