@@ -6,6 +6,7 @@
  * compute->compute barrier goes in only when a dispatch reads or writes a range written since
  * then, or writes a range read since then (the allocator reuses memory, so WAR matters too). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vk_internal.h"
@@ -113,7 +114,9 @@ typedef struct dispatch {
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
+    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 */
     int op;
+    int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
 } dispatch;
@@ -132,12 +135,13 @@ struct pyg_graph_plan {
     VkDeviceMemory smem;
     VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
     int *ops;                       /* profiling: op of each dispatch */
+    int *labels;                    /* profiling: its shader label (vkp_prof_label) */
     uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
 };
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
-static int resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
+int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
     uint64_t extra = 0;
     for (int depth = 0; t && depth < 16; depth++) {
         if (t->buffer) { *b = t->buffer; *off = t->offset + extra; return 1; }
@@ -164,7 +168,7 @@ static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
 
 
 /* rows handled by one 64-invocation workgroup of the subgroup-per-row shaders */
-static uint32_t rows_per_wg(const pyg_device *d) {
+uint32_t vkp_rows_per_wg(const pyg_device *d) {
     return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
 }
 
@@ -180,11 +184,13 @@ static int fa_split_on(const pyg_device *d) { return auto_on(d, d->opts.fa_split
 /* rms_norm followed by a mul of its result (x_norm * w, w broadcast): one dispatch that writes
  * both nodes (every node is still written, R9), one barrier stage less per layer norm in
  * decode. Needs the subgroup row kernel. The option fuse=0 turns fusion off. */
+static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw);
 static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
     if (!d->opts.fuse) return 0;
     if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
     if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
-    return vkp_supports_op((pyg_device *)d, m);
+    const pyg_tensor *rd[2] = { n->src[0], m->src[1] }, *wr[2] = { n, m };
+    return vkp_supports_op((pyg_device *)d, m) && fused_ranges_ok(rd, 2, wr, 2);
 }
 
 /* The workgroup-per-row variant (norm_mul_wg.comp), option norm_wg. */
@@ -199,8 +205,52 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
     dp->writes_slot3 = 1;
     memcpy(&p[80], n->op_params, sizeof n->op_params);
     p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
-    uint32_t rpw = norm_wg_on(d) ? 1 : rows_per_wg(d);
+    uint32_t rpw = norm_wg_on(d) ? 1 : vkp_rows_per_wg(d);
     fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
+}
+
+/* An add whose result the next node rms-normalizes (fused as above): the residual add of a layer
+ * joins that dispatch too (norm_add.glsl), one more barrier stage less per layer norm. Same shapes
+ * (no broadcast); the same switch as the norm fusion. */
+static int add_fusable(const pyg_device *d, const pyg_tensor *a, const pyg_tensor *n, const pyg_tensor *m) {
+    if (a->op != PYG_OP_ADD || !a->src[1] || !n || n->src[0] != a || !fusable(d, n, m)) return 0;
+    if (!same_shape(a, a->src[0]) || !same_shape(a, a->src[1]) || m->src[1] == a) return 0;
+    const pyg_tensor *rd[3] = { a->src[0], a->src[1], m->src[1] }, *wr[3] = { a, n, m };
+    return vkp_supports_op((pyg_device *)d, a) && fused_ranges_ok(rd, 3, wr, 3);
+}
+
+/* A fused dispatch runs its nodes element by element, not one after another: the allocator may have
+ * put a later node's output over an earlier node's input (its lifetime ended there), which is safe
+ * only where the two are the same elements in the same layout (each element is read, then written,
+ * by one invocation). Any other overlap between what the dispatch writes and what it reads or
+ * writes elsewhere (a shifted reuse reaching another row) keeps the nodes apart. */
+static int same_bytes(const pyg_tensor *a, const pyg_tensor *b, const pyg_buffer *ba, uint64_t oa, const pyg_buffer *bb, uint64_t ob) {
+    if (ba != bb || oa != ob || a->type != b->type) return 0;
+    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
+    return 1;
+}
+
+static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw) {
+    for (int i = 0; i < nw; i++) {
+        const pyg_buffer *bw; uint64_t ow;
+        if (!vkp_resolve(wr[i], &bw, &ow)) return 0;
+        uint64_t ew = ow + pyg_tensor_nbytes(wr[i]);
+        for (int j = 0; j < nr + nw; j++) {
+            const pyg_tensor *o = j < nr ? rd[j] : wr[j - nr];
+            if (o == wr[i]) continue;
+            const pyg_buffer *bo; uint64_t oo;
+            if (!vkp_resolve(o, &bo, &oo)) return 0;
+            if (bo == bw && oo < ew && ow < oo + pyg_tensor_nbytes(o) && !same_bytes(wr[i], o, bw, ow, bo, oo)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* the next compute node after index i (NULL at the end) */
+static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
+    for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
+        if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
+    return NULL;
 }
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
@@ -234,7 +284,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         if (d->subgroup_arith) {   /* one subgroup per row, no barriers */
             shader = VKP_SH_ROWS_SG;
             spec = n->op == PYG_OP_RMS_NORM ? 0 : n->op == PYG_OP_NORM ? 1 : n->op == PYG_OP_SOFT_MAX ? 2 : 3;
-            spec1 = rows_per_wg(d);
+            spec1 = vkp_rows_per_wg(d);
             work = (work + spec1 - 1) / spec1;
         }
         break;
@@ -272,25 +322,10 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         break;
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
-        spec = (uint32_t)s0->type;
-        uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
-        if (N <= 4 && d->subgroup_arith) {
-            shader = VKP_SH_MUL_MAT_VEC;
-            spec1 = rows_per_wg(d);
-            work = (M * N * B + spec1 - 1) / spec1;
-            /* chunked fast path: whole 32-element chunks, contiguous rows, f32 activations, 4-byte
-             * aligned rows (the binding start is aligned; the in-binding offsets are checked) */
-            const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
-            int aligned = resolve(s0, &b0, &o0) && resolve(s1, &b1, &o1) && o0 % 4 == 0 && o1 % 4 == 0 &&
-                          s0->nb[1] % 4 == 0 && s0->nb[2] % 4 == 0 && s0->nb[3] % 4 == 0;
-            p[96 + 1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
-                        s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
-        } else {
-            shader = VKP_SH_MUL_MAT;
-            work = ((M + 63) / 64) * ((N + 63) / 64) * B;
-        }
-        if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
-        ex[0] = (uint32_t)(shader == VKP_SH_MUL_MAT_VEC ? M * N * B : work);
+        uint32_t sp[2];
+        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex);
+        if (e) return e;
+        spec = sp[0]; spec1 = sp[1];
         break;
     }
     case PYG_OP_FLASH_ATTN_EXT: {
@@ -298,10 +333,15 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         dp->slot[1] = s1;
         dp->slot[2] = n->src[2];
         if (n->src[3]) { dp->slot[3] = n->src[3]; ex[1] = 1; }
+        dp->fa_split = 0;
+        uint32_t sp[2];
+        if (vkp_fa_cm_setup(d, n, &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
+            spec = sp[0]; spec1 = sp[1];
+            break;
+        }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
         ex[0] = (uint32_t)rows;
         work = rows;
-        dp->fa_split = 0;
         /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
          * pass, so the device is busy and a masked-out split costs one mask read */
         if (rows < 1024 && nkv > 64 && fa_split_on(d)) {
@@ -328,7 +368,40 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
     }
     fold_groups(work, dp->groups);
     uint32_t specs[2] = { spec, spec1 };
+    dp->shader = shader;
+    dp->spec0 = spec;
     return vkp_get_pipeline(d, shader, specs, &dp->pipe);
+}
+
+/* "shader.detail": the weight type (and rows per subgroup) of the mat-mul kernels, the op of the
+ * shaders several ops share, the pass of a split flash attention */
+static int profile_label(const dispatch *dp) {
+    char buf[48];
+    const char *sh = vkp_shader_name(dp->shader);
+    const pyg_type_traits *tr;
+    switch (dp->shader) {
+    case VKP_SH_MUL_MAT_VEC2:
+        tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
+        snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
+        break;
+    case VKP_SH_MUL_MAT_VEC: case VKP_SH_MUL_MAT: case VKP_SH_MUL_MAT_CM: case VKP_SH_MUL_MAT_CM_EMU:
+    case VKP_SH_MUL_MAT_CM128: case VKP_SH_MUL_MAT_CM128_EMU:
+        tr = pyg_type_get_traits((int32_t)dp->spec0);
+        snprintf(buf, sizeof buf, "%s.%s", sh, tr ? tr->name : "?");
+        break;
+    case VKP_SH_FLASH_ATTN:
+        snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
+        break;
+    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD:
+        snprintf(buf, sizeof buf, "add+%s", sh);
+        break;
+    case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
+        snprintf(buf, sizeof buf, "%s.%s", sh, pyg_op_name(dp->op));
+        break;
+    default:
+        snprintf(buf, sizeof buf, "%s", sh);
+    }
+    return vkp_prof_label(buf);
 }
 
 static int overlaps(const range *set, int n, const range *r) {
@@ -351,6 +424,7 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     free(plan->acc_write);
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     free(plan->ops);
+    free(plan->labels);
     free(plan->bytes);
     free(plan);
 }
@@ -360,13 +434,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     int nn = g->n_nodes;
     dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 2, sizeof *dps);
     range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 8 + 4, sizeof *rd);
-    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 2 + 1, sizeof *wr);
+    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 3 + 1, sizeof *wr);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
     const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
-    const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + align - 1) / align) * align;
+    const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
+    const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
     params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
     if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
 
@@ -382,14 +457,23 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        const pyg_tensor *next = NULL;
-        for (int j = i + 1; j < nn && g->nodes[j]; j++)
-            if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) { next = g->nodes[j]; break; }
-        if (fusable(d, n, next)) {
+        const pyg_tensor *next = next_compute(g, i);
+        const pyg_tensor *next2 = NULL;
+        for (int j = i + 1; next && j < nn; j++) if (g->nodes[j] == next) { next2 = next_compute(g, j); break; }
+        const pyg_tensor *add = NULL;
+        if (add_fusable(d, n, next, next2)) { add = n; n = next; next = next2; }
+        if (add || fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
-            uint32_t specs[2] = { 0, rows_per_wg(d) };
-            if ((e = vkp_get_pipeline(d, norm_wg_on(d) ? VKP_SH_NORM_MUL_WG : VKP_SH_NORM_MUL, specs, &dps[nd].pipe))) goto fail;
-            while (g->nodes[i] != next) i++;   /* the mul is done by this dispatch */
+            uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
+            dps[nd].shader = norm_wg_on(d) ? (add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG)
+                                           : (add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL);
+            if (add) {   /* x = add's operands; the add's output at binding 6, described in the extras */
+                dps[nd].slot[0] = add->src[0];
+                dps[nd].slot[2] = add->src[1];
+                dps[nd].add_out = add;
+            }
+            if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
+            while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;
         }
@@ -398,11 +482,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[nd].slot[s];
             if (!t) continue;
             const pyg_buffer *b; uint64_t off;
-            if (!resolve(t, &b, &off)) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer", t->name); goto fail; }
+            if (!vkp_resolve(t, &b, &off)) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer", t->name); goto fail; }
             if (b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' is in another device's buffer", t->name); goto fail; }
             p[16 * s + 0] = (uint32_t)(off & (align - 1));
             p[16 * s + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
+        }
+        if (dps[nd].add_out) {
+            const pyg_tensor *t = dps[nd].add_out;
+            const pyg_buffer *b; uint64_t off;
+            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
+            p[96 + 2] = (uint32_t)(off & (align - 1));
+            p[96 + 3] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[96 + 4 + k] = (uint32_t)t->nb[k];
         }
         nd++;
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
@@ -417,6 +509,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             pc[96] = rows;
             fold_groups(rows, c->groups);
             uint32_t specs[2] = { 2, 1 };
+            c->spec0 = 2;
             if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
             nd++;
         }
@@ -437,16 +530,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* descriptor sets */
     if (nd > 0) {
-        VkDescriptorPoolSize ps = { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * VKP_NSET };
+        VkDescriptorPoolSize ps[2] = { { .type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nd * (VKP_NSET - 1) },
+                                       { .type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = (uint32_t)nd } };
         VkDescriptorPoolCreateInfo pi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-            .maxSets = (uint32_t)nd, .poolSizeCount = 1, .pPoolSizes = &ps };
+            .maxSets = (uint32_t)nd, .poolSizeCount = 2, .pPoolSizes = ps };
         VkResult r = d->fn.vkCreateDescriptorPool(d->dev, &pi, NULL, &plan->dpool);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkCreateDescriptorPool"); goto fail; }
     }
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
     VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
-    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1), sizeof *wds);
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 3, sizeof *wds);   /* tensors, parameters, scratch */
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
         e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
@@ -465,7 +559,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[i].slot[s];
             if (!t) { *b = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE }; continue; }
             const pyg_buffer *buf = NULL; uint64_t off = 0;
-            resolve(t, &buf, &off);
+            vkp_resolve(t, &buf, &off);
             uint64_t lo = off & ~(align - 1);
             uint64_t hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
             if (hi > buf->alloc_size) hi = buf->alloc_size;
@@ -481,11 +575,22 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        wds[i] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
-            .dstBinding = 0, .descriptorCount = VKP_NSET, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &bi[i * VKP_NSET] };
+        if (dps[i].add_out) {   /* same range rules as the tensor slots */
+            const pyg_buffer *buf = NULL; uint64_t off = 0;
+            vkp_resolve(dps[i].add_out, &buf, &off);
+            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].add_out) + 3) & ~3ull;
+            if (hi > buf->alloc_size) hi = buf->alloc_size;
+            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+        }
+        for (int w = 0; w < 3; w++) {
+            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : VKP_BIND_SCRATCH;
+            wds[3 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
+                .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : 1,
+                .descriptorType = w == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                .pBufferInfo = &bi[i * VKP_NSET + first] };
+        }
     }
-    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd, wds, 0, NULL);
+    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 3, wds, 0, NULL);
     if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;
     free(layouts); free(bi); free(wds);
     if (e) { free(sets); goto fail; }
@@ -507,10 +612,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };
             plan->ops = calloc((size_t)nd, sizeof *plan->ops);
+            plan->labels = calloc((size_t)nd, sizeof *plan->labels);
             plan->bytes = calloc((size_t)nd, sizeof *plan->bytes);
-            if (plan->ops && plan->bytes && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
+            if (plan->ops && plan->bytes && plan->labels && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
                 for (int i = 0; i < nd; i++) {
                     plan->ops[i] = dps[i].op;
+                    plan->labels[i] = profile_label(&dps[i]);
                     for (int s = 0; s < VKP_NBIND; s++)
                         if (dps[i].slot[s]) plan->bytes[i] += pyg_tensor_nbytes(dps[i].slot[s]);
                 }
@@ -522,19 +629,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         int nrd = 0, nwr = 0;
         if (vkp_validation_active()) {
-            plan->acc = calloc((size_t)nd * VKP_NBIND + 1, sizeof *plan->acc);
-            plan->acc_write = calloc((size_t)nd * VKP_NBIND + 1, 1);
+            plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
+            plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         for (int i = 0; i < nd; i++) {
-            range myr[4], myw[2]; int nmyr = 0, nmyw = 0;
-            for (int s = 0; s < VKP_NBIND; s++) {
-                const pyg_tensor *t = dps[i].slot[s];
+            range myr[4], myw[3]; int nmyr = 0, nmyw = 0;
+            for (int s = 0; s <= VKP_NBIND; s++) {   /* the tensor slots, then a fused add's output */
+                const pyg_tensor *t = s < VKP_NBIND ? dps[i].slot[s] : dps[i].add_out;
                 if (!t) continue;
                 const pyg_buffer *buf = NULL; uint64_t off = 0;
-                resolve(t, &buf, &off);
+                vkp_resolve(t, &buf, &off);
                 range rg = { buf, off, off + pyg_tensor_nbytes(t) };
-                int w = s == VKP_SLOT_DST || (s == 3 && dps[i].writes_slot3);
+                int w = s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dps[i].writes_slot3);
                 if (w) myw[nmyw++] = rg; else myr[nmyr++] = rg;
                 if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = rg; }
             }
@@ -588,7 +695,7 @@ static void profile_collect(pyg_graph_plan *plan) {
     if (d->fn.vkGetQueryPoolResults(d->dev, plan->qpool, 0, n, n * sizeof *ts, ts, sizeof *ts,
                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
         for (uint32_t i = 1; i < n; i++)
-            vkp_prof_add_gpu(plan->ops[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0,
+            vkp_prof_add_gpu(plan->ops[i - 1], plan->labels[i - 1], ts[i] > ts[i - 1] ? (uint64_t)((double)(ts[i] - ts[i - 1]) * d->ts_period) : 0,
                              plan->bytes[i - 1]);
     free(ts);
 }

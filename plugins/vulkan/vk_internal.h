@@ -40,17 +40,20 @@ typedef struct vkp_device_fns { VKP_DEVICE_FUNCS(VKP_DECL) } vkp_device_fns;
 /* Shaders (one SPIR-V module each, embedded at build time). */
 enum {
     VKP_SH_ELEMENTWISE, VKP_SH_NORM, VKP_SH_SOFT_MAX, VKP_SH_ARGMAX, VKP_SH_ROPE, VKP_SH_GET_ROWS,
-    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG, VKP_SH_COUNT
+    VKP_SH_SET_ROWS, VKP_SH_MUL_MAT_VEC, VKP_SH_MUL_MAT, VKP_SH_FLASH_ATTN, VKP_SH_ROWS_SG, VKP_SH_NORM_MUL, VKP_SH_NORM_MUL_WG,
+    VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU,
+    VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD,
+    VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_COUNT
 };
-#define VKP_MAX_PIPELINES 64   /* cache slots: (shader, specialization constant) pairs */
+#define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
-/* Parameter block of one dispatch (binding 5), in 32-bit words: tensor slot t (0..3 = src,
+/* Parameter block of one dispatch (binding 5, a uniform buffer), in 32-bit words: tensor slot t (0..3 = src,
  * 4 = dst) at 16*t: [0] byte offset in its binding, [1] type, [4..7] ne, [8..11] nb;
  * [80..95] the node's op_params; [96..127] per-shader extras (extra[0] = work item count). */
 #define VKP_PARAM_WORDS 128
 #define VKP_SLOT_DST 4
 #define VKP_NBIND 5
-#define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials); dummy elsewhere */
+#define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials), a fused add's output; dummy elsewhere */
 #define VKP_NSET (VKP_NBIND + 2)   /* bindings per descriptor set: tensors, parameters, scratch */
 
 typedef struct vkp_pipeline {
@@ -68,6 +71,12 @@ typedef struct vkp_options {
     int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
     int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
+    /* kernel choices (vk_options.c) */
+    int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp */
+    int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
+    int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
+    int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
+    int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 from 128 tokens, else 64), 1: 64, 2: 128 */
 } vkp_options;
 #define VKP_AUTO 0
 #define VKP_OFF 1
@@ -87,6 +96,7 @@ struct pyg_device {
     int32_t device_type;
     int subgroup_arith;             /* subgroup add usable in compute shaders (and option subgroups=1) */
     int subgroup_hw;                /* the device has it (subgroup_arith without the option) */
+    int subgroup_shuffle;           /* subgroup shuffles usable in compute shaders */
     vkp_options opts;
     uint32_t subgroup_size;
     uint64_t max_range;             /* maxStorageBufferRange: largest tensor one binding can see */
@@ -94,6 +104,10 @@ struct pyg_device {
     uint64_t heap_size, allocated;
     uint32_t mt_device, mt_host;    /* memory type indices */
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
+    /* optional device features (vk_caps.c) */
+    int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
+    int float16;                    /* shaderFloat16 enabled */
+    int mv2_broken, cm_broken, fa_cm_broken;   /* the driver refused that pipeline: not chosen again */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;
@@ -170,10 +184,14 @@ struct pyg_event {
     int vid; uint64_t vvalue;       /* sanitizer mode: recording stream and its timeline value */
 };
 
+enum { VKP_GEMM_AUTO, VKP_GEMM_TILED, VKP_GEMM_COOPMAT, VKP_GEMM_CM_EMULATED };
+
 /* errors (vk_plugin.c) */
 pyg_error *vkp_err(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pyg_error *vkp_vk_err(VkResult r, const char *what);
 void vkp_log(int32_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *vkp_error_text(const pyg_error *e);
+void vkp_error_free(pyg_error *e);
 
 /* pipelines (vk_plugin.c): created once per (shader, specialization constants 0 and 1), cached */
 pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline *out);
@@ -202,7 +220,7 @@ void vkp_val_queued(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, int stre
 void vkp_val_host_access(pyg_buffer *b, uint64_t lo, uint64_t hi, int write, const char *what);
 void vkp_val_buffer_free(pyg_buffer *b);
 
-/* profiling (vk_profile.c): PYGGML_VULKAN_PROFILE=1 at plugin_init; option "profile_report" */
+/* profiling (vk_profile.c): device option "profile" (plugin-wide); option "profile_report" logs and restarts */
 typedef struct vkp_prof_counters {
     uint64_t plan_computes, compute_ns;     /* graph_plan_compute calls, host ns inside them */
     uint64_t submits, submit_ns;            /* vkQueueSubmit */
@@ -217,11 +235,31 @@ extern int vkp_prof_on;                     /* option profile (plugin-wide) */
 extern vkp_prof_counters vkp_prof;          /* updated without locks: approximate under threads */
 int vkp_profiling(void);
 uint64_t vkp_now_ns(void);
-void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes);   /* bytes: operands touched */
+void vkp_prof_add_gpu(int op, int label, uint64_t ns, uint64_t bytes);   /* bytes: operands touched */
+int vkp_prof_label(const char *name);       /* interned per-shader label id (-1: table full) */
+const char *vkp_shader_name(int shader);    /* vk_shaders.c */
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)
 
-/* graph (vk_graph.c) */
+/* optional features (vk_caps.c): query before vkCreateDevice, chain what to enable into its pNext */
+typedef struct vkp_caps_enable {
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
+    const char *exts[4]; uint32_t n_exts;
+} vkp_caps_enable;
+void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext);
+/* the kernel-choice options (vk_options.c): their defaults, and the refusal of a value this device
+ * cannot honour (NULL when the table may take it) */
+void vkp_kernel_option_defaults(pyg_device *d);
+pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value);
+
+/* graph (vk_graph.c, vk_matmul.c) */
+int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
+uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
+pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
+/* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
+int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
+/* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm.comp (shader, spec, work, ex filled) */
+int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);
 void vkp_plan_destroy(pyg_graph_plan *plan);

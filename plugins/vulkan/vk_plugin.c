@@ -54,9 +54,11 @@ void vkp_log(int32_t level, const char *fmt, ...) {
     g_host->log(g_host->log_user_data, level, "vulkan", buf);
 }
 
+const char *vkp_error_text(const pyg_error *e) { return e ? e->msg : ""; }
+void vkp_error_free(pyg_error *e) { if (e && !e->is_static) free(e); }
 static int32_t api_error_code(const pyg_error *e) { return e ? e->code : PYG_OK; }
 static const char *api_error_message(const pyg_error *e) { return e ? e->msg : ""; }
-static void api_error_destroy(pyg_error *e) { if (e && !e->is_static) free(e); }
+static void api_error_destroy(pyg_error *e) { vkp_error_free(e); }
 
 /* ---------------------------------------------------------------- loader and devices */
 
@@ -92,16 +94,18 @@ static uint32_t find_mem_type(const pyg_device *d, uint32_t bits, VkMemoryProper
 static pyg_error *raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf,
                              VkDeviceMemory *mem, void **map, uint32_t *mtype_out) {
     VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
-        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                  VK_BUFFER_USAGE_TRANSFER_DST_BIT,
         .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
     VkResult r = d->fn.vkCreateBuffer(d->dev, &bi, NULL, buf);
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateBuffer");
     VkMemoryRequirements req;
     d->fn.vkGetBufferMemoryRequirements(d->dev, *buf, &req);
+    /* host = 1: host-visible, host-cached preferred (staging, read-backs); host = 2: host-visible,
+     * device-local preferred (plan parameter blocks: the GPU reads them, the host writes once) */
     uint32_t mt = host
         ? find_mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                        VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+                        host == 2 ? VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT : VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
         : find_mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (mt == UINT32_MAX && !host) mt = find_mem_type(d, req.memoryTypeBits, 0, 0);
     if (mt == UINT32_MAX) {
@@ -154,6 +158,8 @@ static pyg_error *device_open(pyg_device *d) {
     d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1;
     d->subgroup_hw = d->subgroup_arith;   /* option subgroups=0 forces the shared-memory kernels */
+    d->subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                          (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && sg.subgroupSize >= 4;
     d->opts = (vkp_options){ .fa_split = VKP_AUTO, .fuse = 1, .norm_wg = VKP_AUTO, .subgroups = 1 };
     d->max_alloc = m3.maxMemoryAllocationSize;
     d->max_range = d->props.limits.maxStorageBufferRange;
@@ -174,16 +180,31 @@ static pyg_error *device_open(pyg_device *d) {
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
         .queueFamilyIndex = d->queue_family, .queueCount = 1, .pQueuePriorities = &prio };
+    vkp_caps_enable en;
+    void *chain = NULL;
+    vkp_caps_probe(d, g_gipa, g_instance, &en, &chain);   /* cooperative matrices (vk_caps.c) */
     VkPhysicalDeviceVulkan12Features e12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .timelineSemaphore = VK_TRUE, .storageBuffer8BitAccess = f12.storageBuffer8BitAccess };
+        .pNext = chain, .timelineSemaphore = VK_TRUE, .storageBuffer8BitAccess = f12.storageBuffer8BitAccess,
+        .shaderFloat16 = d->float16 ? VK_TRUE : VK_FALSE, .vulkanMemoryModel = d->coopmat ? VK_TRUE : VK_FALSE };
     VkPhysicalDeviceVulkan11Features e11 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
         .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE };
     VkPhysicalDeviceFeatures2 e2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11 };
     e2.features.shaderInt16 = VK_TRUE;
     VkDeviceCreateInfo di = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2,
-        .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi };
+        .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
+        .enabledExtensionCount = en.n_exts, .ppEnabledExtensionNames = en.exts };
     VkResult r = g_ifn.vkCreateDevice(d->phys, &di, NULL, &d->dev);
+    if (r != VK_SUCCESS && en.n_exts) {   /* the optional features are what failed: without them */
+        vkp_log(PYG_LOG_WARN, "%s: vkCreateDevice with the optional extensions failed (VkResult %d); retrying without",
+                d->props.deviceName, (int)r);
+        d->coopmat = d->float16 = 0;
+        e12.pNext = NULL;
+        e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
+        di.enabledExtensionCount = 0;
+        r = g_ifn.vkCreateDevice(d->phys, &di, NULL, &d->dev);
+    }
     if (r != VK_SUCCESS) return vkp_vk_err(r, "vkCreateDevice");
+    vkp_kernel_option_defaults(d);
 #define VKP_LOAD_DEV(name) \
     d->fn.name = (PFN_##name)g_ifn.vkGetDeviceProcAddr(d->dev, #name); \
     if (!d->fn.name) return vkp_err(PYG_ERR_NO_DEVICE, "device function %s missing", #name);
@@ -203,7 +224,8 @@ static pyg_error *device_open(pyg_device *d) {
 
     VkDescriptorSetLayoutBinding b[VKP_NSET];
     for (int i = 0; i < VKP_NSET; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){ .binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+        b[i] = (VkDescriptorSetLayoutBinding){ .binding = (uint32_t)i,
+            .descriptorType = i == VKP_NBIND ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT };
     VkDescriptorSetLayoutCreateInfo dl = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .bindingCount = VKP_NSET, .pBindings = b };
@@ -336,6 +358,10 @@ static pyg_error *api_device_memory(pyg_device *d, uint64_t *free_b, uint64_t *t
 static pyg_error *validation_selftest(pyg_device *d);
 
 static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
+static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
+static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
+static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
+static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -348,6 +374,11 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
+    PYG_OPTION_INT(vkp_options, matvec, 1, 2, "decode mat-vec: 2 mul_mat_vec2.comp where it applies (default), 1 the earlier kernel"),
+    PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2)"),
+    PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (cooperative matrices where the device has them), scalar, coopmat, cm_emulated (tests)"),
+    PYG_OPTION_CHOICE(vkp_options, gemm_tile, k_gemm_tile, "cooperative-matrix GEMM tile: auto (128 from 128 tokens, else 64), 64, 128"),
+    PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 
 static pyg_error *api_device_set_option(pyg_device *d, const char *key, const char *value) {
@@ -355,6 +386,8 @@ static pyg_error *api_device_set_option(pyg_device *d, const char *key, const ch
     if (strcmp(key, "validation_check") == 0) return vkp_validation_check();
     if (strcmp(key, "validation_selftest") == 0) return validation_selftest(d);
     if (strcmp(key, "profile_report") == 0) return vkp_prof_report();
+    pyg_error *refused = vkp_kernel_option_check(d, key, value);   /* gemm=coopmat without the extension */
+    if (refused) return refused;
     char msg[600];
     pthread_mutex_lock(&d->lock);
     int32_t st = pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), &d->opts, key, value, msg, sizeof msg);
@@ -1041,7 +1074,13 @@ pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, Vk
     return raw_buffer(d, size, 0, buf, mem, map, NULL);
 }
 
-/* host-visible, mapped scratch (plan parameter blocks) */
+/* host-visible, mapped, device-local where the device has such memory (plan parameter blocks);
+ * plain host memory when that allocation fails (a small BAR heap) */
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map) {
-    return raw_buffer(d, size, 1, buf, mem, map, NULL);
+    pyg_error *e = raw_buffer(d, size, 2, buf, mem, map, NULL);
+    if (e && api_error_code(e) == PYG_ERR_OUT_OF_MEMORY) {
+        api_error_destroy(e);
+        e = raw_buffer(d, size, 1, buf, mem, map, NULL);
+    }
+    return e;
 }

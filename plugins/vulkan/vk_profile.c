@@ -15,7 +15,25 @@
 int vkp_prof_on = 0;
 vkp_prof_counters vkp_prof;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_gpu_ns[PYG_OP_COUNT], g_gpu_n[PYG_OP_COUNT], g_gpu_bytes[PYG_OP_COUNT];
+typedef struct gpu_acc { uint64_t ns, n, bytes; } gpu_acc;   /* device time, dispatches, operand bytes */
+static gpu_acc g_op[PYG_OP_COUNT];
+/* the same per shader and specialization ("mul_mat_vec2.q4_0.r2"): labels interned at plan creation */
+#define MAX_LABELS 128
+static char g_label[MAX_LABELS][48];
+static int g_nlabel;
+static gpu_acc g_lab[MAX_LABELS];
+
+int vkp_prof_label(const char *name) {
+    pthread_mutex_lock(&g_mu);
+    int i = 0;
+    while (i < g_nlabel && strcmp(g_label[i], name) != 0) i++;
+    if (i == g_nlabel) {
+        if (g_nlabel == MAX_LABELS) i = -1;
+        else snprintf(g_label[g_nlabel++], sizeof g_label[0], "%s", name);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return i;
+}
 
 int vkp_profiling(void) { return vkp_prof_on > 0; }
 
@@ -25,29 +43,34 @@ uint64_t vkp_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void vkp_prof_add_gpu(int op, uint64_t ns, uint64_t bytes) {
+void vkp_prof_add_gpu(int op, int label, uint64_t ns, uint64_t bytes) {
     if (op < 0 || op >= PYG_OP_COUNT) return;
     pthread_mutex_lock(&g_mu);
-    g_gpu_ns[op] += ns;
-    g_gpu_bytes[op] += bytes;
-    g_gpu_n[op]++;
+    gpu_acc *a[2] = { &g_op[op], label >= 0 && label < g_nlabel ? &g_lab[label] : NULL };
+    for (int i = 0; i < 2; i++) if (a[i]) { a[i]->ns += ns; a[i]->bytes += bytes; a[i]->n++; }
     pthread_mutex_unlock(&g_mu);
 }
 
 #define US(x) ((double)(x) / 1e3)
 
+static void gpu_line(const char *kind, const char *name, gpu_acc a, uint64_t tot) {
+    if (a.n)
+        vkp_log(PYG_LOG_INFO, "profile %s: %-28s %6llu dispatches %10.1f us total %8.2f us each %5.1f%% %8.1f GB/s",
+                kind, name, (unsigned long long)a.n, US(a.ns), US(a.ns) / (double)a.n,
+                tot ? 100.0 * (double)a.ns / (double)tot : 0.0, a.ns ? (double)a.bytes / (double)a.ns : 0.0);
+}
+
 pyg_error *vkp_prof_report(void) {
     if (!vkp_profiling()) return vkp_err(PYG_ERR_UNSUPPORTED, "profiling is off: set the device option profile=1 first");
     vkp_prof_counters c = vkp_prof;
     memset(&vkp_prof, 0, sizeof vkp_prof);
-    uint64_t gns[PYG_OP_COUNT], gn[PYG_OP_COUNT], gb[PYG_OP_COUNT];
+    gpu_acc ops[PYG_OP_COUNT], labs[MAX_LABELS];
     pthread_mutex_lock(&g_mu);
-    memcpy(gns, g_gpu_ns, sizeof gns);
-    memcpy(gn, g_gpu_n, sizeof gn);
-    memcpy(gb, g_gpu_bytes, sizeof gb);
-    memset(g_gpu_ns, 0, sizeof g_gpu_ns);
-    memset(g_gpu_n, 0, sizeof g_gpu_n);
-    memset(g_gpu_bytes, 0, sizeof g_gpu_bytes);
+    int nlab = g_nlabel;   /* labels are kept across reports (plans keep their ids) */
+    memcpy(ops, g_op, sizeof ops);
+    memcpy(labs, g_lab, sizeof labs);
+    memset(g_op, 0, sizeof g_op);
+    memset(g_lab, 0, sizeof g_lab);
     pthread_mutex_unlock(&g_mu);
     uint64_t n = c.plan_computes ? c.plan_computes : 1;
     vkp_log(PYG_LOG_INFO, "profile: %llu plan computes, %llu submits (%.1f us host), %llu command buffers recorded "
@@ -64,13 +87,9 @@ pyg_error *vkp_prof_report(void) {
             "%.1f us waiting", (double)c.submits / n, (double)c.recordings / n, (double)c.commands / n,
             US(c.submit_ns) / n, US(c.wait_ns) / n);
     uint64_t tot = 0;
-    for (int i = 0; i < PYG_OP_COUNT; i++) tot += gns[i];
-    for (int i = 0; i < PYG_OP_COUNT; i++)
-        if (gn[i])
-            vkp_log(PYG_LOG_INFO, "profile gpu: %-16s %6llu dispatches %10.1f us total %8.2f us each %5.1f%% %8.1f GB/s",
-                    pyg_op_name(i), (unsigned long long)gn[i], US(gns[i]), US(gns[i]) / (double)gn[i],
-                    tot ? 100.0 * (double)gns[i] / (double)tot : 0.0,
-                    gns[i] ? (double)gb[i] / (double)gns[i] : 0.0);
+    for (int i = 0; i < PYG_OP_COUNT; i++) tot += ops[i].ns;
+    for (int i = 0; i < PYG_OP_COUNT; i++) gpu_line("gpu", pyg_op_name(i), ops[i], tot);
+    for (int i = 0; i < nlab; i++) gpu_line("shader", g_label[i], labs[i], tot);
     if (tot) vkp_log(PYG_LOG_INFO, "profile gpu: total %.1f us, %.1f us per plan compute", US(tot), US(tot) / n);
     return NULL;
 }

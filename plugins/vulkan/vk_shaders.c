@@ -44,6 +44,33 @@ VKP_SPV(norm_mul)
 VKP_SPV(norm_mul_wg)
 #include "norm_mul_wg.spv.h"
 ;
+VKP_SPV(mul_mat_vec2)
+#include "mul_mat_vec2.spv.h"
+;
+VKP_SPV(mul_mat_cm)
+#include "mul_mat_cm.spv.h"
+;
+VKP_SPV(mul_mat_cm_emu)
+#include "mul_mat_cm_emu.spv.h"
+;
+VKP_SPV(mul_mat_cm128)
+#include "mul_mat_cm128.spv.h"
+;
+VKP_SPV(mul_mat_cm128_emu)
+#include "mul_mat_cm128_emu.spv.h"
+;
+VKP_SPV(flash_attn_cm)
+#include "flash_attn_cm.spv.h"
+;
+VKP_SPV(flash_attn_cm_emu)
+#include "flash_attn_cm_emu.spv.h"
+;
+VKP_SPV(norm_mul_add)
+#include "norm_mul_add.spv.h"
+;
+VKP_SPV(norm_mul_wg_add)
+#include "norm_mul_wg_add.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -61,7 +88,32 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_ROWS_SG, rows_sg)
     VKP_CASE(VKP_SH_NORM_MUL, norm_mul)
     VKP_CASE(VKP_SH_NORM_MUL_WG, norm_mul_wg)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC2, mul_mat_vec2)
+    VKP_CASE(VKP_SH_MUL_MAT_CM, mul_mat_cm)
+    VKP_CASE(VKP_SH_MUL_MAT_CM_EMU, mul_mat_cm_emu)
+    VKP_CASE(VKP_SH_MUL_MAT_CM128, mul_mat_cm128)
+    VKP_CASE(VKP_SH_MUL_MAT_CM128_EMU, mul_mat_cm128_emu)
+    VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
+    VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
+    VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
+    VKP_CASE(VKP_SH_NORM_MUL_WG_ADD, norm_mul_wg_add)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE
+}
+
+/* the shader's file name (profile labels) */
+const char *vkp_shader_name(int shader) {
+    static const char *names[VKP_SH_COUNT] = {
+        [VKP_SH_ELEMENTWISE] = "elementwise", [VKP_SH_NORM] = "norm", [VKP_SH_SOFT_MAX] = "soft_max",
+        [VKP_SH_ARGMAX] = "argmax", [VKP_SH_ROPE] = "rope", [VKP_SH_GET_ROWS] = "get_rows",
+        [VKP_SH_SET_ROWS] = "set_rows", [VKP_SH_MUL_MAT_VEC] = "mul_mat_vec", [VKP_SH_MUL_MAT] = "mul_mat",
+        [VKP_SH_FLASH_ATTN] = "flash_attn", [VKP_SH_ROWS_SG] = "rows_sg", [VKP_SH_NORM_MUL] = "norm_mul",
+        [VKP_SH_NORM_MUL_WG] = "norm_mul_wg", [VKP_SH_MUL_MAT_VEC2] = "mul_mat_vec2", [VKP_SH_MUL_MAT_CM] = "mul_mat_cm",
+        [VKP_SH_MUL_MAT_CM_EMU] = "mul_mat_cm_emu", [VKP_SH_FLASH_ATTN_CM] = "flash_attn_cm",
+        [VKP_SH_FLASH_ATTN_CM_EMU] = "flash_attn_cm_emu", [VKP_SH_NORM_MUL_ADD] = "norm_mul",
+        [VKP_SH_NORM_MUL_WG_ADD] = "norm_mul_wg", [VKP_SH_MUL_MAT_CM128] = "mul_mat_cm128",
+        [VKP_SH_MUL_MAT_CM128_EMU] = "mul_mat_cm128_emu",
+    };
+    return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

@@ -12,12 +12,32 @@ VK_BUILD := build/vulkan
 VK_LIB := $(PLUGIN_DIR)/libpyggml-vulkan.so
 VK_SRCS := $(wildcard $(VK_DIR)/*.c)
 VK_SHADERS := $(wildcard $(VK_DIR)/shaders/*.comp)
-VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS))
+VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h \
+            $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \
+            $(VK_BUILD)/flash_attn_cm_emu.spv.h $(VK_BUILD)/norm_mul_add.spv.h $(VK_BUILD)/norm_mul_wg_add.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
-$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/norm_add.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
+
+# the cooperative-matrix shaders with their matrix primitives in plain GLSL (options gemm / fa = cm_emulated: tests)
+$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_EMULATE -mfmt=c -o $@ $<
+
+# the cooperative-matrix GEMM with 128x128 tiles (option gemm_tile)
+$(VK_BUILD)/mul_mat_cm128.spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -mfmt=c -o $@ $<
+$(VK_BUILD)/mul_mat_cm128_emu.spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -DCM_EMULATE -mfmt=c -o $@ $<
+
+# the layer norms with the residual add before them folded in (norm_add.glsl)
+$(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DFUSED_ADD -mfmt=c -o $@ $<
 
 $(VK_LIB): $(VK_SRCS) $(VK_DIR)/vk_internal.h $(VK_SPV_H) $(PYG_HEADERS) plugins/plugin.map
 	@mkdir -p $(PLUGIN_DIR)

@@ -1,5 +1,5 @@
 // Shared by every pyggml Vulkan compute shader.
-// Bindings 0..3 = src[0..3], 4 = dst, 5 = the dispatch's parameter block (see vk_internal.h:
+// Bindings 0..3 = src[0..3], 4 = dst, 5 = the dispatch's parameter block (uniform) (see vk_internal.h:
 // VKP_* word offsets). Tensor data is read through 32-bit and 16-bit views of the same binding,
 // addressed in bytes relative to the binding start (tensor offsets need only 2-byte alignment).
 #extension GL_EXT_shader_16bit_storage : require
@@ -15,7 +15,10 @@ layout(std430, binding = 3) readonly buffer S3w { uint s3w[]; };
 layout(std430, binding = 3) readonly buffer S3h { uint16_t s3h[]; };
 layout(std430, binding = 4) buffer Dw { uint dw[]; };
 layout(std430, binding = 4) buffer Dh { uint16_t dh[]; };
-layout(std430, binding = 5) readonly buffer Params { uint p[]; };
+// The parameter block is a uniform buffer (the constant cache on GPUs: every invocation reads the
+// same words) of VKP_PARAM_WORDS 32-bit words, viewed as std140 uvec4s.
+layout(std140, binding = 5) uniform Params { uvec4 p4[32]; };
+uint pw(uint i) { return p4[i >> 2][i & 3u]; }
 
 #define TY_F32 0u
 #define TY_F16 1u
@@ -28,14 +31,14 @@ layout(std430, binding = 5) readonly buffer Params { uint p[]; };
 #define TY_I64 27u
 
 // parameter block layout: tensor slot t (0..3 src, 4 dst) at word 16*t
-uint t_off(uint t) { return p[16u * t]; }
-uint t_type(uint t) { return p[16u * t + 1u]; }
-uint t_ne(uint t, uint i) { return p[16u * t + 4u + i]; }
-uint t_nb(uint t, uint i) { return p[16u * t + 8u + i]; }
-int op_i(uint i) { return int(p[80u + i]); }
-float op_f(uint i) { return uintBitsToFloat(p[80u + i]); }
-uint ex_u(uint i) { return p[96u + i]; }
-float ex_f(uint i) { return uintBitsToFloat(p[96u + i]); }
+uint t_off(uint t) { return pw(16u * t); }
+uint t_type(uint t) { return pw(16u * t + 1u); }
+uint t_ne(uint t, uint i) { return pw(16u * t + 4u + i); }
+uint t_nb(uint t, uint i) { return pw(16u * t + 8u + i); }
+int op_i(uint i) { return int(pw(80u + i)); }
+float op_f(uint i) { return uintBitsToFloat(pw(80u + i)); }
+uint ex_u(uint i) { return pw(96u + i); }
+float ex_f(uint i) { return uintBitsToFloat(pw(96u + i)); }
 #define P_TOTAL 127u
 
 // linear workgroup id across a (x, y, z) dispatch folded by the host

@@ -4,6 +4,7 @@
 // subgroup per row as rows_sg.comp. A shader of its own: binding 3 is writable only here (the
 // validation layer treats a statically written binding as written by every dispatch of a module).
 #include "common.glsl"
+#include "norm_add.glsl"
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 64) in;
 layout(constant_id = 1) const uint RPW = 1u;   // rows per workgroup = 64 / reported subgroup size
@@ -26,16 +27,26 @@ void main() {
         if (row >= ex_u(0u)) return;
         uint i1 = row % n1, i2 = (row / n1) % n2, i3 = row / (n1 * n2);
         uint rs = t_row(0u, i1, i2, i3);
+#ifdef FUSED_ADD
+        uint ra = add_row(i1, i2, i3), r2 = t_row(2u, i1, i2, i3);
+#define LOAD_X(k) add_load(ra, k)
+#else
+#define LOAD_X(k) ldf(0u, rs + (k) * nb0, ty)
+#endif
         float s2 = 0.0;
         for (uint k = lane; k < n0; k += ns) {
+#ifdef FUSED_ADD
+            float x = add_store(ra, rs, r2, k);
+#else
             float x = ldf(0u, rs + k * nb0, ty);
+#endif
             s2 += x * x;
         }
         float scale = 1.0 / sqrt(subgroupAdd(s2) / float(n0) + op_f(0u));
         uint rn = t_row(3u, i1, i2, i3), rd = t_row(4u, i1, i2, i3);
         uint rw = t_row(1u, i1 % t_ne(1u, 1u), i2 % t_ne(1u, 2u), i3 % t_ne(1u, 3u));
         for (uint k = lane; k < n0; k += ns) {
-            float v = ldf(0u, rs + k * nb0, ty) * scale;
+            float v = LOAD_X(k) * scale;
             st3(rn + k * nnb0, nty, v);
             // the mul reads the norm as stored (rounded to its type), as the unfused pair does
             if (nty == TY_F16) v = unpackHalf2x16(f32_to_f16(v)).x;

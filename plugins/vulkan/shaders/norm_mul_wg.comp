@@ -4,6 +4,7 @@
 // takes a few elements and the subgroup sums meet in shared memory (one barrier). Not used on
 // CPU devices (lavapipe runs barrier workgroups as coroutines); PYGGML_VULKAN_NORM_WG=0/1 forces.
 #include "common.glsl"
+#include "norm_add.glsl"
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 3) buffer N3w { uint n3w[]; };
@@ -25,9 +26,19 @@ void main() {
     uint nty = t_type(3u), nnb0 = t_nb(3u, 0u), wn0 = t_ne(1u, 0u), wnb0 = t_nb(1u, 0u), wty = t_type(1u);
     uint i1 = row % n1, i2 = (row / n1) % n2, i3 = row / (n1 * n2);
     uint rs = t_row(0u, i1, i2, i3);
+#ifdef FUSED_ADD
+    uint ra = add_row(i1, i2, i3), r2 = t_row(2u, i1, i2, i3);
+#define LOAD_X(k) add_load(ra, k)
+#else
+#define LOAD_X(k) ldf(0u, rs + (k) * nb0, ty)
+#endif
     float s2 = 0.0;
     for (uint k = t; k < n0; k += 256u) {
+#ifdef FUSED_ADD
+        float x = add_store(ra, rs, r2, k);
+#else
         float x = ldf(0u, rs + k * nb0, ty);
+#endif
         s2 += x * x;
     }
     s2 = subgroupAdd(s2);
@@ -39,7 +50,7 @@ void main() {
     uint rn = t_row(3u, i1, i2, i3), rd = t_row(4u, i1, i2, i3);
     uint rw = t_row(1u, i1 % t_ne(1u, 1u), i2 % t_ne(1u, 2u), i3 % t_ne(1u, 3u));
     for (uint k = t; k < n0; k += 256u) {
-        float v = ldf(0u, rs + k * nb0, ty) * scale;
+        float v = LOAD_X(k) * scale;
         st3(rn + k * nnb0, nty, v);
         if (nty == TY_F16) v = unpackHalf2x16(f32_to_f16(v)).x;
         else if (nty == TY_BF16) v = uintBitsToFloat(f32_to_bf16(v) << 16);

@@ -1,0 +1,55 @@
+// Cooperative-matrix primitives for the tensor-core shaders (mul_mat_cm.comp, flash_attn_cm.comp):
+// 16x16x16 f16 products accumulated in f32 by a subgroup, operands in shared memory.
+// Built two ways:
+//  - normally: GL_NV_cooperative_matrix (the glslc of the build machine knows it, not the KHR
+//    extension); workgroups of 4 subgroups of 32.
+//  - with CM_EMULATE: the same operations in plain GLSL with the extension's semantics (A row-major,
+//    B row- or column-major as asked, results stored row- or column-major), for devices without the
+//    extension (the tests on lavapipe). Its "subgroups" are quarter workgroups, a lane holding the
+//    elements e = lane + i * SG_SIZE of a tile at (row, col) = (e % 16, e / 16); the 16-term dot
+//    products are unrolled because llvmpipe ends any loop after 65535 iterations of an invocation.
+#extension GL_KHR_shader_subgroup_basic : require
+#ifndef CM_EMULATE
+#extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then declares the Vulkan memory model)
+#define HALF float16_t
+#define TO_HALF(v) float16_t(v)
+#define SG_ID gl_SubgroupID
+#define SG_LANE gl_SubgroupInvocationID
+#define SG_SIZE gl_SubgroupSize
+#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
+#define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define CM_ZERO(acc) acc = ACC(0.0)
+// acc += A[16x16 at A_[ao], row stride lda] * B[16x16 at B_[bo], stride ldb; bcol: column-major]
+#define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
+    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma_, mb_; \
+    coopMatLoadNV(ma_, A_, ao, lda, false); \
+    coopMatLoadNV(mb_, B_, bo, ldb, bcol); \
+    acc = coopMatMulAddNV(ma_, mb_, acc); }
+#define CM_STORE(acc, C_, co, ldc, ccol) coopMatStoreNV(acc, C_, co, ldc, ccol)
+#else
+#extension GL_EXT_control_flow_attributes : require
+#define HALF uint16_t                                // f16 bits
+#define TO_HALF(v) uint16_t(f32_to_f16(v))
+#define SG_SIZE (gl_WorkGroupSize.x / 4u)
+#define SG_ID (gl_LocalInvocationID.x / SG_SIZE)
+#define SG_LANE (gl_LocalInvocationID.x % SG_SIZE)
+#define SG_SYNC() barrier()
+#define EMAX 32u                                     // 256 / the smallest SG_SIZE the host allows (8)
+struct ACC { float v[EMAX]; };
+float hv(uint16_t h) { return unpackHalf2x16(uint(h)).x; }
+float hv(float f) { return f; }
+#define CM_ZERO(acc) { [[dont_unroll]] for (uint i_ = 0u; i_ < EMAX; i_++) acc.v[i_] = 0.0; }
+#define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
+    [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
+        uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
+        float s_ = acc.v[i_]; \
+        [[unroll]] for (uint k_ = 0u; k_ < 16u; k_++) \
+            s_ += hv(A_[(ao) + m_ * (lda) + k_]) * hv(B_[(bcol) ? (bo) + n_ * (ldb) + k_ : (bo) + k_ * (ldb) + n_]); \
+        acc.v[i_] = s_; } }
+#define CM_STORE(acc, C_, co, ldc, ccol) { \
+    [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
+        uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
+        C_[(ccol) ? (co) + n_ * (ldc) + m_ : (co) + m_ * (ldc) + n_] = acc.v[i_]; } }
+#endif

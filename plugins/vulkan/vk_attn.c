@@ -1,0 +1,48 @@
+/* plugins/vulkan/vk_attn.c — whether a FLASH_ATTN_EXT node runs on the tensor cores.
+ *
+ * flash_attn_cm.comp (option fa=auto where the device has cooperative matrices, fa=cm_emulated
+ * anywhere: the tests) takes prefill-sized query blocks: n_q >= 16, D = Dv <= 128 and a multiple
+ * of 16, no softcap, its shared memory within the device's limit; everything else (decode, with its
+ * KV split) stays on flash_attn.comp (vk_graph.c). The choice is logged per plan at debug level
+ * ("flash_attn 'name': kernel"). */
+#include "vk_internal.h"
+
+#define FA_BQ 32
+#define FA_BKV 64
+
+static uint64_t fa_cm_shared(uint32_t dmax, int emulated) {
+    uint64_t ldq = dmax + 8, half = 2;
+    uint64_t bytes = FA_BQ * ldq * half + FA_BKV * ldq * half + FA_BQ * (FA_BKV + 4) * 4 + 4;
+    return emulated ? bytes : bytes + FA_BQ * (FA_BKV + 8) * half;
+}
+
+int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
+    const pyg_tensor *q = n->src[0], *v = n->src[2];
+    int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
+    const char *kind = "flash_attn";
+    int ok = 0;
+    uint32_t dmax = q->ne[0] <= 64 ? 64 : 128;
+    float softcap = pyg_op_param_f32(n->op_params, 2);
+    if (d->opts.fa != VKP_GEMM_TILED && q->ne[1] >= 16 && q->ne[0] == v->ne[0] && q->ne[0] % 16 == 0 &&
+        q->ne[0] <= 128 && softcap == 0.0f && d->subgroup_shuffle &&
+        fa_cm_shared(dmax, emulated) <= d->props.limits.maxComputeSharedMemorySize)
+        ok = emulated ? d->subgroup_size >= 8 && d->subgroup_size <= 64 : d->coopmat && d->subgroup_size == 32;
+    uint32_t sp[2] = { dmax, 4 * d->subgroup_size };
+    if (ok && !d->fa_cm_broken)
+        ok = vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM, sp, &d->fa_cm_broken);
+    else
+        ok = 0;
+    if (ok) {
+        uint64_t wg = (uint64_t)((q->ne[1] + FA_BQ - 1) / FA_BQ) * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
+        *shader = emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM;
+        spec[0] = dmax;
+        spec[1] = 4 * d->subgroup_size;
+        *work = wg;
+        ex[0] = (uint32_t)wg;
+        ex[1] = n->src[3] != NULL;
+        kind = emulated ? "flash_attn_cm_emu" : "flash_attn_cm";
+    }
+    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s", n->name, (long long)q->ne[0],
+            (long long)q->ne[1], (long long)n->src[1]->ne[1], kind);
+    return ok;
+}

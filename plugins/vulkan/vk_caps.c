@@ -1,0 +1,70 @@
+/* plugins/vulkan/vk_caps.c — optional device features, probed before vkCreateDevice.
+ *
+ * Cooperative matrices (the tensor cores through Vulkan): VK_NV_cooperative_matrix with a subgroup
+ * 16x16x16 shape of f16 A/B and f32 C/D, plus shaderFloat16 for the f16 tiles in shared memory and
+ * vulkanMemoryModel (glslang declares it in every module that uses GL_NV_cooperative_matrix).
+ * The NV extension rather than VK_KHR_cooperative_matrix because the shaders are compiled by the
+ * glslc of the build machine (Debian 12's shaderc 2023.2 / glslang 12), which knows
+ * GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix; NVIDIA's driver exposes both.
+ * A device lacking any piece (lavapipe lacks the extension) runs the tiled GEMM. */
+#include <stdlib.h>
+#include <string.h>
+#include "vk_internal.h"
+
+static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name) {
+    for (uint32_t i = 0; i < n; i++) if (strcmp(e[i].extensionName, name) == 0) return 1;
+    return 0;
+}
+
+void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
+    memset(en, 0, sizeof *en);
+    d->coopmat = 0;
+    PFN_vkEnumerateDeviceExtensionProperties enum_ext =
+        (PFN_vkEnumerateDeviceExtensionProperties)gipa(inst, "vkEnumerateDeviceExtensionProperties");
+    PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");
+    if (!enum_ext || !feat2) return;
+    uint32_t n = 0;
+    if (enum_ext(d->phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return;
+    VkExtensionProperties *ext = calloc(n, sizeof *ext);
+    if (!ext) return;
+    if (enum_ext(d->phys, NULL, &n, ext) != VK_SUCCESS) n = 0;
+    int nv_cm = has_ext(ext, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    free(ext);
+    if (!nv_cm) {
+        vkp_log(PYG_LOG_DEBUG, "%s: no VK_NV_cooperative_matrix: tiled GEMM", d->props.deviceName);
+        return;
+    }
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV };
+    VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf };
+    VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
+    feat2(d->phys, &f2);
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV cmp =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    int shape = 0;
+    uint32_t np = 0;
+    if (cmp && cmp(d->phys, &np, NULL) == VK_SUCCESS && np > 0) {
+        VkCooperativeMatrixPropertiesNV *pr = calloc(np, sizeof *pr);
+        if (pr) {
+            for (uint32_t i = 0; i < np; i++) pr[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+            if (cmp(d->phys, &np, pr) == VK_SUCCESS)
+                for (uint32_t i = 0; i < np && !shape; i++)
+                    shape = pr[i].MSize == 16 && pr[i].NSize == 16 && pr[i].KSize == 16 &&
+                            pr[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && pr[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                            pr[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && pr[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                            pr[i].scope == VK_SCOPE_SUBGROUP_NV;
+            free(pr);
+        }
+    }
+    if (!cmf.cooperativeMatrix || !f12.shaderFloat16 || !f12.vulkanMemoryModel || !shape || !d->subgroup_arith) {
+        vkp_log(PYG_LOG_INFO, "%s: VK_NV_cooperative_matrix present but unusable (feature %d, shaderFloat16 %d, "
+                "vulkanMemoryModel %d, 16x16x16 f16/f32 subgroup shape %d, subgroup arithmetic %d): tiled GEMM", d->props.deviceName,
+                (int)cmf.cooperativeMatrix, (int)f12.shaderFloat16, (int)f12.vulkanMemoryModel, shape, d->subgroup_arith);
+        return;
+    }
+    en->cm = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){ .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .pNext = *pnext, .cooperativeMatrix = VK_TRUE };
+    *pnext = &en->cm;
+    en->exts[en->n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    d->coopmat = 1;
+    d->float16 = 1;
+}

@@ -1,0 +1,125 @@
+/* plugins/vulkan/vk_matmul.c — which kernel runs a MUL_MAT node.
+ *
+ *   N <= 4 (decode)   mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
+ *                     default, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
+ *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile) on the tensor cores where the device
+ *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
+ *                     or coopmat), else the 64x64 tiled mul_mat.comp (gemm=tiled, and every device
+ *                     without the extension: lavapipe)
+ * Every choice is logged once per plan at debug level ("mul_mat 'name': kernel"), which is how the
+ * tests see the selection. */
+#include <string.h>
+#include "vk_internal.h"
+
+/* mul_mat_vec2.comp's layout conditions: rows contiguous, f32 activations whose rows start on 16
+ * bytes, weights whose rows start on 16 bytes where they are read as 16-byte words (q4_K, plain
+ * types), K a whole number of the kernel's units. */
+static int mv2_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1) {
+    const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
+    uint64_t align = d->props.limits.minStorageBufferOffsetAlignment;
+    if (align % 16 && 16 % align) return 0;   /* binding starts must keep 16-byte offsets 16-byte aligned */
+    if (!vkp_resolve(s0, &b0, &o0) || !vkp_resolve(s1, &b1, &o1)) return 0;
+    if (s1->type != PYG_TYPE_F32 || s1->nb[0] != 4 || o1 % 16 || s1->nb[1] % 16 || s1->nb[2] % 16 || s1->nb[3] % 16) return 0;
+    if (!pyg_tensor_rows_contiguous(s0)) return 0;
+    int64_t K = s0->ne[0];
+    switch (s0->type) {
+    case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0: case PYG_TYPE_Q6_K:
+        return o0 % 2 == 0 && s0->nb[1] % 2 == 0 && s0->nb[2] % 2 == 0 && s0->nb[3] % 2 == 0;
+    case PYG_TYPE_Q4_K: case PYG_TYPE_F32: case PYG_TYPE_F16: case PYG_TYPE_BF16:
+        if (s0->type != PYG_TYPE_Q4_K && K % (s0->type == PYG_TYPE_F32 ? 4 : 8)) return 0;
+        return o0 % 16 == 0 && s0->nb[1] % 16 == 0 && s0->nb[2] % 16 == 0 && s0->nb[3] % 16 == 0;
+    default:
+        return 0;
+    }
+}
+
+/* The coopmat GEMM: a device with the extension (vk_caps.c), f32 activations with contiguous rows, an
+ * f32 destination with contiguous rows, K a multiple of its 32-element steps, weight types it
+ * dequantizes, 32-wide subgroups (its 2x2 subgroup layout of a 128-invocation workgroup). */
+static int cm_ok(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *s0, const pyg_tensor *s1) {
+    if (d->cm_broken) return 0;
+    if (d->opts.gemm == VKP_GEMM_CM_EMULATED) {   /* any subgroup size from 8 (its per-lane tile share) */
+        if (d->subgroup_size < 8 || d->subgroup_size > 64) return 0;
+    } else if (d->opts.gemm == VKP_GEMM_TILED || !d->coopmat || d->subgroup_size != 32) {
+        return 0;
+    }
+    if (s0->ne[0] % 32 || s1->nb[0] != 4 || s1->type != PYG_TYPE_F32) return 0;
+    if (n->nb[0] != 4 || !pyg_tensor_rows_contiguous(s0)) return 0;
+    switch (s0->type) {
+    case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0: case PYG_TYPE_Q4_K: case PYG_TYPE_Q6_K:
+    case PYG_TYPE_F32: case PYG_TYPE_F16: case PYG_TYPE_BF16:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A new kernel whose pipeline the driver refuses (a compiler failure on an untested driver) is
+ * logged and not chosen again on this device; the earlier kernel runs instead. */
+int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable) {
+    VkPipeline p;
+    pyg_error *e = vkp_get_pipeline(d, shader, spec, &p);
+    if (!e) return 1;
+    vkp_log(PYG_LOG_WARN, "%s: the %s pipeline failed (%s); using the earlier kernel", d->props.deviceName,
+            vkp_shader_name(shader), vkp_error_text(e));
+    vkp_error_free(e);
+    *disable = 1;
+    return 0;
+}
+
+pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
+                             uint64_t *work, uint32_t *ex) {
+    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
+    uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
+    if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
+    const char *kind;
+    uint32_t nr = 1u << d->opts.matvec_rows, sgw = d->subgroup_size >= 1 && d->subgroup_size <= 128 ? 128 / d->subgroup_size : 1;
+    uint32_t mv2_spec[2] = { (uint32_t)s0->type | nr << 8, sgw };
+    uint32_t cm_spec[2] = { (uint32_t)s0->type, 4 * d->subgroup_size };
+    uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 ? 128 : 64;   /* auto, 64, 128 */
+    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED;
+    int cm_shader = tile == 128 ? (emu ? VKP_SH_MUL_MAT_CM128_EMU : VKP_SH_MUL_MAT_CM128)
+                                : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM);
+    if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
+        vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
+        uint64_t slots = (M + nr - 1) / nr * N * B;
+        *shader = VKP_SH_MUL_MAT_VEC2;
+        spec[0] = (uint32_t)s0->type | nr << 8;
+        spec[1] = sgw;
+        ex[0] = (uint32_t)slots;
+        *work = (slots + sgw - 1) / sgw;
+        kind = "mul_mat_vec2";
+    } else if (N <= 4 && d->subgroup_arith) {
+        uint32_t rpw = vkp_rows_per_wg(d);
+        *shader = VKP_SH_MUL_MAT_VEC;
+        spec[0] = (uint32_t)s0->type;
+        spec[1] = rpw;
+        *work = (M * N * B + rpw - 1) / rpw;
+        ex[0] = (uint32_t)(M * N * B);
+        /* chunked fast path: whole 32-element chunks, contiguous rows, f32 activations, 4-byte
+         * aligned rows (the binding start is aligned; the in-binding offsets are checked) */
+        const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
+        int aligned = vkp_resolve(s0, &b0, &o0) && vkp_resolve(s1, &b1, &o1) && o0 % 4 == 0 && o1 % 4 == 0 &&
+                      s0->nb[1] % 4 == 0 && s0->nb[2] % 4 == 0 && s0->nb[3] % 4 == 0;
+        ex[1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
+                s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
+        kind = "mul_mat_vec";
+    } else if (N > 4 && cm_ok(d, n, s0, s1) && vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
+        *shader = cm_shader;
+        spec[0] = cm_spec[0];
+        spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups */
+        *work = (M + tile - 1) / tile * ((N + tile - 1) / tile) * B;
+        ex[0] = (uint32_t)*work;
+        kind = vkp_shader_name(cm_shader);
+    } else {
+        *shader = VKP_SH_MUL_MAT;
+        spec[0] = (uint32_t)s0->type;
+        spec[1] = 1;
+        *work = ((M + 63) / 64) * ((N + 63) / 64) * B;
+        ex[0] = (uint32_t)*work;
+        kind = "mul_mat";
+    }
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %llu N %llu): %s", n->name, pyg_type_get_traits(s0->type)->name,
+            (unsigned long long)M, (unsigned long long)N, kind);
+    return NULL;
+}

@@ -1,0 +1,31 @@
+/* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
+ * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
+ * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
+ *   matvec       2 (default) mul_mat_vec2.comp for N <= 4 where its layout conditions hold, 1 the
+ *                earlier mul_mat_vec.comp everywhere (kept until GPUs confirm the new one)
+ *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp
+ *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
+ *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
+ *                device without the extension; cm_emulated: the same kernel with its matrix
+ *                primitives in plain GLSL (any device: how the tests cover it on lavapipe)
+ *   gemm_tile    the cooperative-matrix GEMM's workgroup tile: auto (default: 128 x 128 from 128
+ *                tokens, else 64 x 64), 64 or 128
+ *   fa           the same for prefill flash attention: auto, scalar (flash_attn.comp only), coopmat,
+ *                cm_emulated (flash_attn_cm.comp) */
+#include <string.h>
+#include "vk_internal.h"
+
+void vkp_kernel_option_defaults(pyg_device *d) {
+    d->opts.matvec = 2;
+    d->opts.matvec_rows = 1;   /* index of "2" */
+    d->opts.gemm = VKP_GEMM_AUTO;
+    d->opts.fa = VKP_GEMM_AUTO;
+}
+
+pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value) {
+    if ((strcmp(key, "gemm") == 0 || strcmp(key, "fa") == 0) && strcmp(value, "coopmat") == 0 && !d->coopmat)
+        return vkp_err(PYG_ERR_UNSUPPORTED, "%s=coopmat: %s has no usable VK_NV_cooperative_matrix (a subgroup "
+                       "16x16x16 f16*f16+f32 shape, shaderFloat16, vulkanMemoryModel); 'auto' uses the %s kernel here",
+                       key, d->props.deviceName, key[0] == 'f' ? "scalar" : "tiled");
+    return NULL;
+}

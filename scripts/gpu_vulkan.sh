@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# scripts/gpu_vulkan.sh — issue 18 on the GPU machine (NVIDIA driver, no glslc, no network): the
+# Vulkan op suite and kernel tests on the NVIDIA driver, the same under the validation layer with
+# synchronization validation, per-kernel GPU times of Vulkan next to CUDA, and the pp512 / tg128
+# benchmarks of 1b/7b q4_0 and q4_K on Vulkan (new kernels and the old ones) next to CUDA.
+# Writes JSON into $OUT (when set; else bench/results/tmp) within about 8 minutes: summary.json,
+# the two vulkan-vs-cuda-*.json files, pytest logs, and everything packed into results.tar.gz.
+#
+# Preparation, on a machine with glslc (this repo's dev machine), from the repo root:
+#   make pyggml/plugins/libpyggml-vulkan.so
+#   echo /.gl/ >>.git/info/exclude; mkdir -p .gl /tmp/amd64/partial
+#   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+#   apt-get $o update; (cd .gl && apt-get $o download libvulkan1 vulkan-validationlayers)
+#   cp pyggml/plugins/libpyggml-vulkan.so .gl/ && git rev-parse --short HEAD >.gl/COMMIT
+# then through the device tool (nvidia-h200): command "bash scripts/gpu_vulkan.sh", carry [".gl"],
+# timeout_s 600. The .so must be built from the commit that runs (the script compares .gl/COMMIT
+# with the tree's own when .git travels, and records both).
+#
+# Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
+# GPU_VK_VARIANTS ("new old": new = default device options, old = matvec=1 gemm=tiled fa=scalar;
+# also rows1, rows4 for mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
+# GPU_VK_TESTS=0 (skip the tests), GPU_VK_BENCH=0 (skip benches and profiles).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+T_START=$(date +%s)
+if [ -n "${OUT:-}" ]; then WORK=$(mktemp -d /tmp/gpu-vk.XXXXXX); else OUT=$ROOT/bench/results/tmp; WORK=$OUT; fi
+mkdir -p "$OUT" "$WORK"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+say() { echo "== gpu-vulkan [$(( $(date +%s) - T_START ))s]: $*"; }
+pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$OUT/" 2>/dev/null; }; return 0; }
+left() { echo $(( 470 - ($(date +%s) - T_START) )); }   # seconds left of the 8-minute budget
+
+# 1. Vulkan loader and validation layer from .gl/, the NVIDIA ICD, the carried plugin
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .gl/COMMIT 2>/dev/null || echo unknown)
+SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
+export GPU_VK_COMMIT=$COMMIT
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+export GPU_VK_GPU=$GPU
+say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
+[ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
+
+# 2. build the rest (ext, cpu, cuda); the Vulkan plugin is the carried one (no glslc here)
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
+make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; }
+mkdir -p pyggml/plugins && cp .gl/libpyggml-vulkan.so pyggml/plugins/ 2>/dev/null
+MODELS=${GPU_VK_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0 synth:7b:q4_K"}
+say "writing the synthetic models in the background: $MODELS"
+$PY -c "import sys; from pyggml.bench_model import resolve_model
+for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS >"$WORK/models.log" 2>&1 &
+PREP=$!
+( make -j"$(nproc)" pyggml/plugins/libpyggml-cuda.so >>"$WORK/build.log" 2>&1; echo "cuda build rc=$?" >>"$WORK/build.log" ) &
+CUDA_BUILD=$!
+$PY -m pyggml devices 2>&1 | tee "$WORK/devices.txt"
+$PY - <<'EOF' 2>&1 | tee "$WORK/vulkan_device.txt"
+import logging, pyggml as pg
+from pyggml._plugin import drain_log
+logging.basicConfig(level=logging.DEBUG, format="%(message)s")
+d = pg.get_device("vulkan:0"); drain_log()
+for v in ("coopmat", "auto"):
+    try:
+        d.set_option("gemm", v); print("gemm", v, "accepted")
+    except pg.PyggmlError as e:
+        print("gemm", v, "refused:", e)
+EOF
+
+# 3. tests on the NVIDIA driver: op suite, kernel choices (gemm=auto must pick mul_mat_cm here),
+#    multi-device splits; the last two re-run themselves under VK_LAYER_KHRONOS_validation with
+#    synchronization validation when the layer is installed (from .gl/)
+TEST_RC=skipped; TEST_SUMMARY=
+if [ "${GPU_VK_TESTS:-1}" != 0 ]; then
+    say "vulkan tests (op suite, kernels, multi; validation re-runs inside)"
+    timeout 200 $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider tests/test_vulkan_kernels.py \
+        tests/test_vulkan_multi.py tests/test_vulkan_build.py "tests/test_ops.py" -k "vulkan or VK or kernels or gemm or matvec" \
+        >"$WORK/pytest.log" 2>&1
+    TEST_RC=$?
+    TEST_SUMMARY=$(tail -1 "$WORK/pytest.log")
+    grep -E "^(FAILED|ERROR)" "$WORK/pytest.log" | head -30
+    cp "$WORK/pytest.log" "$OUT/" 2>/dev/null
+    say "pytest rc=$TEST_RC: $TEST_SUMMARY"
+    pack
+fi
+
+# 4. benches and per-kernel times (CUDA plugin and models needed)
+wait $CUDA_BUILD; tail -1 "$WORK/build.log"
+t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s): $(tr '\n' ' ' <"$WORK/models.log" | tail -c 400)"
+BENCH_RC=skipped; PROF_RC=skipped
+if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
+    PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
+    say "per-kernel GPU times, Vulkan next to CUDA: $PROF_MODELS"
+    timeout $(( $(left) / 3 > 60 ? $(left) / 3 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \
+        --steps 32 2>&1 | tee "$WORK/profile.log"
+    PROF_RC=$?
+    pack
+    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new old}) next to CUDA: $MODELS"
+    timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
+        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new old} 2>&1 | tee "$WORK/bench.log"
+    BENCH_RC=$?
+    pack
+fi
+
+$PY - "$WORK/summary.json" <<EOF
+import glob, json, sys, time
+doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-vulkan", "gpu": """$GPU""", "commit": "$COMMIT",
+       "vulkan_plugin_commit": "$SO_COMMIT", "command": "bash scripts/gpu_vulkan.sh", "seconds": $(( $(date +%s) - T_START )),
+       "pytest_rc": "$TEST_RC", "pytest_summary": """$TEST_SUMMARY""", "profile_rc": "$PROF_RC", "bench_rc": "$BENCH_RC",
+       "vulkan_device": open("$WORK/vulkan_device.txt").read()[-3000:]}
+for f in sorted(glob.glob("$WORK/vulkan-vs-cuda-bench-*.json")):
+    doc["bench"] = {r["model"]: {k: v for k, v in r.items() if k != "model"} for r in json.load(open(f))["rows"]}
+    doc["bench_file"] = f.rsplit("/", 1)[1]
+for f in sorted(glob.glob("$WORK/vulkan-vs-cuda-profile-*.json")):
+    doc["profile_file"] = f.rsplit("/", 1)[1]
+json.dump(doc, open(sys.argv[1], "w"), indent=1)
+print(json.dumps({k: v for k, v in doc.items() if k != "vulkan_device"}, indent=1)[:6000])
+EOF
+pack
+say "done"
+[ "$TEST_RC" = 0 ] || [ "$TEST_RC" = skipped ]

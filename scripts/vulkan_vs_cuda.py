@@ -1,0 +1,206 @@
+"""Vulkan next to CUDA in one run: model benchmarks and per-kernel GPU times (scripts/gpu_vulkan.sh).
+
+    python3 scripts/vulkan_vs_cuda.py bench   --out DIR [--models synth:1b:q4_0 ...] [--reps 3]
+    python3 scripts/vulkan_vs_cuda.py profile --out DIR [--models synth:1b:q4_0 ...] [--steps 32]
+
+bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml bench`) on
+cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
+old: matvec=1 gemm=tiled fa=scalar, the kernels before issue 18; rows1/rows4: mul_mat_vec2's rows
+per subgroup; tile64: the GEMM's smaller tile), and the Vulkan / CUDA ratios. The add+norm fusion
+follows the device option fuse (on by default).
+profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
+through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
+(device option profile=1, set here before the models load), side by side per token.
+Each writes one JSON file into --out and prints a summary."""
+import argparse
+import json
+import logging
+import os
+import re
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar"},
+            "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"}}
+DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "fa": "auto"}
+
+
+def _set_vk(pg, opts):
+    dev = pg.get_device("vulkan:0")
+    for k, v in {**DEFAULTS, **opts}.items():
+        dev.set_option(k, v)
+
+
+def _median(stats):
+    return stats.get("median", stats.get("mean")) if isinstance(stats, dict) else stats
+
+
+def bench(a, save):
+    import pyggml as pg
+    from pyggml.bench_model import bench_pyggml, resolve_model
+    rows = []
+    for spec in a.models:
+        path = resolve_model(spec, quiet=True)
+        row = {"model": spec}
+        runs = [("cuda", "cuda:0,cpu", None)] + [(f"vulkan_{v}", "vulkan:0,cpu", v) for v in a.variants]
+        for name, devs, variant in runs:
+            t0 = time.time()
+            try:
+                if variant:
+                    _set_vk(pg, VARIANTS[variant])
+                r = bench_pyggml(path, devs.split(","), None, a.reps, a.n_prompt, a.n_gen, echo=lambda *x: None)
+                pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
+                row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
+                             "host_syncs_per_token": r.get("host_syncs_per_token"),
+                             "decode_replans": r.get("decode_replans"), "seconds": round(time.time() - t0, 1)}
+            except Exception as e:   # one failing configuration must not lose the others
+                row[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"{spec:16s} {name:14s} {row[name]}", flush=True)
+        cu = row.get("cuda", {})
+        for v in a.variants:
+            vk = row.get(f"vulkan_{v}", {})
+            if "pp512" in vk and "pp512" in cu:
+                row[f"ratio_{v}"] = {"pp512": round(vk["pp512"] / cu["pp512"], 3), "tg128": round(vk["tg128"] / cu["tg128"], 3)}
+        rows.append(row)
+        _set_vk(pg, {})
+        save({"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "rows": rows, "partial": True})
+    return {"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "n_prompt": a.n_prompt, "n_gen": a.n_gen, "variants": {v: VARIANTS[v] for v in a.variants},
+            "targets": {"tg128": 0.7, "pp512": 0.5}, "rows": rows}
+
+
+def _cuda_kernels(run, steps):
+    """GPU time per CUDA kernel name over `steps` calls of run(i), in us per call."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            run(i)
+        torch.cuda.synchronize()
+    agg = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) != DeviceType.CUDA:
+            continue
+        t = ev.time_range.elapsed_us()
+        n, tot = agg.get(ev.name, (0, 0.0))
+        agg[ev.name] = (n + 1, tot + t)
+    return {k: {"launches_per_call": n / steps, "us_per_call": round(tot / steps, 2)}
+            for k, (n, tot) in sorted(agg.items(), key=lambda kv: -kv[1][1])}
+
+
+_SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
+
+
+def _vk_shaders(pg, lines, run, steps):
+    """GPU time per Vulkan shader label over `steps` calls of run(i), in us per call."""
+    dev = pg.get_device("vulkan:0")
+    from pyggml._plugin import drain_log
+    dev.set_option("profile_report", "1")   # start counting here
+    drain_log()
+    lines.clear()
+    for i in range(steps):
+        run(i)
+    dev.set_option("profile_report", "1")
+    drain_log()
+    out = {}
+    for line in lines:
+        mt = _SHADER.search(line)
+        if mt:
+            out[mt.group(1)] = {"dispatches_per_call": int(mt.group(2)) / steps,
+                                "us_per_call": round(float(mt.group(3)) / steps, 2)}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["us_per_call"]))
+
+
+def profile(a, save):
+    import numpy as np
+    import pyggml as pg
+    import pyggml.models as models
+    from pyggml.bench_model import resolve_model
+    lines = []
+    keep = logging.Handler()
+    keep.emit = lambda rec: lines.append(rec.getMessage())
+    logging.getLogger("pyggml").addHandler(keep)
+    logging.getLogger("pyggml").setLevel(logging.INFO)
+    pg.get_device("vulkan:0").set_option("profile", "1")   # timestamps in the plans created from here on
+    res = []
+    for spec in a.models:
+        path = resolve_model(spec, quiet=True)
+        entry = {"model": spec}
+        for name, devs in (("cuda", ["cuda:0", "cpu"]), ("vulkan", ["vulkan:0", "cpu"])):
+            try:
+                m = models.load(path, devices=devs, n_ctx=640, progress=False)
+                rng = np.random.default_rng(0)
+                prompt = rng.integers(3, m.hp.n_vocab, 512).tolist()
+                toks = rng.integers(3, m.hp.n_vocab, a.steps).tolist()
+
+                def pre(i):
+                    m.reset()
+                    m.prefill(prompt)
+
+                def dec(i):
+                    m.decode(toks[i])
+                pre(0)
+                for t in toks[:4]:
+                    m.decode(t)                 # plans and programs built before measuring
+                m.reset()
+                m.prefill(prompt[:64])
+                def timed(run, n):
+                    return _cuda_kernels(run, n) if name == "cuda" else _vk_shaders(pg, lines, run, n)
+                t0 = time.perf_counter()
+                d = timed(dec, a.steps)
+                wall_dec = (time.perf_counter() - t0) / a.steps * 1e6
+                p = timed(pre, 2)
+                entry[name] = {"decode_us_per_token_wall_profiled": round(wall_dec, 1),
+                               "decode_gpu_us_per_token": round(sum(v["us_per_call"] for v in d.values()), 1),
+                               "prefill512_gpu_us": round(sum(v["us_per_call"] for v in p.values()), 1),
+                               "decode": d, "prefill512": p}
+                m.close()
+            except Exception as e:
+                entry[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"{spec} {name}: " + json.dumps({k: v for k, v in entry[name].items()
+                                                     if k not in ("decode", "prefill512")}), flush=True)
+            for phase in ("decode", "prefill512"):
+                for k, v in list(entry[name].get(phase, {}).items())[:12]:
+                    print(f"   {phase:10s} {v['us_per_call']:10.1f} us  {k[:90]}", flush=True)
+        res.append(entry)
+        save({"kind": "vulkan-vs-cuda-kernels", "steps": a.steps, "models": res, "partial": True})
+    return {"kind": "vulkan-vs-cuda-kernels", "steps": a.steps, "models": res,
+            "note": "decode: GPU us per token (sum over kernels/shaders); prefill512: GPU us of one 512-token "
+                    "prefill; Vulkan profiling waits for a plan's previous submission before resubmitting it, "
+                    "so wall times with profiling on are not the bench figures"}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("bench", "profile"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--models", nargs="+", default=["synth:1b:q4_0", "synth:1b:q4_K", "synth:7b:q4_0", "synth:7b:q4_K"])
+    ap.add_argument("--variants", nargs="+", default=["new", "old"], choices=sorted(VARIANTS))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
+    ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"vulkan-vs-cuda-{a.mode}-{time.strftime('%Y%m%dT%H%M%S')}.json")
+
+    def save(doc):   # after every model, so a run cut short keeps what it measured
+        doc.update(date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), commit=os.environ.get("GPU_VK_COMMIT", "unknown"),
+                   gpu=os.environ.get("GPU_VK_GPU", ""), command="python3 scripts/vulkan_vs_cuda.py " + " ".join(sys.argv[1:]))
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+    doc = bench(a, save) if a.mode == "bench" else profile(a, save)
+    save(doc)
+    print("wrote", path)
+    if a.mode == "bench":
+        for r in doc["rows"]:
+            print(r["model"], {k: v for k, v in r.items() if k.startswith("ratio")})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Vulkan kernel choices (device options matvec, matvec_rows, gemm) on every weight type.
+
+Each case runs on the Vulkan device with an option set and is checked against float64 numpy over
+the dequantized weights; the plugin's debug log says which kernel each mul_mat got, so a test also
+fails when the wanted kernel was not the one that ran. On lavapipe the cooperative-matrix GEMM is
+absent: `gemm=coopmat` must be refused, `auto` must choose the tiled kernel (the GPU script runs the
+same tests on the NVIDIA driver, where `auto` must choose mul_mat_cm)."""
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyggml as pg
+from pyggml.conformance.cases import nmse
+
+VK = next((str(d) for d in pg.devices() if d.plugin.name == "vulkan"), None)
+pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VALIDATING = os.environ.get("PYGGML_VULKAN_VALIDATION", "") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def _validation_clean():
+    """Under the validation layer (with synchronization validation) every test ends clean."""
+    yield
+    if VALIDATING and VK is not None:
+        pg.get_device(VK).set_option("validation_check", "1")
+
+
+@pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
+def test_kernels_under_validation_layer():
+    """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1."""
+    from test_vulkan_multi import _layer_present
+    if not _layer_present():
+        pytest.skip("VK_LAYER_KHRONOS_validation is not installed (.ci/apt-vulkan.sh: vulkan-validationlayers)")
+    env = dict(os.environ, PYGGML_VULKAN_VALIDATION="1", PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", os.path.abspath(__file__)],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    tail = (r.stdout + r.stderr)[-6000:]
+    assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout, tail
+
+TYPES = ("f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q6_K")
+
+
+def _bf16_bits(a):
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _weight(g, rng, wdt, wshape):
+    """A weight tensor of type wdt and its float64 value as the device sees it."""
+    wf = rng.standard_normal(wshape).astype(np.float32)
+    k = wshape[-1]
+    if wdt == "f32":
+        return g.weight("w", wf), wf.astype(np.float64)
+    if wdt == "f16":
+        h = wf.astype(np.float16)
+        return g.weight("w", h), h.astype(np.float64)
+    if wdt == "bf16":
+        bits = _bf16_bits(wf)
+        return g.weight("w", bits, type="bf16", shape=wshape), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    flat = wf.reshape(-1, k)
+    blocks = pg.quantize(flat, wdt)
+    return (g.weight("w", blocks, type=wdt, shape=wshape),
+            pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape))
+
+
+def _compute(y, feeds, options, what):
+    """y on VK with device `options` set (then back to the defaults); returns (result, the kernels
+    the plugin's debug log named for nodes whose log line contains `what`)."""
+    dev = pg.get_device(VK)
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, r):
+            records.append(r.getMessage())
+    h = H(level=logging.DEBUG)
+    log = logging.getLogger("pyggml")
+    old = log.level
+    log.addHandler(h)
+    log.setLevel(logging.DEBUG)
+    try:
+        for key, value in options.items():
+            dev.set_option(key, value)
+        out = pg.Scheduler([VK], poison=True).compute(y, feeds)
+    finally:
+        log.removeHandler(h)
+        log.setLevel(old)
+        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
+                           ("gemm_tile", "auto")):
+            dev.set_option(key, value)
+    return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
+
+
+def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
+    """mul_mat(w, x) on VK with `options` set; returns (NMSE against numpy, kernels the log named)."""
+    rng = np.random.default_rng(seed)
+    g = pg.Graph()
+    w, w64 = _weight(g, rng, wdt, wshape)
+    xv = rng.standard_normal(xshape).astype(np.float32)
+    if x_offset:   # x as a view that starts x_offset floats into a wider input: rows not 16-byte aligned
+        k = xshape[-1]
+        wide = np.zeros(xshape[:-1] + (k + x_offset,), np.float32)
+        wide[..., x_offset:] = xv
+        xin = g.input("x", wide.shape)
+        x = pg.view(xin, xshape, offset=4 * x_offset, strides=(4 * (k + x_offset),) * (len(xshape) > 1) + (4,))
+        feeds = {"x": wide}
+    else:
+        x = g.input("x", xshape)
+        feeds = {"x": xv}
+    out, kernels = _compute(pg.mul_mat(w, x), feeds, options, "mul_mat '")
+    wb = w64.reshape((1,) * (4 - w64.ndim) + w64.shape)
+    xb = xv.astype(np.float64).reshape((1,) * (4 - xv.ndim) + xv.shape)
+    wb = np.repeat(np.repeat(wb, xb.shape[0] // wb.shape[0], axis=0), xb.shape[1] // wb.shape[1], axis=1)
+    ref = np.einsum("abnk,abmk->abnm", xb, wb).reshape(xv.shape[:-1] + (wshape[-2],))
+    return nmse(np.asarray(out), ref), kernels
+
+
+def _k(wdt):   # a K covering several blocks / units and, for the 32-element types, an odd count
+    return 512 if wdt in ("q4_K", "q6_K") else 224
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+@pytest.mark.parametrize("matvec,rows", [("1", "2"), ("2", "1"), ("2", "2"), ("2", "4")])
+@pytest.mark.parametrize("n", [1, 3])
+def test_matvec(wdt, matvec, rows, n):
+    """Decode-sized N: mul_mat_vec2 (wide loads, 1/2/4 rows per subgroup; M = 37 leaves a partial
+    row group) or the earlier mul_mat_vec."""
+    e, kernels = _run(wdt, (37, _k(wdt)), (n, _k(wdt)), {"matvec": matvec, "matvec_rows": rows})
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec2" if matvec == "2" else "mul_mat_vec"]
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+def test_matvec_batched(wdt):
+    """Weights broadcast over the activations' batch axes (r2 = 3, r3 = 2) in mul_mat_vec2."""
+    k = _k(wdt)
+    e, kernels = _run(wdt, (2, 1, 20, k), (2, 6, 2, k), {"matvec_rows": "4"}, seed=3)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec2"]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f32"])
+def test_matvec_unaligned_activations(wdt):
+    """Activation rows that do not start on 16 bytes are outside mul_mat_vec2's layout: the earlier
+    kernel runs them (the choice is per node, the option only allows the new one)."""
+    e, kernels = _run(wdt, (19, _k(wdt)), (2, _k(wdt)), {}, x_offset=1, seed=5)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec"]
+
+
+def _has_coopmat():
+    try:
+        pg.get_device(VK).set_option("gemm", "coopmat")
+    except pg.PyggmlError:
+        return False
+    pg.get_device(VK).set_option("gemm", "auto")
+    return True
+
+
+def test_gemm_option_values():
+    dev = pg.get_device(VK)
+    for bad in ("fast", "", "COOPMAT"):
+        with pytest.raises(pg.PyggmlError, match="gemm"):
+            dev.set_option("gemm", bad)
+    for key, bad in (("matvec", "3"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32")):
+        with pytest.raises(pg.PyggmlError, match=key):
+            dev.set_option(key, bad)
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+@pytest.mark.parametrize("gemm", ["auto", "tiled", "coopmat", "cm_emulated"])
+def test_gemm(wdt, gemm):
+    """Prefill-sized N: gemm=auto picks the cooperative-matrix GEMM where the device has it and the
+    tiled one elsewhere; gemm=coopmat is refused, with the reason, on a device without it;
+    cm_emulated runs the cooperative-matrix kernel's tiling, dequantization and stores with the
+    matrix primitives in plain GLSL (f16-rounded operands as on the tensor cores)."""
+    cm = _has_coopmat()
+    if gemm == "coopmat" and not cm:
+        with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
+            pg.get_device(VK).set_option("gemm", "coopmat")
+        return
+    k = _k(wdt)
+    # M and N not multiples of the 64x64 tiles, two batch axes broadcast over the weights
+    e, kernels = _run(wdt, (2, 1, 70, k), (2, 3, 37, k), {"gemm": gemm}, seed=7)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm_emu"}.get(gemm, "mul_mat_cm" if cm else "mul_mat")
+    assert kernels == [want]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
+@pytest.mark.parametrize("tile", ["64", "128"])
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_tiles(wdt, tile, gemm):
+    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile), emulated everywhere and on the
+    tensor cores where the device has them: M and N one past a tile and well inside one, weights
+    broadcast over a batch axis."""
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
+    want = ("mul_mat_cm128" if tile == "128" else "mul_mat_cm") + ("_emu" if gemm == "cm_emulated" else "")
+    for wshape, xshape in (((129, 256), (130, 256)), ((3, 40, 256), (2, 3, 100, 256))):
+        e, kernels = _run(wdt, wshape, xshape, {"gemm": gemm, "gemm_tile": tile}, seed=13)
+        assert e <= 5e-4, f"NMSE {e:.3g} {wshape} {xshape}"
+        assert kernels == [want]
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])
+def test_gemm_strided_activations(gemm):
+    """Activation rows with a padded stride (a view into a wider input) and N = 65: one token
+    past a 64-token tile."""
+    e, kernels = _run("q4_0", (64, 256), (65, 256), {"gemm": gemm}, x_offset=4, seed=11)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels[0].startswith("mul_mat")
+
+
+# ---------------------------------------------------------------- prefill attention
+
+@pytest.mark.parametrize("fa", ["cm_emulated", "auto", "scalar"])
+@pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
+                                                (128, 40, 100, "f16")])
+def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
+    """Prefill-shaped attention (n_q >= 16): causal mask with the queries at the end of the cache,
+    a row that sees nothing, ALiBi slopes, GQA (4 heads over 2 K/V heads), partial 32-query and
+    64-key blocks; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
+    primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe)."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D * 1000 + n_q + n_kv)
+    H, Hk, max_bias = 4, 2, 2.0
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    pos = np.arange(n_kv - n_q, n_kv)
+    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float16)[None, None]
+    mv[..., 3, :] = -np.inf                  # a query row with every key masked: output 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias)
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
+                       mv.astype(np.float64), 1 / np.sqrt(D), max_bias, 0.0)
+    assert ref.shape == (1, n_q, H, D)
+    ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa}, "flash_attn '")
+    assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} ({kernels})"
+    cm = _has_coopmat()
+    if fa == "scalar" or (fa == "auto" and not cm):
+        assert kernels == ["flash_attn"]
+    elif fa == "auto":
+        assert kernels == ["flash_attn_cm"]
+    elif D <= 64:
+        assert kernels == ["flash_attn_cm_emu"]
+    else:
+        assert kernels[0] in ("flash_attn_cm_emu", "flash_attn")
+
+
+def test_fa_option_values():
+    dev = pg.get_device(VK)
+    for bad in ("tiled", "", "fast"):
+        with pytest.raises(pg.PyggmlError, match="fa"):
+            dev.set_option("fa", bad)
+    if not _has_coopmat():
+        with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
+            dev.set_option("fa", "coopmat")
+
+
+# ---------------------------------------------------------------- fusions
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("n0", [48, 700])
+@pytest.mark.parametrize("wg", ["off", "on"])
+def test_add_rms_norm_mul_fusion(rows, n0, wg):
+    """add -> rms_norm -> mul(w) (a layer's residual add and the next norm) runs as one dispatch that
+    writes all three nodes (binding 6 carries the add's output), in the subgroup-per-row and the
+    workgroup-per-row (norm_wg=on, GPUs) kernels. Against float64 numpy; the plan log shows one
+    dispatch."""
+    rng = np.random.default_rng(rows * 1000 + n0)
+    xv, yv = (rng.standard_normal((rows, n0)).astype(np.float32) for _ in range(2))
+    wv = rng.standard_normal((n0,)).astype(np.float32)
+    g = pg.Graph()
+    x, y, w = g.input("x", xv.shape), g.input("y", yv.shape), g.input("w", wv.shape)
+    a = pg.add(x, y)
+    nrm = pg.rms_norm(a, eps=1e-5)
+    m = pg.mul(nrm, w)
+    got, plans = _compute([a, nrm, m], {"x": xv, "y": yv, "w": wv}, {"norm_wg": wg}, "plan for graph")
+    s = xv.astype(np.float64) + yv
+    ref_n = s / np.sqrt(np.mean(s ** 2, axis=-1, keepdims=True) + 1e-5)
+    assert nmse(got[0], s) <= 1e-7 and nmse(got[1], ref_n) <= 1e-7 and nmse(got[2], ref_n * wv) <= 1e-7
+    assert plans[-1].startswith("1 dispatches"), plans
