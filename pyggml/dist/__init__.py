@@ -12,8 +12,9 @@ Each stage loads only its layers (pyggml.models.load(path, layers=...)): the mod
 at the same path on every node. See pipeline.py for how activations travel and the fault behaviour.
 """
 from .cluster import LOOPBACK, LocalCluster, connect, import_ray
-from .errors import RayMissingError, StageFailedError, StageTimeoutError
+from .errors import ClosedError, ConfigError, RayMissingError, ShapeError, StageFailedError, StageTimeoutError
 from .pipeline import Pipeline, stage_ranges
 
 __all__ = ["Pipeline", "LocalCluster", "connect", "import_ray", "stage_ranges", "LOOPBACK",
-           "RayMissingError", "StageFailedError", "StageTimeoutError"]
+           "RayMissingError", "StageFailedError", "StageTimeoutError",
+           "ConfigError", "ClosedError", "ShapeError"]

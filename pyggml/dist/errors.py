@@ -1,5 +1,5 @@
 """Errors of pyggml.dist: all derive from PyggmlError."""
-from ..errors import ConfigError, PyggmlError
+from ..errors import ClosedError, ConfigError, PyggmlError, ShapeError
 
 
 class RayMissingError(PyggmlError, ImportError):
@@ -21,4 +21,4 @@ class StageTimeoutError(StageFailedError, TimeoutError):
     """A pipeline step did not finish within the Pipeline's timeout."""
 
 
-__all__ = ["ConfigError", "RayMissingError", "StageFailedError", "StageTimeoutError"]
+__all__ = ["ConfigError", "ClosedError", "ShapeError", "RayMissingError", "StageFailedError", "StageTimeoutError"]
