@@ -2,8 +2,11 @@
 pipeline stages, each a Ray actor on its own raylet, give one process's logits bit for bit (same
 thread count); a stage whose process is killed surfaces as StageFailedError naming it, and the
 pipeline is rebuilt. Skipped only where Ray is not installed (`pip install pyggml[ray]`)."""
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -113,3 +116,34 @@ def test_ray_pipeline_errors(cluster, tiny):
         assert p.n_past == 0
     with pytest.raises(dist.ClosedError):
         p.decode(5)
+
+
+def test_ray_hung_stage_times_out(cluster, tiny, tokens):
+    """A stage that stops answering (SIGSTOP: alive to Ray, never done) costs `timeout` seconds,
+    then StageTimeoutError: a pipeline step never waits forever."""
+    with dist.Pipeline(tiny, 2, timeout=3.0, **KW) as p:
+        pid = p.info[0]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(dist.StageTimeoutError, match="no result within 3.0 s"):
+                p.decode(tokens[0])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with pytest.raises(dist.StageFailedError, match="rebuild"):
+            p.decode(tokens[0])
+        p.rebuild()
+        assert p.decode(tokens[0]).shape == (32000,)
+
+
+def test_ray_bench_cli(tiny, tmp_path):
+    """`pyggml bench -m MODEL --ray local --stages 2` in its own process (its own local cluster)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pyggml", "bench", "-m", tiny, "--ray", "local", "--stages", "2",
+                        "-t", "1", "-r", "1", "-p", "16", "-n", "4", "-ub", "8", "-o", str(tmp_path)],
+                       capture_output=True, text=True, cwd=root, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| Ray, 2 stages | cpu x2 | tg4 |" in r.stdout and "crossing them (3 Ray hops" in r.stdout
+    doc = json.load(open(next(tmp_path.glob("model-cpu_ray2-*.json"))))
+    ray_res = doc["results"][0]["ray"]
+    assert ray_res["ranges"] == [[0, 3], [3, 6]] and ray_res["pp16"]["mean"] > 0 and ray_res["tg4"]["mean"] > 0
+    assert ray_res["crossing_us_per_token"] > 0 and doc["results"][0]["pyggml"]["tg4"]["mean"] > 0
