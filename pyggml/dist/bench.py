@@ -20,10 +20,7 @@ import time
 
 import numpy as np
 
-
-def _stats(vals):
-    return {"mean": statistics.mean(vals), "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-            "median": statistics.median(vals), "values": vals}
+from ..bench_model import _stats
 
 
 def stage_devices(devices):
