@@ -94,8 +94,9 @@ def test_ray_killed_stage_raises_and_rebuilds(cluster, tiny, tokens, one_process
         assert np.array_equal(got[0], one_process[0])
 
 
-def test_ray_stage_killed_during_prefill(cluster, tiny, tokens):
-    """The first stage dies while later chunks are queued behind it: the driver gets the error."""
+def test_ray_dead_first_stage_fails_a_pipelined_prefill(cluster, tiny, tokens):
+    """With the first of three stages gone, a prefill of five chunks (n_copies in flight, each
+    chained through every stage) raises for that stage instead of waiting on the chunks behind it."""
     with dist.Pipeline(tiny, 3, timeout=120, **KW) as p:
         p.kill_stage(0)
         with pytest.raises(dist.StageFailedError) as e:
