@@ -274,6 +274,9 @@ def main(args):
     ap.add_argument("-ub", "--n-ubatch", type=int, default=512, help="prefill micro-batch (pipelined over devices)")
     ap.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace of every run to this file")
     ap.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="also run as pipeline stages on the Ray cluster at ADDRESS ('local' starts one): pyggml.dist")
+    ap.add_argument("--stages", type=int, default=2, help="pipeline stages with --ray")
     extra = ap.parse_args(getattr(args, "rest", []) or [])
     try:
         path = resolve_model(args.model)
@@ -282,6 +285,9 @@ def main(args):
         return 2
     devices = [d for d in str(args.device).split(",") if d]
     reps = max(1, int(args.reps))
+    if extra.ray:
+        from .dist.bench import main as ray_main
+        return ray_main(args, extra, path, devices, reps)
     from .errors import PyggmlError
     try:
         ts = [float(x) for x in extra.tensor_split.split(",")] if extra.tensor_split else None

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import time
@@ -17,7 +18,7 @@ from ..errors import ConfigError, PyggmlError, TypeMismatchError
 from ..gguf import GGUFReader
 from .llama import ATTN_MODES, ContextFullError, Model
 from .._plugin import get_device
-from . import placement
+from . import placement, stage
 from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload  # noqa: F401 (HParams re-exported)
 
 __all__ = ["load", "Model", "HParams", "ContextFullError", "ATTN_MODES", "ModelNotFoundError"]
@@ -39,7 +40,7 @@ def _count(name, v, lo, hi):
 
 
 def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
-         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None, trace=None):
+         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None, trace=None, layers=None):
     """Open a GGUF model, check it, upload its weights into the buffers of the devices that hold
     them (straight from the file's mmap, with a progress bar on stderr for loads over a second) and
     build the decode graph. Malformed files raise GGUFError; nothing stays open or allocated on
@@ -53,7 +54,9 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     soft_max). kv_type: "f16" or "f32". n_batch (alias n_ubatch): the micro-batch, the largest
     prefill chunk (prompts run in power-of-two chunks up to it; equal chunks are pipelined over the
     devices). n_copies: input slots per split for that pipelining (default 2 with several devices).
-    trace: a Chrome/Perfetto trace file of every run (written when the model closes)."""
+    trace: a Chrome/Perfetto trace file of every run (written when the model closes).
+    layers: (first, stop) builds a pipeline stage (pyggml/models/stage.py) holding only those
+    layers' weights and KV cache: the layers are split over `devices` as above."""
     from ..scheduler import Scheduler
     from ..graph import Graph
     if not isinstance(attn, str) or attn not in ATTN_MODES:
@@ -82,23 +85,30 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
         if isinstance(devices, str):
             devices = [devices]
         devs = [get_device(d) for d in devices] if isinstance(devices, (list, tuple)) else devices
-        layer_dev = placement.split_layers(devs, hp.n_layer, tensor_split) if devs else []
+        if layers is None:
+            layer_dev = placement.split_layers(devs, hp.n_layer, tensor_split) if devs else []
+        else:
+            layer_dev = stage.layer_devices(devs, layers, hp.n_layer, tensor_split)
         if n_copies is None:
-            n_copies = 2 if len(set(layer_dev)) > 1 else 1
+            n_copies = 2 if len(set(layer_dev) - {None}) > 1 else 1
         sched = Scheduler(devs, n_threads=n_threads, sync=sync, n_copies=n_copies, trace=trace)
         g = Graph(f"{hp.arch}:{hp.name or path}")
         weights = {}
         pairs = []
         tied = "output.weight" not in tensors
         for name, ft in tensors.items():
+            wdev = placement.weight_devices(name, layer_dev, tied)
+            if not wdev:
+                continue                    # a stage's: a weight of layers it does not hold
             gt = g.weight(name, ft.raw, type=ft.type.name, shape=ft.shape)
             weights[name] = gt
-            pairs.append((gt, ft, placement.weight_devices(name, layer_dev, tied)))
+            pairs.append((gt, ft, wdev))
         t_parse = time.perf_counter()
         upload(sched, pairs, reader, progress=progress, label=f"loading {hp.name or hp.arch}")
         t_upload = time.perf_counter()
-        model = Model(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path,
-                      n_batch=n_batch, layer_devices=layer_dev if len(sched.devices) > 1 else None)
+        cls = Model if layers is None else functools.partial(stage.StageModel, layers=layers)
+        model = cls(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path,
+                    n_batch=n_batch, layer_devices=layer_dev if len(sched.devices) > 1 else None)
         f = model.forward_for(1)
         sched.plan([f.logits])
         t_end = time.perf_counter()

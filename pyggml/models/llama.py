@@ -49,7 +49,7 @@ class _Forward:
         g = model.graph
         self.names = {n: f"{n}_{key}" for n in ("tokens", "pos", "kv_idx", "mask")}
         n_effects = len(g.effects)
-        tok = g.input(self.names["tokens"], (T,), i32)
+        tok = model._first_input(self.names["tokens"], T)    # token ids; a pipeline stage's hidden state
         pos = g.input(self.names["pos"], (T,), i32)
         kvi = g.input(self.names["kv_idx"], (T,), i32)
         mask = g.input(self.names["mask"], (1, 1, T, model.n_ctx), f16)
@@ -60,7 +60,7 @@ class _Forward:
         # this graph would run them too.
         del g.effects[n_effects:]
         self.mask = np.full((1, 1, T, model.n_ctx), -np.inf, np.float16)
-        self.feeds = {self.names["tokens"]: np.zeros(T, np.int32), self.names["pos"]: np.zeros(T, np.int32),
+        self.feeds = {self.names["tokens"]: np.zeros(tok.shape, tok.type.np_dtype), self.names["pos"]: np.zeros(T, np.int32),
                       self.names["kv_idx"]: np.zeros(T, np.int32), self.names["mask"]: self.mask}
         self.visible = 0       # decode (T=1): mask cells [0, visible) are already 0
 
@@ -179,7 +179,7 @@ class Model:
         if T > 1 and not all_logits:
             x = pg.view(x, (1, d), offset=(T - 1) * d * 4)
         x = pg.mul(pg.rms_norm(x, eps), W["output_norm.weight"])
-        out_w = W.get("output.weight", W["token_embd.weight"])
+        out_w = W["output.weight"] if "output.weight" in W else W["token_embd.weight"]   # tied
         return pg.mul_mat(out_w, x)                                            # (T or 1, n_vocab)
 
     def _attention(self, q, ks, vs, mask, T):
@@ -250,8 +250,15 @@ class Model:
             f.mask[0, 0] = self._causal(pos)
         out = self.sched.compute(output, fe)
         self.n_past += T
-        self.tokens.extend(int(x) for x in tokens)
+        self._remember(tokens)
         return out
+
+    def _first_input(self, name, T):
+        """The graph input a forward starts from: T token ids (a pipeline stage overrides it)."""
+        return self.graph.input(name, (T,), i32)
+
+    def _remember(self, tokens):
+        self.tokens.extend(int(x) for x in tokens)
 
     def _causal(self, pos):
         """The (T, n_ctx) f16 mask of queries at positions `pos`: 0 where a query may look."""

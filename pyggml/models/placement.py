@@ -53,17 +53,22 @@ def split_layers(devices: Sequence, n_layer: int, tensor_split: Optional[Sequenc
     return out
 
 
-def weight_devices(name: str, layer_dev: List[str], tied_output: bool) -> List[str]:
-    """The devices that need weight `name` (a GGUF tensor name) for the layer placement."""
+def weight_devices(name: str, layer_dev: List[Optional[str]], tied_output: bool) -> List[str]:
+    """The devices that need weight `name` (a GGUF tensor name) for the layer placement. A None in
+    layer_dev is a layer the model does not hold (a pipeline stage, pyggml/models/stage.py): its
+    weights, and the embedding or output of a range it does not hold, need no device ([])."""
     m = _BLK.match(name)
     if m:
-        return [layer_dev[int(m.group(1))]]
+        d = layer_dev[int(m.group(1))]
+        return [] if d is None else [d]
     first, last = layer_dev[0], layer_dev[-1]
     if name == "token_embd.weight":
-        return [first] if not tied_output or last == first else [first, last]
-    if name.startswith("output"):
-        return [last]
-    return list(dict.fromkeys(layer_dev))   # shared tables (rope_freqs): every device with layers
+        want = [first, last] if tied_output else [first]
+    elif name.startswith("output"):
+        want = [last]
+    else:
+        want = layer_dev                    # shared tables (rope_freqs): every device with layers
+    return [d for d in dict.fromkeys(want) if d is not None]
 
 
 def summary(layer_dev: List[str]) -> Dict[str, range]:
