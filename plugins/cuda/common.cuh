@@ -260,6 +260,8 @@ __device__ __forceinline__ void warp_quant_block(float v, int8_t *yq, float *yds
     }
 }
 
+struct cuda_repack;
+
 /* Per-launch context handed from graph.cu to the launchers. */
 struct op_ctx {
     gpuStream_t stream;
@@ -274,6 +276,9 @@ struct op_ctx {
      * (mul_mat_quant_layout); quant_in: this mat-vec finds its activations there already. */
     int quant_out, quant_in;
     size_t quant_off;         /* where in the scratch those int8 blocks lie (past any producer's own use) */
+    int cc;                   /* compute capability, major * 10 + minor */
+    cuda_repack *const *rp;   /* mul_mat: the repacked weights of this launch's nodes (NULL entries:
+                                 none); NULL when the plan has none */
 };
 
 /* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
@@ -290,7 +295,8 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
 int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
-size_t mul_mat_scratch_bytes(const pyg_tensor *node);
+/* repacked: the node's weights have a repacked copy; cc: the device's compute capability */
+size_t mul_mat_scratch_bytes(const pyg_tensor *node, int repacked, int cc);
 /* Plan-time fusion (graph.cu groups nodes; mul_mat.cu and ops_rows.cu launch the groups) unless
  * the device option fuse=0. */
 static inline int cuda_fuse_enabled(void) { return cuda_opts()->fuse != 0; }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "common.cuh"
 #include "plugin_internal.h"
+#include "repack.h"
 
 struct pyg_graph_plan {
     pyg_device *dev;
@@ -18,6 +19,8 @@ struct pyg_graph_plan {
     int *group;                   /* per node: nodes launched together from here (0: done by an earlier one) */
     int *quant;                   /* per launch: 1 = also writes the next launch's int8 activations, 2 = reads them */
     size_t quant_off;             /* where in the scratch those activations lie */
+    cuda_repack **rp;             /* per node: its repacked weights (repack.cu), or NULL; NULL: none at all */
+    uint64_t rp_generation;       /* cuda_repack_ensure's cache: nothing went stale since */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -77,9 +80,9 @@ static int launch_node(const pyg_tensor *node, op_ctx *c) {
     }
 }
 
-static size_t node_scratch(const pyg_tensor *node, int n_sm) {
-    if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, n_sm);
-    if (node->op == PYG_OP_MUL_MAT) return mul_mat_scratch_bytes(node);
+static size_t node_scratch(const pyg_tensor *node, const pyg_device *dev, int repacked) {
+    if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, dev->n_sm);
+    if (node->op == PYG_OP_MUL_MAT) return mul_mat_scratch_bytes(node, repacked, dev->cc_major * 10 + dev->cc_minor);
     return 0;
 }
 
@@ -90,6 +93,9 @@ void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
         if (p->scratch) gpuFree(p->scratch);
     }
     gpuGetLastError();
+    if (p->rp)
+        for (int i = 0; i < p->n_nodes; i++) cuda_repack_release(p->rp[i]);
+    free(p->rp);
     free(p->nodes);
     free(p->group);
     free(p->quant);
@@ -156,7 +162,16 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
                                       n->name, s);
             }
         }
-        size_t need = node_scratch(n, dev->n_sm);
+        cuda_repack *rp = NULL;
+        if (p->opts.repack && n->op == PYG_OP_MUL_MAT && cuda_repack_eligible(n)) {
+            if (!p->rp) p->rp = (cuda_repack **)calloc((size_t)graph->n_nodes + 1, sizeof(cuda_repack *));
+            if (!p->rp) {
+                pyg_cuda_plan_destroy(p);
+                return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
+            }
+            rp = p->rp[p->n_nodes] = cuda_repack_acquire(dev, n); /* NULL: ggml's blocks for this one */
+        }
+        size_t need = node_scratch(n, dev, rp != NULL);
         if (need > scratch) scratch = need;
         p->nodes[p->n_nodes++] = n;
     }
@@ -232,6 +247,8 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.errlen = sizeof err;
     c.quant_out = c.quant_in = 0;
     c.quant_off = 0;
+    c.cc = p->dev->cc_major * 10 + p->dev->cc_minor;
+    c.rp = NULL;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */
@@ -239,6 +256,7 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
         c.quant_out = p->quant[i] & 1;
         c.quant_in = (p->quant[i] >> 1) & 1;
         c.quant_off = p->quant_off;
+        c.rp = p->rp ? p->rp + i : NULL;
         int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
                  : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
@@ -262,6 +280,11 @@ pyg_error *pyg_cuda_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     if (e != gpuSuccess) return pyg_cuda_gpu_error(e, "cudaSetDevice");
     if (p->n_nodes == 0) return NULL;
     cuda_opts_scope bound(&p->opts);
+    if (p->rp) { /* repacked weights filled before any launch (never inside a capture) */
+        char err[256];
+        const int st = cuda_repack_ensure(p->rp, p->n_nodes, &p->rp_generation, s->s, err, sizeof err);
+        if (st != PYG_OK) return pyg_cuda_error(st, "%s", err);
+    }
     const int graphs = p->opts.graphs && !p->graphs_failed;
     if (p->exec && graphs) {
         p->n_computes++;
