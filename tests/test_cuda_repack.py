@@ -76,7 +76,7 @@ def _q8_matvec(x):
     b = _blocks32(x)
     amax = np.where(np.isnan(b), np.float32(np.inf), np.abs(b)).max(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = (amax / np.float32(127)).astype(np.float32)
+        d = np.where(np.isfinite(amax), amax / np.float32(127), np.float32(np.nan)).astype(np.float32)
         inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
         v = b * inv[..., None]
     q = np.where(np.isnan(v), 0, np.rint(v)).astype(np.int64)
@@ -90,7 +90,7 @@ def _q8_mmq(x):
     d = (amax / np.float32(127)).astype(np.float32)
     u = d.view(np.uint32)
     fin = np.isfinite(d)
-    d = np.where(fin, ((u + 7) & ~np.uint32(7)).view(np.float32), np.float32(np.inf)).astype(np.float32)
+    d = np.where(fin, ((u + 7) & ~np.uint32(7)).view(np.float32), np.float32(np.nan)).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where((d > 0) & fin, np.float32(1) / d, np.float32(0)).astype(np.float32)
         v = b * inv[..., None]

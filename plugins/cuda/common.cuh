@@ -243,13 +243,13 @@ __device__ __forceinline__ float alibi_slope(float max_bias, int h, int n_head) 
 
 /* One q8 block of activations held one per lane (a whole warp, lanes in element order): int8
  * quants and (d, d * sum) at block kb, the rounding the mat-vec's own quantizer uses. Every lane
- * must call it (shuffles). A NaN in the block makes its scale infinite: every quant is then 0 and
- * every product with the block inf * 0 = NaN, so NaN reaches the outputs as in the float paths
- * (fmaxf alone would drop it and give a finite result); an infinite value gives NaN too. */
+ * must call it (shuffles). A NaN or an inf in the block gives it a NaN scale and zero quants (the
+ * CPU plugin's rule), so every product with the block is NaN, as in the float paths (fmaxf alone
+ * dropped the NaN: the block read as zeros, a finite result). */
 __device__ __forceinline__ void warp_quant_block(float v, int8_t *yq, float *yds, int64_t kb) {
     const int lane = threadIdx.x % PYG_WARP_SIZE;
     const float amax = warp_max(v != v ? INFINITY : fabsf(v));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax < INFINITY ? amax / 127.0f : NAN, id = amax > 0.0f ? 127.0f / amax : 0.0f;
     const float x = v * id;
     const int q = x == x ? __float2int_rn(x) : 0;
     const float sum = warp_sum((float)q);

@@ -302,10 +302,10 @@ PYG_KB void mmq_body(const Thr &t, const mmq_args &a, unsigned char *smem) {
 }
 
 /* A column's block of 32 quantized for the GEMM (host+device: the host test uses it): d = max|x| / 127
- * rounded up to 21 significant bits (NaN anywhere in the block: d = inf, so every product with it is
+ * rounded up to 21 significant bits (a NaN or an inf anywhere in the block: d = NaN, so every product with it is
  * NaN, as in the float paths), q = round(x / d). */
 PYG_HD float mmq_block_scale(float amax) {
-    if (!(amax <= 3.4e38f)) return INFINITY; /* NaN or inf in the block */
+    if (!(amax < INFINITY)) return NAN; /* NaN or inf in the block */
     float d = amax / 127.0f;
     uint32_t u = f32_as_bits(d);
     u = (u + 7u) & ~7u; /* round up to 21 significant bits: d * 1.5 * 2^23 is exact */
@@ -318,7 +318,7 @@ PYG_HD void mmq_quant_block_ref(const float *x, int n, int8_t q[32], mmq_yd *yd)
     float amax = 0.0f;
     for (int i = 0; i < n; i++) amax = fmaxf(amax, x[i] != x[i] ? INFINITY : fabsf(x[i]));
     const float d = mmq_block_scale(amax);
-    const float id = d > 0.0f && d < INFINITY ? 1.0f / d : 0.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f; /* d NaN: 0 */
     int lo = 0, hi = 0;
     for (int i = 0; i < 32; i++) {
         const float v = i < n ? x[i] * id : 0.0f;

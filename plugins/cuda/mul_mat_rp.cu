@@ -140,7 +140,7 @@ __global__ void k_mmq_quantize(const char *x, int64_t nb1, int64_t nb2, int64_t 
         v = *(const float *)(x + k * 4 + nn * nb1 + (r % B2) * nb2 + (r / B2) * nb3);
     }
     const float d = mmq_block_scale(warp_max(v != v ? INFINITY : fabsf(v)));
-    const float id = d > 0.0f && d < INFINITY ? 1.0f / d : 0.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f; /* d NaN: 0 */
     const float xq = v * id;
     const int q = xq == xq ? __float2int_rn(xq) : 0;
     int s = q;
