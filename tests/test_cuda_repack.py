@@ -17,6 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from _cuda import cuda_device as _cuda, nmse as _nmse
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 QTYPES = ["q4_0", "q8_0", "q4_K", "q6_K"]
@@ -40,19 +42,11 @@ def rp_host(tmp_path_factory):
 def test_repacked_kernels_on_host(rp_host, qtype, type_id):
     r = subprocess.run([rp_host, str(type_id)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    assert r.stderr.count("mat-vec K") == 4 and "int8 GEMM" in r.stderr, r.stderr
+    assert r.stderr.count("mat-vec K") == 4 and r.stderr.count("gate/up/swiglu") == 2, r.stderr
+    assert r.stderr.count("int8 GEMM") == 2, r.stderr
 
 
 # ---------------------------------------------------------------- on a CUDA device
-
-def _cuda():
-    pg = pytest.importorskip("pyggml")
-    for d in pg.devices():
-        if str(d).startswith("cuda"):
-            return pg, str(d)
-    reasons = [str(f) for f in pg.failures()] if hasattr(pg, "failures") else []
-    pytest.skip(f"no CUDA device here ({'; '.join(reasons) or 'cuda plugin not loaded'})")
-
 
 @contextlib.contextmanager
 def _options(pg, dev, **opts):
@@ -110,9 +104,14 @@ def _weight(pg, rng, qtype, M, K, scale=1.0):
     return blocks, pg.dequantize(blocks, qtype, (M, K)).astype(np.float64)
 
 
-def _nmse(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+def _mul_mat_runs(pg, dev, qtype, blocks, M, K, x, **opts):
+    """mul_mat(W, x) computed three times (direct, capture, replay) under the device options opts."""
+    g = pg.Graph()
+    w = g.weight("w", blocks, type=qtype, shape=(M, K))
+    y = pg.mul_mat(w, g.input("x", x.shape, pg.f32))
+    with _options(pg, dev, **opts):
+        s = pg.Scheduler([dev])
+        return [s.compute(y, {"x": x}) for _ in range(3)]
 
 
 def test_device_options_are_checked():
@@ -143,14 +142,7 @@ def test_decode_matvec(qtype, M, K, mode):
     rng = np.random.default_rng(M + K)
     blocks, wd = _weight(pg, rng, qtype, M, K)
     x = rng.standard_normal((1, K)).astype(np.float32)
-    g = pg.Graph()
-    w = g.weight("w", blocks, type=qtype, shape=(M, K))
-    xi = g.input("x", x.shape, pg.f32)
-    y = pg.mul_mat(w, xi)
-    with _options(pg, dev, repack=1 if mode == "repack" else 0):
-        s = pg.Scheduler([dev])
-        outs = [s.compute(y, {"x": x}) for _ in range(3)]      # direct, capture, replay
-    for out in outs:
+    for out in _mul_mat_runs(pg, dev, qtype, blocks, M, K, x, repack=1 if mode == "repack" else 0):
         assert out.shape == (1, M) and np.all(np.isfinite(out))
         if qtype == "q6_K" and (mode == "blocks" or K > 24576):   # q6_K's float mat-vec
             assert _nmse(out, x.astype(np.float64) @ wd.T) < 5e-4
@@ -176,14 +168,7 @@ def test_prefill_gemm(qtype, N, B2, mode):
     blocks, wd = _weight(pg, rng, qtype, M, K)
     x = rng.standard_normal((B2, N, K)).astype(np.float32)
     x[:, 3] *= 1000.0                                      # one token with a much larger range
-    g = pg.Graph()
-    w = g.weight("w", blocks, type=qtype, shape=(M, K))
-    xi = g.input("x", x.shape, pg.f32)
-    y = pg.mul_mat(w, xi)
-    with _options(pg, dev, mmq=1 if mode == "mmq" else 0):
-        s = pg.Scheduler([dev])
-        outs = [s.compute(y, {"x": x}) for _ in range(3)]
-    for out in outs:
+    for out in _mul_mat_runs(pg, dev, qtype, blocks, M, K, x, mmq=1 if mode == "mmq" else 0):
         assert out.shape == (B2, N, M) and np.all(np.isfinite(out))
         if mode == "mmq":
             ref, mag = _int8_reference(wd, *_q8_mmq(x.reshape(B2 * N, K)))
@@ -205,16 +190,12 @@ def test_nan_activation_propagates(qtype, path):
     blocks, wd = _weight(pg, rng, qtype, M, K)
     x = rng.standard_normal((N, K)).astype(np.float32)
     x[N - 1, 70] = np.nan                                  # the last column, its third block
-    g = pg.Graph()
-    w = g.weight("w", blocks, type=qtype, shape=(M, K))
-    xi = g.input("x", x.shape, pg.f32)
     opts = {"matvec-blocks": {"repack": 0}, "gemm-cublas": {"mmq": 0}}.get(path, {})
-    with _options(pg, dev, **opts):
-        out = pg.Scheduler([dev]).compute(pg.mul_mat(w, xi), {"x": x})
-    assert np.all(np.isnan(out[N - 1])), out[N - 1]
-    if N > 1:
-        assert np.all(np.isfinite(out[:N - 1]))
-        assert _nmse(out[:N - 1], x[:N - 1].astype(np.float64) @ wd.T) < 5e-4
+    for out in _mul_mat_runs(pg, dev, qtype, blocks, M, K, x, **opts):
+        assert np.all(np.isnan(out[N - 1])), out[N - 1]
+        if N > 1:
+            assert np.all(np.isfinite(out[:N - 1]))
+            assert _nmse(out[:N - 1], x[:N - 1].astype(np.float64) @ wd.T) < 5e-4
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q4_K"])
@@ -238,6 +219,38 @@ def test_nan_through_fused_decode_producers(qtype):
     for _ in range(3):
         got = s.compute(out, {"x": x, "y": y})
         assert np.all(np.isnan(got)), got
+
+
+@pytest.mark.parametrize("mode", ["repack", "blocks"])
+@pytest.mark.parametrize("f", [768, 744])
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_gate_up_swiglu_launch(qtype, f, mode):
+    """gate and up mat-vecs and their swiglu run as one launch over repacked weights (f % 32 == 0),
+    which also writes the down mat-vec's int8 activations; gate and up stay readable by other nodes
+    (all four are outputs here). f = 744 and repack=0 take the separate launches."""
+    pg, dev = _cuda()
+    rng = np.random.default_rng(f)
+    n = 512
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    (bg, dg), (bu, du), (bd, dd) = (_weight(pg, rng, qtype, r, c, 0.3) for r, c in ((f, n), (f, n), (n, f)))
+    g = pg.Graph()
+    xi = g.input("x", x.shape, pg.f32)
+    h = pg.scale(xi, 1.0)
+    gate = pg.mul_mat(g.weight("g", bg, type=qtype, shape=(f, n)), h)
+    up = pg.mul_mat(g.weight("u", bu, type=qtype, shape=(f, n)), h)
+    sw = pg.swiglu(gate, up)
+    down = pg.mul_mat(g.weight("d", bd, type=qtype, shape=(n, f)), sw)
+    x64 = x.astype(np.float64)
+    rg, ru = x64 @ dg.T, x64 @ du.T
+    rs = rg / (1 + np.exp(-rg)) * ru
+    with _options(pg, dev, repack=1 if mode == "repack" else 0):
+        s = pg.Scheduler([dev])
+        for _ in range(3):
+            og, ou, osw, od = s.compute([gate, up, sw, down], {"x": x})
+            assert _nmse(og, rg) < 5e-4 and _nmse(ou, ru) < 5e-4
+            assert _nmse(osw, rs) < 2e-3
+            np.testing.assert_allclose(osw, og / (1 + np.exp(-og.astype(np.float64))) * ou, rtol=1e-4, atol=1e-6)
+            assert _nmse(od, rs @ dd.T) < 2e-3
 
 
 @pytest.mark.parametrize("qtype", QTYPES)

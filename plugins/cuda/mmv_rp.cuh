@@ -11,7 +11,8 @@
  * the activations that kernel writes are read after the wait).
  *
  * K <= 24576 (J <= 3: KW = ceil(K / 32 / (32 J)) <= 8 warps). Up to MVR_MAX matrices of one type and
- * K run in one launch (a layer's q/k/v, gate/up): block b belongs to matrix g where blk0[g] <= b.
+ * K run in one launch (a layer's q/k/v, gate/up): block b belongs to matrix g where blk0[g] <= b; a
+ * gate/up pair can also run with its swiglu as one launch (mvr_glu_body).
  * Host test: plugins/cuda/test/rp_host.cu runs mvr_body on an emulated block (simt_host.h).
  */
 #ifndef PYG_CUDA_MMV_RP_CUH
@@ -197,53 +198,80 @@ PYGQ_UNROLL
     }
 };
 
+/* A lane's K slice: its units (u = (warp * J + j) * 32 + lane) and their activations. */
+template <int T, int J> struct mvr_slice {
+    int64_t u[J];
+    bool ok[J];
+    typename mvr<T>::Y y[J];
+};
+
+/* The quants and scales of one group of 8 rows for a lane's units. */
+template <int T, int J> struct mvr_rows {
+    typename mvr<T>::S s[J];
+    typename mvr<T>::Wt wt[8][J];
+};
+
+template <int T, int J, class Thr>
+PYG_KB void mvr_slice_init(const Thr &t, int64_t K, mvr_slice<T, J> &sl) {
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        sl.u[j] = ((int64_t)t.warp * J + j) * 32 + t.lane;
+        sl.ok[j] = sl.u[j] < K / 32;
+    }
+}
+
+template <int T, int J>
+PYG_KB void mvr_load_rows(const rq_w &w, int64_t rg, const mvr_slice<T, J> &sl, mvr_rows<T, J> &rw) {
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        if (sl.ok[j]) {
+            mvr<T>::load_s(rw.s[j], w, rg, sl.u[j]);
+#pragma unroll
+            for (int r = 0; r < 8; r++) mvr<T>::load_w(rw.wt[r][j], w, 8 * rg + r, sl.u[j]);
+        }
+    }
+}
+
+/* The activations: read after grid_wait (the kernel before this one writes them; the weights, which
+ * callers load first, are constant). */
+template <int T, int J, class Thr>
+PYG_KB void mvr_load_y(const Thr &t, const int8_t *yq, const float *yds, mvr_slice<T, J> &sl) {
+    t.grid_wait();
+#pragma unroll
+    for (int j = 0; j < J; j++)
+        if (sl.ok[j]) mvr<T>::load_y(sl.y[j], yq, yds, sl.u[j]);
+}
+
+template <int T, int J>
+PYG_KB void mvr_dot_rows(const mvr_slice<T, J> &sl, const mvr_rows<T, J> &rw, float acc[8]) {
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        float v = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++)
+            if (sl.ok[j]) v += mvr<T>::dot(rw.wt[r][j], sl.y[j], rw.s[j], r);
+        acc[r] = v;
+    }
+}
+
 /* Rows [r0, r0 + 8 NB) of matrix g (r0 from the block index); sh: MVR_MAX_KW * 8 * NB floats. */
 template <int T, int J, int NB, class Thr>
 PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
-    typedef mvr<T> Q;
     int g = 0;
 #pragma unroll
     for (int i = 1; i < MVR_MAX; i++)
         if (i < a.n && t.bx >= (int64_t)a.blk0[i]) g = i;
     const rq_w &w = a.w[g];
     const int64_t r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
-    const int64_t nu = a.K / 32;
-    int64_t u[J];
-    bool ok[J];
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        u[j] = ((int64_t)t.warp * J + j) * 32 + t.lane;
-        ok[j] = u[j] < nu;
-    }
-    typename Q::Y y[J];
+    mvr_slice<T, J> sl;
+    mvr_slice_init(t, a.K, sl);
     float acc[NB][8];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-        const int64_t rg = (r0 >> 3) + nb;
-        typename Q::S s[J];
-        typename Q::Wt wt[8][J];
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            if (ok[j]) {
-                Q::load_s(s[j], w, rg, u[j]);
-#pragma unroll
-                for (int r = 0; r < 8; r++) Q::load_w(wt[r][j], w, 8 * rg + r, u[j]);
-            }
-        }
-        if (nb == 0) { /* weights first: they do not depend on the kernel before this one */
-            t.grid_wait();
-#pragma unroll
-            for (int j = 0; j < J; j++)
-                if (ok[j]) Q::load_y(y[j], a.yq, a.yds, u[j]);
-        }
-#pragma unroll
-        for (int r = 0; r < 8; r++) {
-            float v = 0.0f;
-#pragma unroll
-            for (int j = 0; j < J; j++)
-                if (ok[j]) v += Q::dot(wt[r][j], y[j], s[j], r);
-            acc[nb][r] = v;
-        }
+        mvr_rows<T, J> rw;
+        mvr_load_rows(w, (r0 >> 3) + nb, sl, rw);
+        if (nb == 0) mvr_load_y(t, a.yq, a.yds, sl);
+        mvr_dot_rows(sl, rw, acc[nb]);
     }
     const int KW = t.nthreads / 32;
 #pragma unroll
@@ -267,6 +295,54 @@ PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
             const int64_t row = r0 + t.tid;
             if (row < w.M) a.dst[g][row] = v;
         }
+    }
+}
+
+/* Where the fused gate/up + swiglu launch writes its result (mvr_glu_body). */
+struct mvr_glu {
+    float *out;      /* silu(gate) * up, one float per row */
+    int8_t *yq;      /* NULL, or the result also as the next mat-vec's int8 activations (M % 32 == 0) */
+    float *yds;
+};
+
+/* A layer's gate and up mat-vecs (a.w[0], a.w[1], one activation column) and the swiglu that reads
+ * them, as one launch: block b owns rows [32 b, 32 b + 32) of both (4 groups of 8 rows each), stores
+ * both rows (other nodes may read them), then silu(gate) * up, and with e.yq the 32 results as one
+ * int8 block for the down mat-vec (warp 0, a lane per row). sh: MVR_MAX_KW * 64 floats. */
+template <int T, int J, class Thr>
+PYG_KB void mvr_glu_body(const Thr &t, const mvr_args &a, const mvr_glu &e, float *sh) {
+    const int64_t r0 = t.bx * 32;
+    mvr_slice<T, J> sl;
+    mvr_slice_init(t, a.K, sl);
+    float acc[8][8]; /* [matrix * 4 + row group][row] */
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        mvr_rows<T, J> rw;
+        mvr_load_rows(a.w[b >> 2], (r0 >> 3) + (b & 3), sl, rw);
+        if (b == 0) mvr_load_y(t, a.yq, a.yds, sl);
+        mvr_dot_rows(sl, rw, acc[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const float v = warp_sum8(t, acc[b]);
+        if ((t.lane & 3) == 0) sh[t.warp * 64 + 8 * b + warp_sum8_index(t.lane)] = v;
+    }
+    t.sync();
+    if (t.warp == 0) {
+        const int KW = t.nthreads / 32;
+        float gate = 0.0f, up = 0.0f;
+        for (int k = 0; k < KW; k++) {
+            gate += sh[k * 64 + t.lane];
+            up += sh[k * 64 + 32 + t.lane];
+        }
+        const int64_t row = r0 + t.lane;
+        const float r = gate / (1.0f + expf(-gate)) * up; /* ops_basic.cu's silu_f(gate) * up */
+        if (row < a.w[0].M) {
+            a.dst[0][row] = gate;
+            a.dst[1][row] = up;
+            e.out[row] = r; /* last: it may overwrite the gate or up row (the planner's in-place reuse) */
+        }
+        if (e.yq) quant_block32(t, r, e.yq, e.yds, r0 / 32);
     }
 }
 

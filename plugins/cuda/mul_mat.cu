@@ -350,7 +350,7 @@ static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, flo
             snprintf(c->err, c->errlen, "mul_mat: pre-quantized activations with %lld columns", (long long)cols);
             return PYG_ERR_INTERNAL;
         }
-        mul_mat_quant_layout((char *)c->scratch + c->quant_off, K, yq, yds);
+        mul_mat_quant_layout((char *)c->scratch + c->quant_in_off, K, yq, yds);
         return PYG_OK;
     }
     k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
@@ -460,6 +460,28 @@ int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
     for (int i = 0; i < 4; i++)
         if (b0->ne[i] != b1->ne[i] || b0->nb[i] != b1->nb[i]) return 0;
     return b1->data != x->data; /* y must not read what x writes */
+}
+
+int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
+                    const cuda_repack *ry) {
+    if (!cuda_opts()->repack || !rx || !ry || !z || !mul_mat_can_group(x, y)) return 0;
+    if (z->op != PYG_OP_SWIGLU || z->src[0] != x || z->src[1] != y || !swiglu_can_prequant(z)) return 0;
+    const rq_w *wx = cuda_repack_weights(rx), *wy = cuda_repack_weights(ry);
+    return wx->M == wy->M && wx->K == wy->K && mvr_glu_k_ok(wx->K) && z->ne[0] == wx->M;
+}
+
+int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c) {
+    const rq_w *wg = repacked_weights(c, 0), *wu = repacked_weights(c, 1);
+    if (!wg || !wu) {
+        snprintf(c->err, c->errlen, "gate/up/swiglu launch without repacked weights");
+        return PYG_ERR_INTERNAL;
+    }
+    int8_t *yq, *oq = NULL;
+    float *yds, *ods = NULL;
+    int st = quantize_activations(nodes[0], c, &yq, &yds);
+    if (st != PYG_OK) return st;
+    if (c->quant_out) mul_mat_quant_layout((char *)c->scratch + c->quant_off, nodes[2]->ne[0], &oq, &ods);
+    return mvr_launch_glu(nodes, wg, wu, yq, yds, oq, ods, c);
 }
 
 template <int U>

@@ -3,9 +3,31 @@
  * GEMM of mmq.cuh (N > 8 columns) with its activation quantizer. mul_mat.cu decides when they run. */
 #include <stdio.h>
 #include <string.h>
+#include <type_traits>
 #include "mul_mat_rp.h"
 #include "mmv_rp.cuh"
 #include "mmq.cuh"
+
+/* launch(std::integral_constant<int, T>) for the weight type T of the four, its status as a pyg_status */
+template <class F>
+static int launch_by_type(int type, F &&launch, op_ctx *c, const char *what) {
+    gpuError_t e;
+    switch (type) {
+    case PYG_TYPE_Q4_0: e = launch(std::integral_constant<int, PYG_TYPE_Q4_0>()); break;
+    case PYG_TYPE_Q8_0: e = launch(std::integral_constant<int, PYG_TYPE_Q8_0>()); break;
+    case PYG_TYPE_Q4_K: e = launch(std::integral_constant<int, PYG_TYPE_Q4_K>()); break;
+    case PYG_TYPE_Q6_K: e = launch(std::integral_constant<int, PYG_TYPE_Q6_K>()); break;
+    default:
+        snprintf(c->err, c->errlen, "mul_mat (%s): type %d", what, type);
+        return PYG_ERR_INTERNAL;
+    }
+    if (e != gpuSuccess) {
+        gpuGetLastError();
+        snprintf(c->err, c->errlen, "mul_mat (%s): kernel launch failed: %s", what, gpuGetErrorString(e));
+        return PYG_ERR_DEVICE;
+    }
+    return PYG_OK;
+}
 
 /* ---------------------------------------------------------------- decode mat-vec */
 
@@ -71,22 +93,66 @@ int mvr_launch(const pyg_tensor *const *nodes, const rq_w *const *w, int g, cons
     a.blk0[MVR_MAX] = blocks;
     const unsigned threads = (unsigned)mvr_warps(K, J) * PYG_WARP_SIZE;
     const int pdl = cuda_opts()->pdl && c->cc >= 90;
-    gpuError_t e;
-    switch (w[0]->type) {
-    case PYG_TYPE_Q4_0: e = launch_mvr_t<PYG_TYPE_Q4_0>(a, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q8_0: e = launch_mvr_t<PYG_TYPE_Q8_0>(a, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q4_K: e = launch_mvr_t<PYG_TYPE_Q4_K>(a, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q6_K: e = launch_mvr_t<PYG_TYPE_Q6_K>(a, J, NB, blocks, threads, pdl, c->stream); break;
-    default:
-        snprintf(c->err, c->errlen, "repacked mat-vec: type %d", w[0]->type);
+    return launch_by_type(w[0]->type, [&](auto t) {
+        return launch_mvr_t<decltype(t)::value>(a, J, NB, blocks, threads, pdl, c->stream);
+    }, c, "repacked mat-vec");
+}
+
+template <int T, int J>
+__global__ void __launch_bounds__(MVR_MAX_KW * PYG_WARP_SIZE) k_mvr_glu(mvr_args a, mvr_glu e) {
+    __shared__ float sh[MVR_MAX_KW * 64];
+    DevThr t;
+    mvr_glu_body<T, J>(t, a, e, sh);
+}
+
+template <int T, int J>
+static gpuError_t launch_glu_tj(const mvr_args &a, const mvr_glu &e, unsigned blocks, unsigned threads, int pdl,
+                                gpuStream_t s) {
+#ifdef PYG_GPU_HAS_PDL
+    if (pdl) return gpu_launch_pdl(k_mvr_glu<T, J>, dim3(blocks), dim3(threads), 0, s, a, e);
+#endif
+    (void)pdl;
+    k_mvr_glu<T, J><<<blocks, threads, 0, s>>>(a, e);
+    return gpuGetLastError();
+}
+
+template <int T>
+static gpuError_t launch_glu_t(const mvr_args &a, const mvr_glu &e, int J, unsigned blocks, unsigned threads, int pdl,
+                               gpuStream_t s) {
+    return J == 1 ? launch_glu_tj<T, 1>(a, e, blocks, threads, pdl, s) : launch_glu_tj<T, 2>(a, e, blocks, threads, pdl, s);
+}
+
+/* K <= 16384: with 3 units per lane the q8_0 and q6_K forms spill registers (ptxas -v, sm_90) */
+int mvr_glu_k_ok(int64_t K) { return mvr_units_per_lane(K) == 1 || mvr_units_per_lane(K) == 2; }
+
+int mvr_launch_glu(const pyg_tensor *const *nodes, const rq_w *wg, const rq_w *wu, const int8_t *yq, const float *yds,
+                   int8_t *oq, float *ods, op_ctx *c) {
+    const int64_t K = wg->K, M = wg->M;
+    const int J = mvr_units_per_lane(K);
+    if (!mvr_glu_k_ok(K) || wu->K != K || wu->M != M || wu->type != wg->type) {
+        snprintf(c->err, c->errlen, "gate/up/swiglu launch: K = %lld, M = %lld / %lld", (long long)K, (long long)M,
+                 (long long)wu->M);
         return PYG_ERR_INTERNAL;
     }
-    if (e != gpuSuccess) {
-        gpuGetLastError();
-        snprintf(c->err, c->errlen, "mul_mat (repacked mat-vec): kernel launch failed: %s", gpuGetErrorString(e));
-        return PYG_ERR_DEVICE;
-    }
-    return PYG_OK;
+    mvr_args a;
+    memset(&a, 0, sizeof a);
+    a.yq = yq;
+    a.yds = yds;
+    a.K = K;
+    a.n = 2;
+    a.w[0] = *wg;
+    a.w[1] = *wu;
+    a.dst[0] = (float *)nodes[0]->data;
+    a.dst[1] = (float *)nodes[1]->data;
+    mvr_glu e;
+    e.out = (float *)nodes[2]->data;
+    e.yq = oq;
+    e.yds = ods;
+    const unsigned blocks = ceil_div_u(M, 32), threads = (unsigned)mvr_warps(K, J) * PYG_WARP_SIZE;
+    const int pdl = cuda_opts()->pdl && c->cc >= 90;
+    return launch_by_type(wg->type, [&](auto t) {
+        return launch_glu_t<decltype(t)::value>(a, e, J, blocks, threads, pdl, c->stream);
+    }, c, "gate/up/swiglu");
 }
 
 /* ---------------------------------------------------------------- prefill int8 GEMM */
@@ -218,22 +284,9 @@ int mmq_launch(const pyg_tensor *n, const rq_w *w, op_ctx *c) {
     a.ds2 = (int64_t)n->nb[2] / 4;
     a.ds3 = (int64_t)n->nb[3] / 4;
     const unsigned gx = (unsigned)(w->Mp / MMQ_BM);
-    gpuError_t e;
-    switch (w->type) {
-    case PYG_TYPE_Q4_0: e = launch_mmq_t<PYG_TYPE_Q4_0>(a, gx, d.Np, c->n_sm, c->device, c->stream); break;
-    case PYG_TYPE_Q8_0: e = launch_mmq_t<PYG_TYPE_Q8_0>(a, gx, d.Np, c->n_sm, c->device, c->stream); break;
-    case PYG_TYPE_Q4_K: e = launch_mmq_t<PYG_TYPE_Q4_K>(a, gx, d.Np, c->n_sm, c->device, c->stream); break;
-    case PYG_TYPE_Q6_K: e = launch_mmq_t<PYG_TYPE_Q6_K>(a, gx, d.Np, c->n_sm, c->device, c->stream); break;
-    default:
-        snprintf(c->err, c->errlen, "int8 GEMM: type %d", w->type);
-        return PYG_ERR_INTERNAL;
-    }
-    if (e != gpuSuccess) {
-        gpuGetLastError();
-        snprintf(c->err, c->errlen, "mul_mat (int8 GEMM): kernel launch failed: %s", gpuGetErrorString(e));
-        return PYG_ERR_DEVICE;
-    }
-    return PYG_OK;
+    return launch_by_type(w->type, [&](auto t) {
+        return launch_mmq_t<decltype(t)::value>(a, gx, d.Np, c->n_sm, c->device, c->stream);
+    }, c, "int8 GEMM");
 #else
     (void)n, (void)w;
     snprintf(c->err, c->errlen, "int8 GEMM: not built for %s", PYG_GPU_RUNTIME);

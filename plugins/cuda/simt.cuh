@@ -17,12 +17,6 @@
 #define PYG_CUDA_SIMT_CUH
 #include "common.cuh"
 
-#ifdef PYG_SIMT_HOST
-#define PYG_KB inline
-#else
-#define PYG_KB __device__ __forceinline__
-#endif
-
 /* The vendor header says what the device code may use beyond the common set: PYG_GPU_HAS_INT8_MMA
  * (mma.sync with s8 operands and cp.async: CUDA, sm_80 and newer at run time) and PYG_GPU_HAS_PDL
  * (griddepcontrol: CUDA, sm_90). HIP and MUSA builds define neither: their DevThr copies with plain

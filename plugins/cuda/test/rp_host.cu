@@ -4,7 +4,8 @@
  * every weight of the repacked layout against dequant_one (and zeros in the padding rows); then runs
  * the kernel bodies themselves on emulated thread blocks (simt_host.h): the decode mat-vec (mmv_rp.cuh)
  * as a grouped launch of two matrices for several K (1 to 5 warps per block, 1 or 2 units per lane,
- * 1 or 2 row groups per block) and the int8 GEMM (mmq.cuh) on a 2 x 2 grid of tiles with broadcast
+ * 1 or 2 row groups per block), the fused gate/up + swiglu launch (with its int8 output compared
+ * byte for byte with q8_block) and the int8 GEMM (mmq.cuh) on a 2 x 2 grid of tiles with broadcast
  * columns and, for q4_0/q8_0, a K that is not a multiple of the 128-wide k step. Both are compared with
  * a double-precision dot of the same int8 activations; a NaN in one activation block must make the
  * outputs that read it NaN (and only those). Exit 0 when everything matches. tests/test_cuda_blas.py
@@ -104,6 +105,50 @@ static void check_layout(int type, const std::vector<uint8_t> &rows, const repac
 
 /* ---------------------------------------------------------------- mat-vec */
 
+/* Two repacked matrices of M[0], M[1] rows and one random activation column quantized as the mat-vecs
+ * take it (with_nan: a NaN in its second block), ready in a (yq, yds, K, n = 2, w[0], w[1]). */
+struct two_mats {
+    repacked r[2];
+    std::vector<int8_t> yq;
+    std::vector<float> yds;
+    mvr_args a;
+    int J, KW;
+};
+
+static void two_mats_make(int type, const int64_t M[2], int64_t K, bool with_nan, two_mats &s) {
+    for (int i = 0; i < 2; i++) {
+        const std::vector<uint8_t> rows = make_rows(type, M[i], K);
+        repack_host(type, rows, M[i], K, s.r[i]);
+        check_layout(type, rows, s.r[i]);
+    }
+    std::vector<float> y(K);
+    for (auto &v : y) v = rndf() * 3.0f;
+    if (with_nan) y[33] = NAN;
+    s.yq.assign(K, 0);
+    s.yds.assign(K / 16, 0.0f);
+    for (int64_t b = 0; b < K / 32; b++) q8_block(&y[32 * b], &s.yq[32 * b], &s.yds[2 * b]);
+    s.J = mvr_units_per_lane(K);
+    s.KW = mvr_warps(K, s.J);
+    memset(&s.a, 0, sizeof s.a);
+    s.a.yq = s.yq.data();
+    s.a.yds = s.yds.data();
+    s.a.K = K;
+    s.a.n = 2;
+    for (int i = 0; i < 2; i++) s.a.w[i] = s.r[i].w;
+}
+
+/* row m of w against the quantized column, in double; mag: the sum of |terms| */
+static double int8_dot_ref(const rq_w &w, int64_t m, const two_mats &s, double *mag) {
+    double ref = 0;
+    *mag = 0;
+    for (int64_t k = 0; k < w.K; k++) {
+        const double t = (double)rq_weight(w, m, k) * s.yds[2 * (k / 32)] * s.yq[k];
+        ref += t;
+        *mag += fabs(t);
+    }
+    return ref;
+}
+
 template <int T, int J, int NB>
 static void run_mvr(const mvr_args &a, int KW, unsigned blocks) {
     simt_launch(blocks, 1, KW * 32, MVR_MAX_KW * 8 * NB * sizeof(float),
@@ -113,35 +158,19 @@ static void run_mvr(const mvr_args &a, int KW, unsigned blocks) {
 template <int T>
 static void test_matvec(int64_t K, int NB, bool with_nan) {
     const int64_t Ms[2] = { 40, 136 };
-    repacked r[2];
-    std::vector<uint8_t> rows[2];
-    for (int i = 0; i < 2; i++) {
-        rows[i] = make_rows(T, Ms[i], K);
-        repack_host(T, rows[i], Ms[i], K, r[i]);
-        check_layout(T, rows[i], r[i]);
-    }
-    std::vector<float> y(K);
-    for (auto &v : y) v = rndf() * 3.0f;
-    if (with_nan) y[33] = NAN;
-    std::vector<int8_t> yq(K);
-    std::vector<float> yds(K / 16);
-    for (int64_t b = 0; b < K / 32; b++) q8_block(&y[32 * b], &yq[32 * b], &yds[2 * b]);
-    const int J = mvr_units_per_lane(K), KW = mvr_warps(K, J);
-    mvr_args a;
-    memset(&a, 0, sizeof a);
-    a.yq = yq.data();
-    a.yds = yds.data();
-    a.K = K;
-    a.n = 2;
+    two_mats s;
+    two_mats_make(T, Ms, K, with_nan, s);
+    mvr_args &a = s.a;
+    const int J = s.J, KW = s.KW;
     std::vector<float> out[2];
     unsigned blocks = 0;
     for (int i = 0; i < MVR_MAX; i++) {
         const int k = i < 2 ? i : 1;
         if (i < 2) out[i].assign((size_t)Ms[i], -12345.0f);
-        a.w[i] = r[k].w;
+        a.w[i] = s.r[k].w;
         a.dst[i] = out[k].data();
         a.blk0[i] = blocks;
-        if (i < 2) blocks += (unsigned)(r[i].w.Mp / (8 * NB));
+        if (i < 2) blocks += (unsigned)(s.r[i].w.Mp / (8 * NB));
     }
     a.blk0[MVR_MAX] = blocks;
     switch (J * 10 + NB) {
@@ -153,12 +182,8 @@ static void test_matvec(int64_t K, int NB, bool with_nan) {
     }
     for (int i = 0; i < 2; i++)
         for (int64_t m = 0; m < Ms[i]; m++) {
-            double ref = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const double t = (double)rq_weight(r[i].w, m, k) * yds[2 * (k / 32)] * yq[k];
-                ref += t;
-                mag += fabs(t);
-            }
+            double mag;
+            const double ref = int8_dot_ref(s.r[i].w, m, s, &mag);
             const float got = out[i][m];
             if (with_nan) CHECK(got != got, "type %d K %lld: mat-vec row %lld of matrix %d = %g, want NaN", T,
                                 (long long)K, (long long)m, i, got);
@@ -167,6 +192,51 @@ static void test_matvec(int64_t K, int NB, bool with_nan) {
         }
     fprintf(stderr, "type %d: mat-vec K %lld (J %d, %d warps, NB %d%s) ok\n", T, (long long)K, J, KW, NB,
             with_nan ? ", NaN block" : "");
+}
+
+/* gate and up mat-vecs and their swiglu in one launch (mvr_glu_body): both rows stored, silu(g) * u,
+ * and with prequant the result as int8 blocks exactly as q8_block makes them */
+template <int T>
+static void test_glu(int64_t M, int64_t K, bool prequant) {
+    const int64_t Ms[2] = { M, M };
+    two_mats s;
+    two_mats_make(T, Ms, K, false, s);
+    mvr_args &a = s.a;
+    const int J = s.J, KW = s.KW;
+    std::vector<float> gate(M, -1.0f), up(M, -1.0f), out(M, -1.0f);
+    const int64_t nblk = (M + 31) / 32;
+    std::vector<int8_t> oq(32 * nblk, 99);
+    std::vector<float> ods(2 * nblk, -1.0f);
+    a.dst[0] = gate.data();
+    a.dst[1] = up.data();
+    mvr_glu e;
+    e.out = out.data();
+    e.yq = prequant ? oq.data() : NULL;
+    e.yds = prequant ? ods.data() : NULL;
+    void (*body)(const HostThr &, const mvr_args &, const mvr_glu &, float *) =
+        J == 1 ? mvr_glu_body<T, 1, HostThr> : J == 2 ? mvr_glu_body<T, 2, HostThr> : mvr_glu_body<T, 3, HostThr>;
+    simt_launch(nblk, 1, KW * 32, MVR_MAX_KW * 64 * sizeof(float),
+                [&](HostThr &t, unsigned char *sm) { body(t, a, e, (float *)sm); });
+    for (int64_t m = 0; m < M; m++) {
+        double mag[2];
+        const double ref[2] = { int8_dot_ref(s.r[0].w, m, s, &mag[0]), int8_dot_ref(s.r[1].w, m, s, &mag[1]) };
+        CHECK(fabs(gate[m] - ref[0]) <= 1e-5 * mag[0] + 1e-6 && fabs(up[m] - ref[1]) <= 1e-5 * mag[1] + 1e-6,
+              "type %d: gate/up row %lld = %g / %g, want %g / %g", T, (long long)m, gate[m], up[m], ref[0], ref[1]);
+        const float want = gate[m] / (1.0f + expf(-gate[m])) * up[m];
+        CHECK(fabsf(out[m] - want) <= 1e-6f * fabsf(want) + 1e-12f, "type %d: swiglu row %lld = %g, want %g", T,
+              (long long)m, out[m], want);
+    }
+    if (prequant)
+        for (int64_t b = 0; b < nblk; b++) {
+            int8_t q[32];
+            float ds[2];
+            q8_block(&out[32 * b], q, ds);
+            CHECK(memcmp(q, &oq[32 * b], 32) == 0 && ds[0] == ods[2 * b] && ds[1] == ods[2 * b + 1],
+                  "type %d: swiglu block %lld quantized as (%g, %g), want (%g, %g)", T, (long long)b, ods[2 * b],
+                  ods[2 * b + 1], ds[0], ds[1]);
+        }
+    fprintf(stderr, "type %d: gate/up/swiglu M %lld K %lld (%d warps%s) ok\n", T, (long long)M, (long long)K, KW,
+            prequant ? ", int8 out" : "");
 }
 
 /* ---------------------------------------------------------------- int8 GEMM */
@@ -243,6 +313,8 @@ static void test_type(void) {
     test_matvec<T>(k_mid, 2, false);
     test_matvec<T>(k_big, 1, false);
     test_matvec<T>(k_mid, 1, true);
+    test_glu<T>(96, k_small, true);
+    test_glu<T>(72, k_mid, false);
     const bool kq = T == PYG_TYPE_Q4_K || T == PYG_TYPE_Q6_K;
     test_mmq<T>(200, kq ? 512 : 480, 4);
     test_mmq<T>(130, kq ? 256 : 160, 2);
