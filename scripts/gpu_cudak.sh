@@ -9,7 +9,8 @@
 #      and the old kernels (device options repack=0 mmq=0);
 #   4. model benches: 1b/7b q4_0 and q4_K, pp512 + tg128 and pp4096, new and old kernels in the same
 #      process (scripts/gpu_cudak.py models), as long as time is left;
-#   5. with time left: ncu on one new mat-vec and one int8 GEMM launch.
+#   5. with time left: ncu on one new mat-vec and one int8 GEMM launch; the kernels of a 1b pp4096
+#      (scripts/profile_decode.py --prefill 4096) and the host's per-chunk mask cost.
 # Everything goes to $OUT: cudak-summary.json (the table), pytest.log, and cudak-results.tar.gz with
 # every JSON and log (repacked after each phase, so a call cut short still returns what it measured).
 #
@@ -107,6 +108,24 @@ if [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|L1/TEX Hit|L2 Hit" \
             "$D/ncu-$k.log" | head -16
     done
+    pack
+fi
+
+# pp4096 on 1b: where a 512-token chunk's time goes at depth (GPU kernels by total time), and what the
+# model's host side spends building each chunk's (512, 4096) f16 mask (llama.py _run)
+if [ "$(left)" -gt 45 ]; then
+    say "profile: 1b q4_0 prefill of 4096 tokens (n_ctx 4096), kernels by GPU time"
+    timeout 60 $PY scripts/profile_decode.py synth:1b:q4_0 --prefill 4096 --n-ctx 4096 --steps 1 \
+        >"$D/profile-pp4096.log" 2>&1
+    head -30 "$D/profile-pp4096.log"
+    $PY -c "
+import time, numpy as np
+cells, pos = np.arange(4096), np.arange(3584, 4096)
+t = time.perf_counter()
+for _ in range(10):
+    m = np.where(cells[None, :] <= pos[:, None], np.float16(0), np.float16(-np.inf))
+print('host mask of one 512-token chunk at n_ctx 4096: %.2f ms' % ((time.perf_counter() - t) * 100))" \
+        2>&1 | tee "$D/host-mask.log"
     pack
 fi
 

@@ -222,12 +222,13 @@ def test_nan_through_fused_decode_producers(qtype):
 
 
 @pytest.mark.parametrize("mode", ["repack", "blocks"])
-@pytest.mark.parametrize("f", [768, 744])
+@pytest.mark.parametrize("f,up_first", [(768, False), (768, True), (744, False)])
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_gate_up_swiglu_launch(qtype, f, mode):
+def test_gate_up_swiglu_launch(qtype, f, up_first, mode):
     """gate and up mat-vecs and their swiglu run as one launch over repacked weights (f % 32 == 0),
-    which also writes the down mat-vec's int8 activations; gate and up stay readable by other nodes
-    (all four are outputs here). f = 744 and repack=0 take the separate launches."""
+    whichever of the two comes first in the plan, which also writes the down mat-vec's int8
+    activations; gate and up stay readable by other nodes (all four are outputs here). f = 744 and
+    repack=0 take the separate launches."""
     pg, dev = _cuda()
     rng = np.random.default_rng(f)
     n = 512
@@ -236,8 +237,12 @@ def test_gate_up_swiglu_launch(qtype, f, mode):
     g = pg.Graph()
     xi = g.input("x", x.shape, pg.f32)
     h = pg.scale(xi, 1.0)
-    gate = pg.mul_mat(g.weight("g", bg, type=qtype, shape=(f, n)), h)
-    up = pg.mul_mat(g.weight("u", bu, type=qtype, shape=(f, n)), h)
+    if up_first:
+        up = pg.mul_mat(g.weight("u", bu, type=qtype, shape=(f, n)), h)
+        gate = pg.mul_mat(g.weight("g", bg, type=qtype, shape=(f, n)), h)
+    else:
+        gate = pg.mul_mat(g.weight("g", bg, type=qtype, shape=(f, n)), h)
+        up = pg.mul_mat(g.weight("u", bu, type=qtype, shape=(f, n)), h)
     sw = pg.swiglu(gate, up)
     down = pg.mul_mat(g.weight("d", bd, type=qtype, shape=(n, f)), sw)
     x64 = x.astype(np.float64)

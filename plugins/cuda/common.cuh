@@ -358,7 +358,8 @@ int rows_can_rope_store(const pyg_tensor *x, const pyg_tensor *y);
 int rows_launch_rope_store_pair(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, op_ctx *c);
 int basic_can_pair_set_rows(const pyg_tensor *x, const pyg_tensor *y);
 int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
-/* A layer's gate mat-vec x, up mat-vec y and swiglu z = silu(x) * y, adjacent in the plan, as one launch
+/* A layer's gate and up mat-vecs x, y (in either order) and swiglu z = silu(gate) * up, adjacent in the
+ * plan, as one launch
  * (mul_mat_rp.cu): both weights repacked (rx, ry), one activation column, a contiguous f32 row of a
  * multiple of 32 (z may then also write the down mat-vec's int8 activations). */
 int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,

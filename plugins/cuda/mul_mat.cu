@@ -465,13 +465,16 @@ int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
 int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
                     const cuda_repack *ry) {
     if (!cuda_opts()->repack || !rx || !ry || !z || !mul_mat_can_group(x, y)) return 0;
-    if (z->op != PYG_OP_SWIGLU || z->src[0] != x || z->src[1] != y || !swiglu_can_prequant(z)) return 0;
+    if (z->op != PYG_OP_SWIGLU || !swiglu_can_prequant(z)) return 0;
+    if (!((z->src[0] == x && z->src[1] == y) || (z->src[0] == y && z->src[1] == x))) return 0; /* either order */
     const rq_w *wx = cuda_repack_weights(rx), *wy = cuda_repack_weights(ry);
     return wx->M == wy->M && wx->K == wy->K && mvr_glu_k_ok(wx->K) && z->ne[0] == wx->M;
 }
 
 int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c) {
-    const rq_w *wg = repacked_weights(c, 0), *wu = repacked_weights(c, 1);
+    const int gi = nodes[2]->src[0] == nodes[0] ? 0 : 1; /* the gate (silu's operand) may come second */
+    const pyg_tensor *ordered[3] = { nodes[gi], nodes[1 - gi], nodes[2] };
+    const rq_w *wg = repacked_weights(c, gi), *wu = repacked_weights(c, 1 - gi);
     if (!wg || !wu) {
         snprintf(c->err, c->errlen, "gate/up/swiglu launch without repacked weights");
         return PYG_ERR_INTERNAL;
@@ -481,7 +484,7 @@ int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c) {
     int st = quantize_activations(nodes[0], c, &yq, &yds);
     if (st != PYG_OK) return st;
     if (c->quant_out) mul_mat_quant_layout((char *)c->scratch + c->quant_off, nodes[2]->ne[0], &oq, &ods);
-    return mvr_launch_glu(nodes, wg, wu, yq, yds, oq, ods, c);
+    return mvr_launch_glu(ordered, wg, wu, yq, yds, oq, ods, c);
 }
 
 template <int U>
