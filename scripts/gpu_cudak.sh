@@ -4,7 +4,7 @@
 #   1. build the package, the CUDA and CPU plugins (make -j);
 #   2. tests: the repacked paths and NaN (tests/test_cuda_repack.py: host harness + GPU), the CUDA
 #      build/blas tests and the CUDA op suite (tests/test_ops.py -k cuda);
-#   3. mat-vec GB/s and prefill GEMM TFLOP/s (plugins/cuda/bench_matvec.py, 4096x14336 chains, N = 512)
+#   3. mat-vec GB/s and prefill GEMM TFLOP/s (bench/cuda_matvec.py, 4096x14336 chains, N = 512)
 #      three times in one call: new kernels, the new mat-vec without programmatic dependent launch,
 #      and the old kernels (device options repack=0 mmq=0);
 #   4. model benches: 1b/7b q4_0 and q4_K, pp512 + tg128 and pp4096, new and old kernels in the same
@@ -72,7 +72,7 @@ if grep -qE "^(FAILED|ERROR).*test_cuda_repack" "$D/pytest.log"; then NEW_OK=0; 
 pack
 
 # ---- 3. mat-vec and GEMM: new, new without PDL, old
-BENCH="$PY plugins/cuda/bench_matvec.py --types q4_0,q4_K,q8_0,q6_K --reps 7 --out $D --results="
+BENCH="$PY bench/cuda_matvec.py --types q4_0,q4_K,q8_0,q6_K --reps 7 --out $D --results="
 if [ "$(left)" -gt 150 ]; then
     say "mat-vec + GEMM bench (new)"
     timeout 100 $BENCH --gemm-types q4_0,q4_K,q8_0,q6_K --tag new 2>&1 | tee "$D/bench-new.log"
@@ -103,7 +103,7 @@ if [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
     for k in k_mvr k_mmq; do
         timeout 45 "$NCU" --kernel-name "regex:$k" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
             --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-            $PY plugins/cuda/bench_matvec.py --types q4_0 --gemm-types q4_0 --pairs 2 --reps 1 --results= \
+            $PY bench/cuda_matvec.py --types q4_0 --gemm-types q4_0 --pairs 2 --reps 1 --results= \
             >"$D/ncu-$k.log" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|L1/TEX Hit|L2 Hit" \
             "$D/ncu-$k.log" | head -16
