@@ -11,6 +11,7 @@ the f16 chain's GB/s (both are memory-bound: bytes/s is the comparable number). 
 copy through PyTorch gives the attainable bandwidth.
 
     python3 bench/cuda_matvec.py [--pairs 16] [--reps 10] [--out DIR] [--results bench/results]
+                               [--option repack=0 ...]   (device options, e.g. the old kernels)
 """
 import argparse
 import json
@@ -171,6 +172,9 @@ def main(argv=None):
     ap.add_argument("--ntok", type=int, default=512)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="device option set before the graphs are planned (repeatable), e.g. repack=0")
+    ap.add_argument("--tag", default="", help="appended to the result file name")
     args = ap.parse_args(argv)
     k, m = 4096, 14336
     rng = np.random.default_rng(0)
@@ -179,6 +183,9 @@ def main(argv=None):
         print(f"cuda_matvec: {args.device} not available (devices: {devs}; failures: {pg.failures()})")
         return 2
     desc = next((getattr(d, "description", str(d)) for d in pg.devices() if str(d) == args.device), args.device)
+    options = dict(o.split("=", 1) for o in args.option)
+    for k, v in options.items():
+        pg.get_device(args.device).set_option(k, v)
     rows = []
     overhead = bench_overhead(args.device, args.reps)
     for t in args.types.split(","):
@@ -216,14 +223,14 @@ def main(argv=None):
             commit = None
     doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "cuda-matvec", "device": args.device,
            "gpu": str(desc), "commit": commit, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-           "call_overhead_s": overhead, "copy_GBps_torch": copy_gbps,
+           "call_overhead_s": overhead, "copy_GBps_torch": copy_gbps, "device_options": options,
            "method": "wall time of Scheduler.compute per call (upload x, graph launch, read y) for pyggml; "
                      "CUDA events for torch", "results": rows}
     stamp = time.strftime("%Y%m%dT%H%M%S")
     paths = []
     for d in filter(None, [args.results, args.out]):
         os.makedirs(d, exist_ok=True)
-        p = os.path.join(d, f"cuda-matvec-{stamp}.json")
+        p = os.path.join(d, f"cuda-matvec-{stamp}{'-' + args.tag if args.tag else ''}.json")
         with open(p, "w") as f:
             json.dump(doc, f, indent=1)
         paths.append(p)

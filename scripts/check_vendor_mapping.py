@@ -10,7 +10,8 @@ for each vendor header (plugins/hip/vendor_hip.h, plugins/musa/vendor_musa.h):
     when the vendor header defines every gpu*/PYG_* name whose CUDA definition uses it;
   * an identifier the kernels use directly is mapped when the vendor header #defines it or lists it
     on a `PYG_NATIVE:` line (its toolchain provides it with CUDA's meaning; the compile checks that);
-  * code inside `#ifdef PYG_GPU_HAS_WMMA` counts only for vendors that define PYG_GPU_HAS_WMMA.
+  * code inside `#ifdef PYG_GPU_HAS_WMMA` (or another capability macro: PYG_GPU_HAS_CUBLAS,
+    PYG_GPU_HAS_INT8_MMA, PYG_GPU_HAS_PDL) counts only for vendors that define that macro.
 
 It also fails when a vendor header itself names a cuda*/cublas* identifier (a leak that would only
 build on NVIDIA). Exit 0 when both headers are complete, 1 (listing what is unmapped) otherwise.
@@ -65,26 +66,38 @@ def drop_includes(text):
     return "\n".join("" if ln.lstrip().startswith("#include") else ln for ln in text.split("\n"))
 
 
-def split_wmma(text):
-    """(code outside `#ifdef PYG_GPU_HAS_WMMA` blocks, code inside them). Handles nesting and #else."""
-    outside, inside = [], []
-    stack = []  # per open #if: "wmma", "wmma-else" or "other"
+CAPS = ("PYG_GPU_HAS_WMMA", "PYG_GPU_HAS_CUBLAS", "PYG_GPU_HAS_INT8_MMA", "PYG_GPU_HAS_PDL")  # optional capabilities
+
+
+def split_caps(text):
+    """(code outside `#ifdef CAP` blocks, {cap: code inside its blocks}) for the CAPS macros; the
+    innermost capability block owns a line. Handles nesting and #else."""
+    outside, inside = [], {c: [] for c in CAPS}
+    stack = []  # per open #if: a cap name, "else" (a cap's #else branch) or "other"
+
+    def owner(frames):
+        for f in reversed(frames):
+            if f in CAPS:
+                return f
+        return None
     for ln in text.split("\n"):
         s = ln.strip()
         m = re.match(r"#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)", s)
         if m:
             kw, rest = m.group(1), m.group(2)
             if kw in ("ifdef", "if", "ifndef"):
-                stack.append("wmma" if kw == "ifdef" and rest.strip() == "PYG_GPU_HAS_WMMA" else "other")
-            elif kw == "else" and stack and stack[-1] == "wmma":
-                stack[-1] = "wmma-else"
+                stack.append(rest.strip() if kw == "ifdef" and rest.strip() in CAPS else "other")
+            elif kw == "else" and stack and stack[-1] in CAPS:
+                stack[-1] = "else"
             elif kw == "endif" and stack:
                 stack.pop()
             if kw in ("ifdef", "ifndef", "if", "elif"):  # the tested macros count as uses too
-                (inside if "wmma" in stack[:-1] else outside).append(rest)
+                o = owner(stack[:-1])
+                (inside[o] if o else outside).append(rest)
             continue
-        (inside if "wmma" in stack else outside).append(ln)
-    return "\n".join(outside), "\n".join(inside)
+        o = owner(stack)
+        (inside[o] if o else outside).append(ln)
+    return "\n".join(outside), {c: "\n".join(v) for c, v in inside.items()}
 
 
 def cuda_branch_of_vendor_h(text):
@@ -114,8 +127,8 @@ def cuda_ids(code):
 
 def scan_sources(extra=()):
     """uses[id] = set of 'file:line'; via_map[id] = gpu*/PYG_* names in vendor.h defined with it;
-    wmma_only = ids used only inside PYG_GPU_HAS_WMMA blocks; required = names vendor.h defines."""
-    uses, direct, wmma_ids = {}, set(), set()
+    cap_only[cap] = ids used only inside that capability's blocks; required = names vendor.h defines."""
+    uses, direct, cap_ids = {}, set(), {c: set() for c in CAPS}
     vendor_text = open(os.path.join(CUDA_DIR, "vendor.h")).read()
     cuda_map = definitions(strip(cuda_branch_of_vendor_h(vendor_text)))
     cuda_map.pop("PYG_CUDA_VENDOR_H", None)
@@ -131,19 +144,19 @@ def scan_sources(extra=()):
         if os.path.basename(path) == "vendor.h":
             continue  # its identifiers are the mapping itself (via_map)
         code = drop_includes(strip(text))
-        outside, inside = split_wmma(code)
-        for part, is_wmma in ((outside, False), (inside, True)):
+        outside, inside = split_caps(code)
+        for part, cap in [(outside, None)] + [(inside[c], c) for c in CAPS]:
             for lineno, ln in enumerate(part.split("\n"), 1):
                 for ident in cuda_ids(ln):
                     uses.setdefault(ident, set()).add(f"{rel}")
-                    (wmma_ids if is_wmma else direct).add(ident)
+                    (cap_ids[cap] if cap else direct).add(ident)
     for ident, names in via_map.items():
         uses.setdefault(ident, set()).add("plugins/cuda/vendor.h (" + ", ".join(sorted(names)) + ")")
-    wmma_only = wmma_ids - direct
-    return uses, via_map, direct | wmma_ids, wmma_only, set(cuda_map)
+    cap_only = {c: ids - direct for c, ids in cap_ids.items()}
+    return uses, via_map, direct.union(*cap_ids.values()), cap_only, set(cuda_map)
 
 
-def check_vendor(name, path, uses, via_map, direct, wmma_only, required):
+def check_vendor(name, path, uses, via_map, direct, cap_only, required):
     text = open(path).read()
     code = strip(text)
     defs = definitions(code)
@@ -153,17 +166,18 @@ def check_vendor(name, path, uses, via_map, direct, wmma_only, required):
     has_wmma = "PYG_GPU_HAS_WMMA" in defs
     missing = []
     for gpu_name in sorted(required):
-        if gpu_name in ("PYG_GPU_HAS_WMMA", "PYG_GPU_HAS_CUBLAS"):
-            continue  # optional: without them the sources compile the FFMA GEMM / no cuBLAS path
+        if gpu_name in CAPS:
+            continue  # optional: without one the sources compile that capability's code out
         if gpu_name not in defs:
             missing.append((gpu_name, "not defined (CUDA's vendor.h defines it)"))
     for ident in sorted(uses):
         if ident in via_map:
-            lacking = sorted(n for n in via_map[ident] if n not in defs and n not in ("PYG_GPU_HAS_WMMA", "PYG_GPU_HAS_CUBLAS"))
+            lacking = sorted(n for n in via_map[ident] if n not in defs and n not in CAPS)
             if lacking:
                 missing.append((ident, "its gpu names " + ", ".join(lacking) + " are not defined"))
         if ident in direct:
-            if ident in wmma_only and not has_wmma:
+            caps = [c for c in CAPS if ident in cap_only[c]]
+            if caps and not any(c in defs for c in caps):
                 continue
             if ident not in defs and ident not in native:
                 missing.append((ident, "used by " + ", ".join(sorted(u for u in uses[ident] if "vendor.h" not in u))))
@@ -183,9 +197,10 @@ def main():
             VENDORS[name] = os.path.abspath(path)
         elif a == "--extra-source" and i + 1 < len(args):
             extra.append(os.path.abspath(args[i + 1]))
-    uses, via_map, direct, wmma_only, required = scan_sources(extra)
+    uses, via_map, direct, cap_only, required = scan_sources(extra)
+    n_cap = len(set().union(*cap_only.values()))
     print(f"{len(uses)} CUDA identifiers used under plugins/cuda ({len(via_map)} through vendor.h's gpu* names, "
-          f"{len(direct)} directly in kernels, {len(wmma_only)} only in PYG_GPU_HAS_WMMA code):")
+          f"{len(direct)} directly in kernels, {n_cap} only in capability code ({', '.join(CAPS)})):")
     if verbose:
         for ident in sorted(uses):
             print(f"  {ident:48s} {'; '.join(sorted(uses[ident]))}")
@@ -197,7 +212,7 @@ def main():
             print(f"{name}: {os.path.relpath(path, ROOT)} missing")
             bad += 1
             continue
-        missing, has_wmma = check_vendor(name, path, uses, via_map, direct, wmma_only, required)
+        missing, has_wmma = check_vendor(name, path, uses, via_map, direct, cap_only, required)
         rel = os.path.relpath(path, ROOT)
         if missing:
             bad += 1

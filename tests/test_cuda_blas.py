@@ -17,6 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from _cuda import nmse as _nmse
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "pyggml", "plugins", "libpyggml-cuda.so")
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -140,7 +142,7 @@ def _options(dev, **opts):
             d.set_option(k, _DEFAULTS[k])
 
 
-_DEFAULTS = {"blas": 1, "blas_chunk_mb": 128}
+_DEFAULTS = {"blas": 1, "blas_chunk_mb": 128, "mmq": 1}
 
 
 @pytest.fixture(params=["cublas", "builtin"])
@@ -151,13 +153,11 @@ def cuda(request):
     dev = next((str(d) for d in pg.devices() if str(d).startswith("cuda")), None)
     if dev is None:
         pytest.skip("no CUDA device here")
-    with _options(dev, blas=int(request.param == "cublas")):
+    # mmq=0: quantized weights too take the converted-operand GEMM here (the int8 GEMM over repacked
+    # weights is tests/test_cuda_repack.py's)
+    with _options(dev, blas=int(request.param == "cublas"), mmq=0):
         yield pg, dev
 
-
-def _nmse(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
 
 
 def _bf16(a):

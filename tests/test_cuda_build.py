@@ -10,6 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from _cuda import cuda_device as _cuda_device, nmse as _nmse
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "pyggml", "plugins", "libpyggml-cuda.so")
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -149,18 +151,6 @@ def test_block_decoders_match_gguf(dequant_host, tmp_path, name, type_id, size, 
 
 # ---------------------------------------------------------------- on a CUDA device
 
-def _cuda_device():
-    pg = pytest.importorskip("pyggml")
-    for d in pg.devices():
-        if str(d).startswith("cuda"):
-            return pg, str(d)
-    reasons = [str(f) for f in pg.failures()] if hasattr(pg, "failures") else []
-    pytest.skip(f"no CUDA device here ({'; '.join(reasons) or 'cuda plugin not loaded'})")
-
-
-def _nmse(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])

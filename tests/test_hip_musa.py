@@ -66,6 +66,20 @@ def test_vendor_mapping_reports_gaps(tmp_path):
     assert "__ballot_sync" in r.stdout[r.stdout.index("musa: "):]
 
 
+def test_vendor_mapping_capability_blocks(tmp_path):
+    """Code inside `#ifdef PYG_GPU_HAS_INT8_MMA` (or _WMMA, _PDL) is required only of vendors that
+    define that capability: an intrinsic no vendor maps passes there, and fails outside it."""
+    body = "__global__ void k(unsigned *p) { p[0] = __ballot_sync(0xffffffffu, 1); }\n"
+    (tmp_path / "inside.cu").write_text("#ifdef PYG_GPU_HAS_INT8_MMA\n" + body + "#endif\n")
+    r = subprocess.run([sys.executable, SCRIPT, "--extra-source", str(tmp_path / "inside.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    (tmp_path / "outside.cu").write_text("#ifdef PYG_GPU_HAS_INT8_MMA\n#endif\n" + body)
+    r = subprocess.run([sys.executable, SCRIPT, "--extra-source", str(tmp_path / "outside.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "__ballot_sync" in r.stdout, r.stdout
+
+
 # ---------------------------------------------------------------- the libraries
 
 @pytest.mark.parametrize("name", ["hip", "hip-kernels", "musa"])

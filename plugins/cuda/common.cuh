@@ -241,21 +241,58 @@ __device__ __forceinline__ float alibi_slope(float max_bias, int h, int n_head) 
 
 /* ---------------------------------------------------------------- op launcher interface */
 
+/* Kernel bodies shared with the host tests are templates over the thread running them (simt.cuh):
+ * device code in the plugin, host code where a test defines PYG_SIMT_HOST. */
+#ifdef PYG_SIMT_HOST
+#define PYG_KB inline
+#else
+#define PYG_KB __device__ __forceinline__
+#endif
+
+/* float -> int, round to nearest even (NaN does not occur: callers pass finite values) */
+PYG_HD int f2i_rn(float x) {
+#ifdef __CUDA_ARCH__
+    return __float2int_rn(x);
+#else
+    return (int)rintf(x);
+#endif
+}
+
 /* One q8 block of activations held one per lane (a whole warp, lanes in element order): int8
  * quants and (d, d * sum) at block kb, the rounding the mat-vec's own quantizer uses. Every lane
- * must call it (shuffles). */
-__device__ __forceinline__ void warp_quant_block(float v, int8_t *yq, float *yds, int64_t kb) {
-    const int lane = threadIdx.x % PYG_WARP_SIZE;
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    const float sum = warp_sum((float)q);
-    yq[kb * 32 + lane] = (int8_t)q;
-    if (lane == 0) {
+ * must call it (shuffles; t: a thread of simt.cuh, or DevLane). A NaN or an inf in the block gives
+ * it a NaN scale and zero quants (the CPU plugin's rule), so every product with the block is NaN, as
+ * in the float paths (fmaxf alone dropped the NaN: the block read as zeros, a finite result). */
+template <class L>
+PYG_KB void quant_block32(const L &t, float v, int8_t *yq, float *yds, int64_t kb) {
+    float amax = v != v ? INFINITY : fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, t.shfl_xor(amax, o));
+    const float d = amax < INFINITY ? amax / 127.0f : NAN, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float x = v * id;
+    const int q = x == x ? f2i_rn(x) : 0;
+    float sum = (float)q;
+    for (int o = 16; o > 0; o >>= 1) sum += t.shfl_xor(sum, o);
+    yq[kb * 32 + t.lane] = (int8_t)q;
+    if (t.lane == 0) {
         yds[2 * kb] = d;
         yds[2 * kb + 1] = d * sum;
     }
 }
+
+#ifndef PYG_SIMT_HOST
+/* the lane of a plain kernel, for quant_block32 */
+struct DevLane {
+    int lane;
+    __device__ __forceinline__ DevLane() : lane((int)threadIdx.x % PYG_WARP_SIZE) {}
+    __device__ __forceinline__ float shfl_xor(float v, int m) const { return gpu_shfl_xor(v, m); }
+};
+
+__device__ __forceinline__ void warp_quant_block(float v, int8_t *yq, float *yds, int64_t kb) {
+    quant_block32(DevLane(), v, yq, yds, kb);
+}
+#endif
+
+struct cuda_repack;
 
 /* Per-launch context handed from graph.cu to the launchers. */
 struct op_ctx {
@@ -270,7 +307,13 @@ struct op_ctx {
      * its one output row as int8 blocks into the scratch, laid out as mul_mat's mat-vec wants them
      * (mul_mat_quant_layout); quant_in: this mat-vec finds its activations there already. */
     int quant_out, quant_in;
-    size_t quant_off;         /* where in the scratch those int8 blocks lie (past any producer's own use) */
+    size_t quant_off;         /* where in the scratch a producer writes those int8 blocks (past any
+                                 producer's own use of the scratch) */
+    size_t quant_in_off;      /* where a consumer finds them (another region when the launch is both:
+                                 the fused gate/up + swiglu reads one column and writes the next) */
+    int cc;                   /* compute capability, major * 10 + minor */
+    cuda_repack *const *rp;   /* mul_mat: the repacked weights of this launch's nodes (NULL entries:
+                                 none); NULL when the plan has none */
 };
 
 /* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
@@ -287,7 +330,8 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
 int rows_launch(const pyg_tensor *node, op_ctx *c);
 int mul_mat_supports(const pyg_tensor *node);
 int mul_mat_launch(const pyg_tensor *node, op_ctx *c);
-size_t mul_mat_scratch_bytes(const pyg_tensor *node);
+/* repacked: the node's weights have a repacked copy; cc: the device's compute capability */
+size_t mul_mat_scratch_bytes(const pyg_tensor *node, int repacked, int cc);
 /* Plan-time fusion (graph.cu groups nodes; mul_mat.cu and ops_rows.cu launch the groups) unless
  * the device option fuse=0. */
 static inline int cuda_fuse_enabled(void) { return cuda_opts()->fuse != 0; }
@@ -314,6 +358,13 @@ int rows_can_rope_store(const pyg_tensor *x, const pyg_tensor *y);
 int rows_launch_rope_store_pair(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, op_ctx *c);
 int basic_can_pair_set_rows(const pyg_tensor *x, const pyg_tensor *y);
 int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx *c);
+/* A layer's gate and up mat-vecs x, y (in either order) and swiglu z = silu(gate) * up, adjacent in the
+ * plan, as one launch
+ * (mul_mat_rp.cu): both weights repacked (rx, ry), one activation column, a contiguous f32 row of a
+ * multiple of 32 (z may then also write the down mat-vec's int8 activations). */
+int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
+                    const cuda_repack *ry);
+int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */

@@ -8,6 +8,12 @@
 #include <string.h>
 #include "common.cuh"
 #include "plugin_internal.h"
+#include "repack.h"
+
+/* Per launch (plan->quant): writes the next launch's int8 activations (Q_OUT) / reads its own from the
+ * launch before (Q_IN), in region 1 instead of 0 (Q_OUT1 / Q_IN1: a launch that does both writes the
+ * other region than it reads); Q_GLU: a gate/up mat-vec pair and its swiglu as one launch. */
+enum { Q_OUT = 1, Q_IN = 2, Q_OUT1 = 4, Q_IN1 = 8, Q_GLU = 16 };
 
 struct pyg_graph_plan {
     pyg_device *dev;
@@ -16,8 +22,11 @@ struct pyg_graph_plan {
     int n_nodes;                  /* nodes that run a kernel */
     const pyg_tensor **nodes;
     int *group;                   /* per node: nodes launched together from here (0: done by an earlier one) */
-    int *quant;                   /* per launch: 1 = also writes the next launch's int8 activations, 2 = reads them */
-    size_t quant_off;             /* where in the scratch those activations lie */
+    int *quant;                   /* per launch: Q_* bits below */
+    size_t quant_off;             /* where in the scratch those activations lie (region 0) */
+    size_t quant_region;          /* bytes of one region; region 1 follows region 0 */
+    cuda_repack **rp;             /* per node: its repacked weights (repack.cu), or NULL; NULL: none at all */
+    uint64_t rp_generation;       /* cuda_repack_ensure's cache: nothing went stale since */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -77,9 +86,9 @@ static int launch_node(const pyg_tensor *node, op_ctx *c) {
     }
 }
 
-static size_t node_scratch(const pyg_tensor *node, int n_sm) {
-    if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, n_sm);
-    if (node->op == PYG_OP_MUL_MAT) return mul_mat_scratch_bytes(node);
+static size_t node_scratch(const pyg_tensor *node, const pyg_device *dev, int repacked) {
+    if (node->op == PYG_OP_FLASH_ATTN_EXT) return flash_attn_scratch_bytes(node, dev->n_sm);
+    if (node->op == PYG_OP_MUL_MAT) return mul_mat_scratch_bytes(node, repacked, dev->cc_major * 10 + dev->cc_minor);
     return 0;
 }
 
@@ -90,6 +99,9 @@ void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
         if (p->scratch) gpuFree(p->scratch);
     }
     gpuGetLastError();
+    if (p->rp)
+        for (int i = 0; i < p->n_nodes; i++) cuda_repack_release(p->rp[i]);
+    free(p->rp);
     free(p->nodes);
     free(p->group);
     free(p->quant);
@@ -156,7 +168,16 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
                                       n->name, s);
             }
         }
-        size_t need = node_scratch(n, dev->n_sm);
+        cuda_repack *rp = NULL;
+        if (p->opts.repack && n->op == PYG_OP_MUL_MAT && cuda_repack_eligible(n)) {
+            if (!p->rp) p->rp = (cuda_repack **)calloc((size_t)graph->n_nodes + 1, sizeof(cuda_repack *));
+            if (!p->rp) {
+                pyg_cuda_plan_destroy(p);
+                return pyg_cuda_error(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create: out of host memory");
+            }
+            rp = p->rp[p->n_nodes] = cuda_repack_acquire(dev, n); /* NULL: ggml's blocks for this one */
+        }
+        size_t need = node_scratch(n, dev, rp != NULL);
         if (need > scratch) scratch = need;
         p->nodes[p->n_nodes++] = n;
     }
@@ -175,27 +196,37 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
                  (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))
             g = 2;
-        else
+        else {
             while (i + g < p->n_nodes && g < 4 && mul_mat_can_group(p->nodes[i], p->nodes[i + g])) g++;
+            if (g == 2 && i + 2 < p->n_nodes && p->rp &&
+                mul_mat_can_glu(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], p->rp[i], p->rp[i + 1])) {
+                g = 3; /* gate, up and their swiglu: one launch */
+                p->quant[i] |= Q_GLU;
+            }
+        }
         p->group[i] = g;
         i += g;
     }
     size_t quant_need = 0;
+    int regions = 1;
     /* a launch whose one output row is the next launch's mat-vec activation column also writes it
-     * as int8 blocks (add+norm+mul groups, swiglu, a flash attention's merge): the mat-vec skips
-     * its quantize kernel */
+     * as int8 blocks (add+norm+mul groups, swiglu alone or fused with its gate/up mat-vecs, a flash
+     * attention's merge): the mat-vec skips its quantize kernel */
     for (int i = 0; i < p->n_nodes; i += p->group[i]) {
         const int j = i + p->group[i];
         if (j >= p->n_nodes || p->nodes[j]->op != PYG_OP_MUL_MAT) continue;
         const pyg_tensor *n = p->nodes[i];
         const pyg_tensor *prod = p->group[i] == 3 && n->op == PYG_OP_ADD && rows_can_prequant_add(p->nodes[i + 2])
                                      ? p->nodes[i + 2]
+                                 : (p->quant[i] & Q_GLU) ? p->nodes[i + 2] /* swiglu_can_prequant: mul_mat_can_glu */
                                  : p->group[i] == 1 && (swiglu_can_prequant(n) || flash_attn_can_prequant(n, dev->n_sm))
                                      ? n
                                      : NULL;
         if (prod && mul_mat_can_prequant(prod, p->nodes[j])) {
-            p->quant[i] |= 1;
-            p->quant[j] |= 2;
+            const int other = (p->quant[i] & Q_IN) && !(p->quant[i] & Q_IN1); /* it reads region 0: write 1 */
+            p->quant[i] |= Q_OUT | (other ? Q_OUT1 : 0);
+            p->quant[j] |= Q_IN | (other ? Q_IN1 : 0);
+            if (other) regions = 2;
             /* the blocks lie past what any producer uses of the scratch itself (a flash
              * attention's split partials), so both ends find them at quant_off */
             const size_t own = n->op == PYG_OP_FLASH_ATTN_EXT ? flash_attn_scratch_bytes(n, dev->n_sm) : 0;
@@ -206,7 +237,8 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
             if (need > quant_need) quant_need = need;
         }
     }
-    if (quant_need && p->quant_off + quant_need > scratch) scratch = p->quant_off + quant_need;
+    p->quant_region = (quant_need + 255) & ~(size_t)255;
+    if (quant_need && p->quant_off + regions * p->quant_region > scratch) scratch = p->quant_off + regions * p->quant_region;
     if (scratch) {
         gpuError_t e = gpuSetDevice(dev->index);
         if (e == gpuSuccess) e = gpuMalloc(&p->scratch, scratch);
@@ -231,14 +263,19 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.err = err;
     c.errlen = sizeof err;
     c.quant_out = c.quant_in = 0;
-    c.quant_off = 0;
+    c.quant_off = c.quant_in_off = 0;
+    c.cc = p->dev->cc_major * 10 + p->dev->cc_minor;
+    c.rp = NULL;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */
         const int op = p->nodes[i]->op;
-        c.quant_out = p->quant[i] & 1;
-        c.quant_in = (p->quant[i] >> 1) & 1;
-        c.quant_off = p->quant_off;
+        const int q = p->quant[i];
+        c.quant_out = (q & Q_OUT) != 0;
+        c.quant_in = (q & Q_IN) != 0;
+        c.quant_off = p->quant_off + ((q & Q_OUT1) ? p->quant_region : 0);
+        c.quant_in_off = p->quant_off + ((q & Q_IN1) ? p->quant_region : 0);
+        c.rp = p->rp ? p->rp + i : NULL;
         int st = p->group[i] == 1        ? launch_node(p->nodes[i], &c)
                  : op == PYG_OP_ADD      ? rows_launch_fused_add(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_RMS_NORM ? rows_launch_fused_mul(p->nodes[i], p->nodes[i + 1], &c)
@@ -246,6 +283,7 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
                      ? rows_launch_rope_store_pair(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], &c)
                  : op == PYG_OP_ROPE     ? rows_launch_rope_pair(p->nodes[i], p->nodes[i + 1], &c)
                  : op == PYG_OP_SET_ROWS ? basic_launch_set_rows_pair(p->nodes[i], p->nodes[i + 1], &c)
+                 : (q & Q_GLU)           ? mul_mat_launch_glu(p->nodes + i, &c)
                                          : mul_mat_launch_group(p->nodes + i, p->group[i], &c);
         if (st != PYG_OK)
             return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);
@@ -262,6 +300,11 @@ pyg_error *pyg_cuda_plan_compute(pyg_graph_plan *p, pyg_stream *s) {
     if (e != gpuSuccess) return pyg_cuda_gpu_error(e, "cudaSetDevice");
     if (p->n_nodes == 0) return NULL;
     cuda_opts_scope bound(&p->opts);
+    if (p->rp) { /* repacked weights filled before any launch (never inside a capture) */
+        char err[256];
+        const int st = cuda_repack_ensure(p->rp, p->n_nodes, &p->rp_generation, s->s, err, sizeof err);
+        if (st != PYG_OK) return pyg_cuda_error(st, "%s", err);
+    }
     const int graphs = p->opts.graphs && !p->graphs_failed;
     if (p->exec && graphs) {
         p->n_computes++;

@@ -72,14 +72,16 @@ PYG_HD void ld_y16(const int8_t *p, int *w) {
     w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
 }
 
-/* Quantize one block of 32 activations: q[i] = round(y[i] / d), ds = (d, d * sum q). */
+/* Quantize one block of 32 activations: q[i] = round(y[i] / d), ds = (d, d * sum q); a NaN or an inf
+ * makes d NaN and every quant 0 (warp_quant_block's rule). */
 PYG_HD void q8_block(const float *y, int8_t *q, float *ds) {
     float amax = 0.0f;
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(y[i]));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, y[i] != y[i] ? INFINITY : fabsf(y[i]));
+    const float d = amax < INFINITY ? amax / 127.0f : NAN, id = amax > 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
     for (int i = 0; i < 32; i++) {
-        const int v = (int)rintf(y[i] * id);
+        const float x = y[i] * id;
+        const int v = x == x ? (int)rintf(x) : 0;
         q[i] = (int8_t)v;
         sum += v;
     }

@@ -1,6 +1,8 @@
 /* plugins/cuda/mul_mat.cu — dst[m, n] = sum_k src0[k, m] * src1[k, n].
  *
- * Three paths:
+ * Weights that have a repacked copy (repack.cu: 2-D quantized WEIGHT leaves, device option repack=1)
+ * go to mul_mat_rp.cu: one activation column to its mat-vec, N > 8 columns to the int8 GEMM (option
+ * mmq=1). Everything else, and every weight with repack=0, takes one of three paths here:
  *  - quantized mat-vec (N <= 8, the decode path; mmvq.cuh): activations quantized to int8 blocks in
  *    plan scratch, then one warp per weight row dots the quant blocks with them by dp4a; q4_0, q8_0,
  *    q4_K (device option mmvq=off selects the float mat-vec below instead, =all adds q6_K).
@@ -20,6 +22,8 @@
 #include "common.cuh"
 #include "gemm_blas.h"
 #include "mmvq.cuh"
+#include "mul_mat_rp.h"
+#include "repack.h"
 
 #define MV_THREADS 128
 #define MV_MAX_COLS 8
@@ -273,23 +277,42 @@ static int matvec_ok(const pyg_tensor *n) {
     return 1;
 }
 
-/* q6_K stays on the float mat-vec: on the H200 it measured 1.42 TB/s there against 1.28 TB/s in
- * mmvq (bench/results/cuda-matvec-20261130T091951.json and ...T094012.json); the device option
+static int single_column(const pyg_tensor *n) {
+    const pyg_tensor *b = n->src[1];
+    return b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1;
+}
+
+/* repacked: the weights have a repacked copy in use (then one column goes to mmv_rp.cuh's mat-vec).
+ * q6_K stays on the float mat-vec without it: on the H200 that measured 1.42 TB/s against 1.28 TB/s
+ * in mmvq (bench/results/cuda-matvec-20261130T091951.json and ...T094012.json); the device option
  * mmvq=all forces mmvq for it too, mmvq=off turns it off for every type. */
-static int use_mmvq(const pyg_tensor *n) {
+static int use_mmvq(const pyg_tensor *n, int repacked) {
     const int t = n->src[0]->type;
     const int64_t mode = cuda_opts()->mmvq;
     if (!is_supported_quant(t) || !matvec_ok(n) || mode == MMVQ_OFF) return 0;
-    return t != PYG_TYPE_Q6_K || mode == MMVQ_ALL;
+    return t != PYG_TYPE_Q6_K || mode == MMVQ_ALL || (repacked && single_column(n) && mvr_k_ok(n->src[0]->ne[0]));
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-size_t mul_mat_scratch_bytes(const pyg_tensor *n) {
-    if (!use_mmvq(n)) return matvec_ok(n) ? 0 : gemm_blas_scratch_bytes(n); /* 0 unless cuBLAS takes it */
+/* the int8 activation columns of the mat-vecs: quants, then (d, s) pairs */
+static size_t mmvq_scratch(const pyg_tensor *n) {
     const pyg_tensor *b = n->src[1];
     const size_t cols = (size_t)(b->ne[1] * b->ne[2] * b->ne[3]);
     return align256(cols * (size_t)b->ne[0]) + cols * (size_t)(b->ne[0] / 32) * 2 * sizeof(float);
+}
+
+size_t mul_mat_scratch_bytes(const pyg_tensor *n, int repacked, int cc) {
+    const int rp = repacked && cuda_opts()->repack;
+    if (use_mmvq(n, rp)) return mmvq_scratch(n);
+    if (matvec_ok(n)) return 0;
+    if (rp && mmq_usable(n, cc)) return mmq_scratch_bytes(n);
+    return gemm_blas_scratch_bytes(n); /* 0 unless cuBLAS takes it */
+}
+
+/* The repacked weights launch node i of c reads, when the plan has them and they are in use. */
+static const rq_w *repacked_weights(const op_ctx *c, int i) {
+    return c->rp && c->rp[i] && cuda_opts()->repack ? cuda_repack_weights(c->rp[i]) : NULL;
 }
 
 /* One column: one row per warp, no unrolling of the unit loop. On the H200 at 4096x14336
@@ -313,7 +336,7 @@ static void launch_mmvq(const mvq_args &args, int64_t M, unsigned gy, int nc, gp
  * the launch before this one already wrote them there (c->quant_in). */
 static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, float **yds) {
     const pyg_tensor *b = n->src[1];
-    const size_t need = mul_mat_scratch_bytes(n);
+    const size_t need = mmvq_scratch(n);
     if (!c->scratch || c->scratch_size < need) {
         snprintf(c->err, c->errlen, "mul_mat: plan scratch too small (%zu < %zu)", c->scratch_size, need);
         return PYG_ERR_INTERNAL;
@@ -327,7 +350,7 @@ static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, flo
             snprintf(c->err, c->errlen, "mul_mat: pre-quantized activations with %lld columns", (long long)cols);
             return PYG_ERR_INTERNAL;
         }
-        mul_mat_quant_layout((char *)c->scratch + c->quant_off, K, yq, yds);
+        mul_mat_quant_layout((char *)c->scratch + c->quant_in_off, K, yq, yds);
         return PYG_OK;
     }
     k_quantize_y<<<ceil_div_u(nblk, 8), 256, 0, c->stream>>>((const float *)b->data, (int64_t)b->nb[1] / 4,
@@ -336,13 +359,15 @@ static int quantize_activations(const pyg_tensor *n, op_ctx *c, int8_t **yq, flo
     return check_launch(c, "mul_mat (quantize activations)");
 }
 
-static int run_mmvq(const pyg_tensor *n, op_ctx *c) {
+static int run_mmvq(const pyg_tensor *n, const rq_w *w, op_ctx *c) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     const int64_t K = a->ne[0];
     int8_t *yq;
     float *yds;
     int st = quantize_activations(n, c, &yq, &yds);
     if (st != PYG_OK) return st;
+    if (w && single_column(n) && n->nb[0] == sizeof(float) && mvr_k_ok(K))
+        return mvr_launch(&n, &w, 1, yq, yds, c);
     mvq_args args;
     args.w = (const char *)a->data;
     args.nb01 = (int64_t)a->nb[1];
@@ -412,9 +437,9 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_gro
 }
 
 static int mmvq_single_column(const pyg_tensor *n) {
-    const pyg_tensor *a = n->src[0], *b = n->src[1];
-    return n->op == PYG_OP_MUL_MAT && use_mmvq(n) && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1 &&
-           a->ne[2] == 1 && a->ne[3] == 1 && n->nb[0] == sizeof(float);
+    const pyg_tensor *a = n->src[0];
+    return n->op == PYG_OP_MUL_MAT && use_mmvq(n, 0) && single_column(n) && a->ne[2] == 1 && a->ne[3] == 1 &&
+           n->nb[0] == sizeof(float);
 }
 
 /* The producer writes K (a multiple of 32) contiguous f32 values, which are exactly the single
@@ -435,6 +460,31 @@ int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
     for (int i = 0; i < 4; i++)
         if (b0->ne[i] != b1->ne[i] || b0->nb[i] != b1->nb[i]) return 0;
     return b1->data != x->data; /* y must not read what x writes */
+}
+
+int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
+                    const cuda_repack *ry) {
+    if (!cuda_opts()->repack || !rx || !ry || !z || !mul_mat_can_group(x, y)) return 0;
+    if (z->op != PYG_OP_SWIGLU || !swiglu_can_prequant(z)) return 0;
+    if (!((z->src[0] == x && z->src[1] == y) || (z->src[0] == y && z->src[1] == x))) return 0; /* either order */
+    const rq_w *wx = cuda_repack_weights(rx), *wy = cuda_repack_weights(ry);
+    return wx->M == wy->M && wx->K == wy->K && mvr_glu_k_ok(wx->K) && z->ne[0] == wx->M;
+}
+
+int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c) {
+    const int gi = nodes[2]->src[0] == nodes[0] ? 0 : 1; /* the gate (silu's operand) may come second */
+    const pyg_tensor *ordered[3] = { nodes[gi], nodes[1 - gi], nodes[2] };
+    const rq_w *wg = repacked_weights(c, gi), *wu = repacked_weights(c, 1 - gi);
+    if (!wg || !wu) {
+        snprintf(c->err, c->errlen, "gate/up/swiglu launch without repacked weights");
+        return PYG_ERR_INTERNAL;
+    }
+    int8_t *yq, *oq = NULL;
+    float *yds, *ods = NULL;
+    int st = quantize_activations(nodes[0], c, &yq, &yds);
+    if (st != PYG_OK) return st;
+    if (c->quant_out) mul_mat_quant_layout((char *)c->scratch + c->quant_off, nodes[2]->ne[0], &oq, &ods);
+    return mvr_launch_glu(ordered, wg, wu, yq, yds, oq, ods, c);
 }
 
 template <int U>
@@ -460,6 +510,10 @@ int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c) {
     float *yds;
     int st = quantize_activations(nodes[0], c, &yq, &yds); /* the one column all of them share */
     if (st != PYG_OK) return st;
+    const rq_w *ws[MVQ_GROUP_MAX];
+    int all_rp = g <= MVR_MAX && mvr_k_ok(a->ne[0]);
+    for (int i = 0; i < g; i++) all_rp = all_rp && (ws[i] = repacked_weights(c, i)) != NULL;
+    if (all_rp) return mvr_launch(nodes, ws, g, yq, yds, c);
     mvq_group_args args;
     args.yq = yq;
     args.yds = yds;
@@ -498,7 +552,8 @@ static void launch_matvec(const mv_args &args, dim3 grid, int nc, gpuStream_t s)
 int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
     const pyg_tensor *a = n->src[0], *b = n->src[1];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    if (use_mmvq(n)) return run_mmvq(n, c);
+    const rq_w *w = repacked_weights(c, 0);
+    if (use_mmvq(n, w != NULL)) return run_mmvq(n, w, c);
     if (matvec_ok(n)) {
         mv_args args;
         args.w = (const char *)a->data;
@@ -534,6 +589,7 @@ int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
         }
         return check_launch(c, "mul_mat (mat-vec)");
     }
+    if (w && mmq_usable(n, c->cc)) return mmq_launch(n, w, c);
     const int bst = gemm_blas_launch(n, c); /* N >= option blas_min_n where cuBLAS is available */
     if (bst != GEMM_BLAS_DECLINED) return bst;
     if (mul_mat_mma_usable(n)) return mul_mat_mma_launch(n, c);

@@ -13,6 +13,10 @@ const cuda_options cuda_options_defaults = {
     /* .blas_min_n = */ 32,
     /* .blas_chunk_mb = */ 128,
     /* .write_sync = */ 1,
+    /* .repack = */ 1,
+    /* .mmq = */ 1,
+    /* .pdl = */ 1,
+    /* .mmv_nb = */ 0,
 };
 
 static const char *const k_mmvq_words[] = { "off", "auto", "all", NULL };
@@ -28,6 +32,10 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(cuda_options, blas_min_n, 1, INT32_MAX, "smallest N sent to the cuBLAS GEMM path (default 32)"),
     PYG_OPTION_INT(cuda_options, blas_chunk_mb, 1, 1 << 16, "converted weights per chunk, MiB (default 128)"),
     PYG_OPTION_BOOL(cuda_options, write_sync, "buffer_write complete for every queue (default 1; 0: the old race)"),
+    PYG_OPTION_BOOL(cuda_options, repack, "quantized mul_mat weights read from repacked copies (default 1; 0: ggml's blocks)"),
+    PYG_OPTION_BOOL(cuda_options, mmq, "mul_mat with N > 8 on the int8 GEMM over repacked weights (default 1; 0: cuBLAS)"),
+    PYG_OPTION_BOOL(cuda_options, pdl, "repacked mat-vecs with programmatic dependent launch, sm_90 (default 1)"),
+    PYG_OPTION_INT(cuda_options, mmv_nb, 0, 2, "groups of 8 rows per repacked mat-vec block (default 0: 1)"),
 };
 
 int32_t cuda_options_set(cuda_options *o, const char *key, const char *value, char *msg, size_t msglen) {

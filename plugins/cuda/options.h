@@ -24,6 +24,12 @@ struct cuda_options {
     int64_t blas_chunk_mb; /* converted weights per chunk, MiB */
     int64_t write_sync;    /* 1: buffer_write waits for the default stream its pageable copy runs on
                               (R13); 0 brings back the pre-fix race, for the hardware probe only */
+    int64_t repack;        /* 1: quantized mul_mat weights read from repacked copies (repack.cu): the
+                              decode mat-vec of mmv_rp.cuh and the int8 GEMM; 0: ggml's blocks */
+    int64_t mmq;           /* 1: mul_mat with N > 8 on the int8 GEMM (mmq.cuh) over repacked weights;
+                              0: dequantize + cuBLAS (gemm_blas.cu) */
+    int64_t pdl;           /* 1: the repacked mat-vecs launched with programmatic dependent launch (sm_90) */
+    int64_t mmv_nb;        /* groups of 8 rows per repacked mat-vec block: 1 or 2; 0: the default (1) */
 };
 
 #define MMVQ_OFF 0

@@ -13,6 +13,7 @@
 #include <mutex>
 #include "plugin_internal.h"
 #include "gemm_blas.h"
+#include "repack.h"
 
 #ifndef PYG_CUDA_MIN_CC
 #define PYG_CUDA_MIN_CC 90 /* lowest compute capability the build has code for (cuda.mk sets it) */
@@ -396,6 +397,7 @@ static pyg_error *buffer_alloc(pyg_device *dev, uint64_t size, uint32_t flags, p
 
 static void buffer_free(pyg_buffer *b) {
     if (!b) return;
+    if (b->repacked) cuda_repack_invalidate(b, b->ptr, 0, b->size, 1);
     if (gpuSetDevice(b->dev->index) == gpuSuccess) {
         if (b->flags & PYG_BUFFER_HOST) gpuFreeHost(b->ptr);
         else gpuFree(b->ptr);
@@ -432,6 +434,7 @@ static pyg_error *buffer_write(pyg_buffer *dst, uint64_t offset, const void *src
     if (e) return e;
     if (!size) return NULL;
     if (!src) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "buffer_write: NULL source");
+    if (dst->repacked) cuda_repack_invalidate(dst, dst->ptr, offset, size, 0);
     if (dst->flags & PYG_BUFFER_HOST) { memcpy((char *)dst->ptr + offset, src, size); return NULL; }
     SET_DEVICE(dst->dev);
     GPU_TRY(gpuMemcpy((char *)dst->ptr + offset, src, size, gpuMemcpyHostToDevice), PYG_GPU_API "Memcpy (write)");
@@ -458,6 +461,7 @@ static pyg_error *buffer_fill(pyg_buffer *dst, uint64_t offset, uint8_t value, u
     pyg_error *e = check_range(dst, offset, size, "buffer_fill");
     if (e) return e;
     if (!size) return NULL;
+    if (dst->repacked) cuda_repack_invalidate(dst, dst->ptr, offset, size, 0);
     if (dst->flags & PYG_BUFFER_HOST) { memset((char *)dst->ptr + offset, value, size); return NULL; }
     SET_DEVICE(dst->dev);
     GPU_TRY(gpuMemset((char *)dst->ptr + offset, value, size), PYG_GPU_API "Memset");
@@ -471,6 +475,7 @@ static pyg_error *stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t of
     if (e) return e;
     if (!size) return NULL;
     if (!src) return pyg_cuda_error(PYG_ERR_INVALID_ARGUMENT, "stream_write_async: NULL source");
+    if (dst->repacked) cuda_repack_invalidate(dst, dst->ptr, offset, size, 0);
     SET_DEVICE(s->dev);
     GPU_TRY(gpuMemcpyAsync((char *)dst->ptr + offset, src, size, gpuMemcpyDefault, s->s), PYG_GPU_API "MemcpyAsync (write)");
     return NULL;
@@ -495,6 +500,7 @@ static pyg_error *stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t dst
     e = check_range(src, src_offset, size, "stream_copy_async (src)");
     if (e) return e;
     if (!size) return NULL;
+    if (dst->repacked) cuda_repack_invalidate(dst, dst->ptr, dst_offset, size, 0);
     SET_DEVICE(s->dev);
     char *d = (char *)dst->ptr + dst_offset;
     const char *p = (const char *)src->ptr + src_offset;

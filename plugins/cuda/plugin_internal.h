@@ -38,6 +38,7 @@ struct pyg_buffer {
     void *ptr;
     uint64_t size;
     uint32_t flags;
+    int repacked;              /* 1: weights inside have repacked copies (repack.cu): writes invalidate them */
 };
 
 /* errors (plugin.cu) */

@@ -97,6 +97,27 @@ typedef __nv_bfloat16 gpu_bf16;
 #define gpu_float2bf16 __float2bfloat16_rn
 #define PYG_GPU_HAS_WMMA 1 /* nvcuda::wmma (<mma.h>) with bf16 inputs: mul_mat_mma.cu */
 #define PYG_GPU_HAS_CUBLAS 1 /* gemm_blas.cu opens cuBLAS at run time */
+#define PYG_GPU_HAS_INT8_MMA 1 /* mma.sync with s8 operands and cp.async (simt.cuh; the device needs sm_80) */
+#define PYG_GPU_HAS_PDL 1 /* programmatic dependent launch (sm_90): gpu_launch_pdl, griddepcontrol.wait */
+
+/* Launch k with programmatic stream serialization: it may start while the kernel before it in the
+ * stream finishes; it must call griddepcontrol.wait (DevThr::grid_wait) before reading anything that
+ * kernel writes, and write nothing before it. */
+template <typename... P, typename... A>
+static inline gpuError_t gpu_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                        A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, args...);
+}
 
 #endif /* no derived build's mapping */
 #endif /* PYG_CUDA_VENDOR_H */

@@ -77,13 +77,15 @@ int main(int argc, char **argv) {
         float acc[2] = { 0, 0 };
 #define DOT(T) for (int64_t u = 0; u < mmvq<T>::units(K); u++) \
         mmvq<T>::unit<2>((const char *)base, u, yq.data(), yds.data(), K, K / 16, 2, acc);
-        switch (type) {
-        case PYG_TYPE_Q4_0: DOT(PYG_TYPE_Q4_0); break;
-        case PYG_TYPE_Q8_0: DOT(PYG_TYPE_Q8_0); break;
-        case PYG_TYPE_Q4_K: DOT(PYG_TYPE_Q4_K); break;
-        case PYG_TYPE_Q6_K: DOT(PYG_TYPE_Q6_K); break;
-        default: return 2;
-        }
+        auto dots = [&]() {
+            switch (type) {
+            case PYG_TYPE_Q4_0: DOT(PYG_TYPE_Q4_0); break;
+            case PYG_TYPE_Q8_0: DOT(PYG_TYPE_Q8_0); break;
+            case PYG_TYPE_Q4_K: DOT(PYG_TYPE_Q4_K); break;
+            case PYG_TYPE_Q6_K: DOT(PYG_TYPE_Q6_K); break;
+            }
+        };
+        dots();
         for (int c = 0; c < 2; c++) {
             if (!(fabs(acc[c] - expect[c]) <= 1e-5 * mag[c] + 1e-6)) {
                 fprintf(stderr, "int8 dot mismatch (column %d): %.9g vs %.9g (magnitude %g)\n", c, acc[c], expect[c],
@@ -92,6 +94,22 @@ int main(int argc, char **argv) {
             }
         }
         fprintf(stderr, "int8 dots ok: %.6g %.6g (expect %.6g %.6g)\n", acc[0], acc[1], expect[0], expect[1]);
+        /* a NaN in an activation block: the block's scale turns NaN, its quants 0, and every
+         * dot that reads it NaN (fmaxf alone dropped the NaN: the block read as zeros) */
+        y[5] = NAN;
+        q8_block(&y[0], &yq[0], &yds[0]);
+        if (yds[0] == yds[0] || yds[1] == yds[1]) {
+            fprintf(stderr, "NaN block quantized to d = %g, s = %g (want NaN, NaN)\n", yds[0], yds[1]);
+            return 1;
+        }
+        for (int i = 0; i < 32; i++)
+            if (yq[i] != 0) { fprintf(stderr, "NaN block: quant %d = %d\n", i, yq[i]); return 1; }
+        acc[0] = acc[1] = 0.0f;
+        dots();
+        if (acc[0] == acc[0] || !(acc[1] == acc[1])) {
+            fprintf(stderr, "NaN in column 0: int8 dots %g %g (want NaN, finite)\n", acc[0], acc[1]);
+            return 1;
+        }
     }
     f = fopen(argv[3], "wb");
     if (!f) return 2;
