@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--mbs", type=int, default=8)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--trace", default=None, help="also write a Perfetto trace of 3 runs on all devices "
+                                                  "(events, n_copies 2)")
     a = ap.parse_args()
     all_devs = a.devices.split(",")
     rng = np.random.default_rng(2)
@@ -89,6 +91,12 @@ def main():
                 two = med[(tuple(all_devs), policy, n_copies)]
                 res.setdefault("speedup_2_over_1", {})[f"{policy}/{n_copies}"] = one / two
         print("speed-up of 2 devices over 1:", {k: round(v, 2) for k, v in res["speedup_2_over_1"].items()})
+    if a.trace:
+        s = pg.Scheduler(all_devs, sync="events", n_copies=2, trace=a.trace)
+        y = stack(all_devs, a.layers, a.dim)
+        for _ in range(3):
+            s.compute_batches(y, feeds)
+        s.close()
     # the plugin before the fix: buffer_write not waited for; strict single computes from pageable arrays
     dev0 = pg.get_device(all_devs[0])
     for ws in ("0", "1"):

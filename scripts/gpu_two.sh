@@ -30,6 +30,10 @@ if [ -x .peer/build.sh ] && [ ! -x "$HOME/llama-peer/bin/llama-bench" ]; then
     setsid bash .peer/build.sh > "$W/peer-build.log" 2>&1 < /dev/null &
     say "llama-bench build started in the background"
 fi
+if ls .whl/*.whl >/dev/null 2>&1; then   # carried wheels (cffi for pyggml check; ray for the Ray stages)
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 touch .stamp-deps
 make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so > "$W/build.log" 2>&1 || { say "build of the core failed"; tail -30 "$W/build.log"; pack; exit 1; }
 for m in 7b 1b; do
@@ -42,13 +46,32 @@ $PY -m pyggml devices | tee -a "$W/summary.log"
 
 say "tests"
 timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_pipeline.py tests/test_model_split.py tests/test_sched.py \
-    "tests/test_ops.py" -k "not vulkan and not hip and not musa" > "$W/pytest.log" 2>&1
+    tests/test_cuda_repack.py "tests/test_ops.py" -k "not vulkan and not hip and not musa" > "$W/pytest.log" 2>&1
 say "pytest rc=$?: $(tail -1 "$W/pytest.log")"
 grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20 | tee -a "$W/summary.log"
+KOPT=()     # the repacked mat-vec and int8 GEMM are the default; if their tests fail, bench the old kernels
+if grep -qE "^(FAILED|ERROR) tests/test_cuda_repack" "$W/pytest.log"; then
+    KOPT=(-O cuda:repack=0 -O cuda:mmq=0); say "repack/mmq tests failed: benches use repack=0 mmq=0"
+fi
+pack
+
+if $PY -c "import cffi" 2>/dev/null; then
+    say "pyggml check: asynchronous rules on cuda and musa (every GPU), and cuda with write_sync=0"
+    for p in cuda musa; do
+        timeout 90 $PY -m pyggml check pyggml/plugins/libpyggml-$p.so --no-ops --async-rounds 6 \
+            --json "$W/check-$p.json" > "$W/check-$p.log" 2>&1
+        say "check $p rc=$?: $(grep -cE '^pass' "$W/check-$p.log") pass, $(grep -cE '^FAIL' "$W/check-$p.log") FAIL"
+        grep -E "^FAIL" "$W/check-$p.log" | head -5 | tee -a "$W/summary.log"
+    done
+    timeout 60 $PY -m pyggml check pyggml/plugins/libpyggml-cuda.so --no-ops --async-rounds 6 -O write_sync=0 \
+        --json "$W/check-cuda-write_sync0.json" > "$W/check-cuda-write_sync0.log" 2>&1
+    say "check cuda write_sync=0 rc=$?: $(grep -E '^(pass|FAIL) R13' "$W/check-cuda-write_sync0.log" | head -2 | tr '\n' ' ')"
+fi
 pack
 
 say "two-GPU probe"
 timeout 150 $PY bench/two_gpu_probe.py --devices cuda:0,cuda:1 --runs "${GPU_TWO_RUNS:-20}" --out "$W/probe.json" \
+    --trace "$W/trace-probe-2gpu.json" \
     2>&1 | tee "$W/probe.log" | tail -25
 cp "$W/probe.json" "$OUTD/" 2>/dev/null
 pack
@@ -64,13 +87,15 @@ wait_model() {  # the cached synthetic model's path, once written
 bench() {  # bench NAME MODEL ARGS...
     local name=$1 model=$2; shift 2
     [ "$(left)" -lt 45 ] && { say "skipped $name: time"; return; }
-    timeout "$(( $(left) - 30 ))" $PY -m pyggml bench -m "$model" -o "$W" "$@" > "$W/$name.log" 2>&1
+    timeout "$(( $(left) - 30 ))" $PY -m pyggml bench -m "$model" -o "$W" "${KOPT[@]}" "$@" > "$W/$name.log" 2>&1
     say "$name rc=$?: $(grep -E '^\| .*(pp|tg)[0-9]' "$W/$name.log" | awk -F'|' '{printf "%s %s; ", $7, $8}')"
     grep -E "layers|memory per device|host syncs per decoded" "$W/$name.log" | tee -a "$W/summary.log"
 }
 M7=$(wait_model 7b) && {
     bench 7b-1gpu "$M7" -d cuda:0 -r 3 -p 4096 -n 128
     bench 7b-2gpu "$M7" -d cuda:0,cuda:1 -r 3 -p 4096 -n 128
+    bench 7b-2gpu-ub256 "$M7" -d cuda:0,cuda:1 -r 3 -p 4096 -n 0 -ub 256
+    bench 7b-1gpu-ub256 "$M7" -d cuda:0 -r 3 -p 4096 -n 0 -ub 256
     bench 7b-2gpu-trace "$M7" -d cuda:0,cuda:1 -r 1 -p 4096 -n 16 --trace "$W/trace-7b-2gpu-pp4096.json"
     cp "$W/trace-7b-2gpu-pp4096.json" "$OUTD/" 2>/dev/null
 }
@@ -83,7 +108,7 @@ M1=$(wait_model 1b) && {
 pack
 
 LB=$HOME/llama-peer/bin/llama-bench
-if [ -f .peer/build.sh ]; then
+if [ -f .peer/build.sh ] && [ "${GPU_TWO_PEER:-1}" = 1 ]; then
     while pgrep -f "llama-peer" >/dev/null && [ ! -x "$LB" ] && [ "$(left)" -gt 70 ]; do sleep 3; done
     if [ -x "$LB" ]; then
         for m in ${M7:-} ${M1:-}; do
