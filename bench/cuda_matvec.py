@@ -184,8 +184,8 @@ def main(argv=None):
         return 2
     desc = next((getattr(d, "description", str(d)) for d in pg.devices() if str(d) == args.device), args.device)
     options = dict(o.split("=", 1) for o in args.option)
-    for k, v in options.items():
-        pg.get_device(args.device).set_option(k, v)
+    for key, value in options.items():
+        pg.get_device(args.device).set_option(key, value)
     rows = []
     overhead = bench_overhead(args.device, args.reps)
     for t in args.types.split(","):
