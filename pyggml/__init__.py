@@ -27,8 +27,24 @@ from .quant import dequantize, quantize
 __version__ = "0.1.0"
 
 
-def load(path, **kw):
+def get_include() -> str:
+    """The folder holding the plugin ABI headers (`#include "pyggml/pyggml.h"`), for building a
+    backend plugin against this installation: the copy inside the installed package, or the
+    checkout's include/ when run from a source tree."""
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.path.join(here, "include"), os.path.join(os.path.dirname(here), "include")):
+        if os.path.isfile(os.path.join(d, "pyggml", "plugin.h")):
+            return d
+    raise PyggmlError(f"the pyggml ABI headers are missing (looked in {here}/include and ../include)")
+
+
+def load(path, **kw) -> "Model":
     """Open a GGUF model (LLaMA family): memory-mapped, uploaded tensor by tensor with a progress
     bar, no RAM peak. See pyggml.models.load for the options (devices, n_ctx, n_threads, ...)."""
     from .models import load as _load
     return _load(path, **kw)
+
+
+if False:  # typing only
+    from .models import Model  # noqa: F401

@@ -358,10 +358,35 @@ def _package_plugin_dir():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
 
 
+ENTRY_POINT_GROUP = "pyggml.plugins"
+
+
+def _entry_point_paths():
+    """Plugin files or folders named by installed packages: an entry point in the `pyggml.plugins`
+    group names a str (a path) or a callable returning a path or a list of paths. One that cannot
+    be loaded is recorded in failures(), not raised."""
+    from importlib.metadata import entry_points
+    try:
+        eps = entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:                       # Python < 3.10: a dict of groups
+        eps = entry_points().get(ENTRY_POINT_GROUP, ())
+    out = []
+    for ep in eps:
+        try:
+            v = ep.load()
+            v = v() if callable(v) else v
+            out.extend([os.fspath(v)] if isinstance(v, (str, os.PathLike)) else [os.fspath(x) for x in v])
+        except Exception as e:
+            _failures.append((f"entry point {ep.name} = {ep.value}", f"{type(e).__name__}: {e}"))
+    return out
+
+
 def _candidates():
-    """Plugin files in search order: PYGGML_PLUGIN_PATH entries, then the package's folder."""
+    """Plugin files in search order: PYGGML_PLUGIN_PATH entries, the package's folder, then the
+    paths installed packages name under the `pyggml.plugins` entry-point group."""
     dirs = [d for d in os.environ.get("PYGGML_PLUGIN_PATH", "").split(os.pathsep) if d]
     dirs.append(_package_plugin_dir())
+    dirs.extend(_entry_point_paths())
     out = []
     for d in dirs:
         if os.path.isfile(d):
