@@ -45,6 +45,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .gguf import GGUFError, GGUFWriter, ggml_type
+from .progress import ProgressArg, Progress
 
 # --------------------------------------------------------------------------- shapes
 
@@ -365,43 +366,8 @@ def _producer(plan: TensorPlan, seed: int, quantize):
     return produce
 
 
-class _Progress:
-    """A one-line progress bar on stderr, shown only once writing has taken over a second."""
-
-    def __init__(self, label: str, enabled: bool):
-        self.label, self.enabled = label, enabled
-        self.t0 = time.monotonic()
-        self.last = 0.0
-        self.shown = False
-        self.tty = sys.stderr.isatty()
-        self.decile = 0
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        frac = done / total if total else 1.0
-        if now - self.t0 < 1.0 or (now - self.last < 0.2 and done < total):
-            return
-        if not self.tty and done < total and int(frac * 10) == self.decile:
-            return                  # not a terminal (a log): a line every 10%, not every 0.2 s
-        self.last, self.decile = now, int(frac * 10)
-        bar = "#" * int(frac * 30)
-        rate = done / (now - self.t0) / 1e6
-        start, end = ("\r", "") if self.tty else ("", "\n")
-        sys.stderr.write(f"{start}{self.label} [{bar:30s}] {frac:4.0%} {done / 1e9:6.2f}/"
-                         f"{total / 1e9:.2f} GB {rate:6.0f} MB/s {name[:28]:28s}{end}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def finish(self) -> None:
-        if self.shown and self.tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def write_synth_model(path: str | os.PathLike, shape: str | dict = "tiny", wtype: str = "f16",
-                      seed: int = 0, progress: bool = True, quantize=None,
+                      seed: int = 0, progress: ProgressArg = True, quantize=None,
                       mix: str = "llama") -> list[TensorPlan]:
     """Write a synthetic LLaMA GGUF to `path` (atomically) and return its tensor plan.
 
@@ -442,27 +408,33 @@ def write_synth_model(path: str | os.PathLike, shape: str | dict = "tiny", wtype
     w.add_string("pyggml.synth.mix", mix)
     for p in plan:
         w.add_tensor(p.name, _producer(p, seed, quantize), type=p.type, shape=p.shape)
-    bar = _Progress(f"synth {hp['name']} {wtype}", progress)
-    try:
+    with Progress(progress, f"synth {hp['name']} {wtype}", 0) as bar:
         w.write(progress=bar)
-    finally:
-        bar.finish()
     return plan
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of `pyggml synth`."""
+    ap.add_argument("out", help="output .gguf path")
+    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES), help="model size (default tiny)")
+    ap.add_argument("--wtype", default="f16", choices=WTYPES, help="weight type (default f16)")
+    ap.add_argument("--seed", type=int, default=0, help="weights' random seed (default 0)")
+    ap.add_argument("--mix", default="llama", choices=MIXES,
+                    help="llama: llama.cpp's per-tensor types for the file type; pure: every matrix in --wtype")
+    ap.add_argument("--numpy-quant", action="store_true",
+                    help="use the numpy quantizer even when pyggml.quantize exists")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    return ap
 
 
 def main(argv=None) -> int:
     """`pyggml synth OUT.gguf [--shape tiny|1b|7b] [--wtype f16|q8_0|q4_0|q4_K] ...`"""
-    ap = argparse.ArgumentParser(prog="pyggml synth",
-                                 description="write a synthetic LLaMA GGUF model")
-    ap.add_argument("out", help="output .gguf path")
-    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
-    ap.add_argument("--wtype", default="f16", choices=WTYPES)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mix", default="llama", choices=MIXES)
-    ap.add_argument("--numpy-quant", action="store_true",
-                    help="use the numpy quantizer even when pyggml.quantize exists")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    a = ap.parse_args(argv)
+    ap = add_arguments(argparse.ArgumentParser(prog="pyggml synth", description="write a synthetic LLaMA GGUF model"))
+    return run(ap.parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
+    """`pyggml synth` with parsed arguments."""
     t0 = time.monotonic()
     try:
         plan = write_synth_model(a.out, a.shape, a.wtype, a.seed, progress=not a.quiet,

@@ -1,7 +1,6 @@
 """Loading GGUF models: malformed files surface GGUFError and leave nothing open; weights reach the
 device straight from the mmap (no host copy, peak RSS within file size + a constant); progress
 bar only for slow loads."""
-import io
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 import pyggml as pg
 import pyggml.models as models
 from pyggml.gguf import GGUFReader, GGUFWriter
+from pyggml import progress as progress_mod
 from pyggml.models import loader
 from pyggml.synth import write_synth_model
 
@@ -177,35 +177,24 @@ def test_drop_pages_releases_resident_file_pages(tiny_q8):
     assert mid - after > t.nbytes // 2
 
 
-def test_progress_bar_only_after_a_second(monkeypatch):
-    clock = [100.0]
-    monkeypatch.setattr(loader.time, "monotonic", lambda: clock[0])
-    s = io.StringIO()
-    bar = loader.Progress("loading x", 1000, stream=s)
-    bar.update(500, "a")
-    bar.finish()
-    assert s.getvalue() == ""                    # a fast load prints nothing
-    s = io.StringIO()
-    bar = loader.Progress("loading x", 1000, stream=s)
-    clock[0] += 1.5
-    bar.update(500, "blk.0.ffn_up.weight")
-    assert "loading x" in s.getvalue() and "50%" in s.getvalue() and "blk.0.ffn_up" in s.getvalue()
-    bar.finish()
-    assert s.getvalue().endswith("\n") and "100%" in s.getvalue()
-
-
-def test_load_progress_goes_to_stderr(tiny_q8, capsys, monkeypatch):
-    # every call to the clock advances it by a second: the bar shows even for this small load
-    t = [0.0]
-
-    def tick():
-        t[0] += 1.0
-        return t[0]
-    monkeypatch.setattr(loader.time, "monotonic", tick)
+def test_load_progress_callback_and_bar(tiny_q8, capsys, monkeypatch):
+    # a callable receives (done, total, tensor name) up to the whole size, in file order
+    calls = []
+    m = models.load(tiny_q8, progress=lambda done, total, name: calls.append((done, total, name)))
+    m.close()
+    total = calls[0][1]
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[-1][0] == total > 0
+    assert all(c[1] == total for c in calls) and calls[-1][2]
+    assert capsys.readouterr().err == ""                 # the callable replaces the bar
+    # progress=True: the tqdm bar on stderr (shown at once here: no delay)
+    monkeypatch.setattr(progress_mod, "DELAY_S", 0.0)
     m = models.load(tiny_q8, progress=True)
     m.close()
     cap = capsys.readouterr()
     assert "loading" in cap.err and "100%" in cap.err and cap.out == ""
+    m = models.load(tiny_q8, progress=False)
+    m.close()
+    assert capsys.readouterr().err == ""
 
 
 def test_bad_arguments(tiny_q8):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import sys
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +18,7 @@ import numpy as np
 from ..errors import GGUFError, UnsupportedError
 from ..gguf import GGUFReader
 from ..ops import ROPE_NEOX, ROPE_NORMAL
+from ..progress import Progress
 from ..types import dtype as _dtype
 
 # Architectures whose tensors and graph are LLaMA's. The rope layout follows llama.cpp: these
@@ -195,37 +194,6 @@ def check_tensors(reader: GGUFReader, hp: HParams):
     return found
 
 
-class Progress:
-    """A one-line progress bar on stderr, drawn only once the work has taken over a second."""
-
-    def __init__(self, label, total, enabled=True, stream=None):
-        self.label, self.total, self.enabled = label, max(1, int(total)), enabled
-        self.stream = stream or sys.stderr
-        self.t0 = time.monotonic()
-        self.last = 0.0
-        self.shown = False
-
-    def update(self, done, what=""):
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.t0 < 1.0 or (now - self.last < 0.2 and done < self.total):
-            return
-        self.last = now
-        frac = min(1.0, done / self.total)
-        rate = done / max(1e-9, now - self.t0) / 1e6
-        self.stream.write(f"\r{self.label} [{'#' * int(frac * 30):30s}] {frac:4.0%} {done / 1e9:6.2f}/"
-                          f"{self.total / 1e9:.2f} GB {rate:6.0f} MB/s {what[:28]:28s}")
-        self.stream.flush()
-        self.shown = True
-
-    def finish(self):
-        if self.shown:
-            self.update(self.total, "done")
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def weight_data(t):
     """The tensor's bytes as a flat uint8 view into the mmap (no copy) for Graph.weight."""
     return t.raw
@@ -252,9 +220,10 @@ def drop_pages(reader: GGUFReader, t):
 def upload(sched, weights, reader, progress=True, label="loading"):
     """Put every weight tensor (graph Tensors whose data views the reader's mmap) into the buffers
     of the devices that need it, now, in file order, dropping each one's file pages once written.
-    weights: [(graph tensor, GGUF tensor, [device specs])]."""
+    weights: [(graph tensor, GGUF tensor, [device specs])]. progress: as pyggml.progress describes
+    (True: a bar on stderr; a callable(done, total, name))."""
     total = sum(int(t.nbytes) * len(devs) for t, _, devs in weights)
-    bar = Progress(f"{label}", total, enabled=progress)
+    bar = Progress(progress, label, total)
     done = 0
     try:
         for gt, ft, devs in sorted(weights, key=lambda p: p[1].file_offset):
@@ -264,7 +233,7 @@ def upload(sched, weights, reader, progress=True, label="loading"):
             drop_pages(reader, ft)
             bar.update(done, ft.name)
     finally:
-        bar.finish()
+        bar.close()
     return True
 
 
