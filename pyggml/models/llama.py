@@ -31,6 +31,7 @@ import numpy as np
 from .. import ops as pg
 from ..errors import ClosedError, ConcurrentUseError, PyggmlError, ShapeError, TypeMismatchError
 from ..types import f16, i32, dtype as _dtype
+from ..text.model_text import TextMixin
 
 ATTN_MODES = ("flash", "softmax")
 
@@ -101,8 +102,9 @@ def _token_id(token):
     return int(token)
 
 
-class Model:
-    """A LLaMA-family model on a Scheduler. Build with pyggml.models.load().
+class Model(TextMixin):
+    """A LLaMA-family model on a Scheduler. Build with pyggml.models.load(). Text in, text out
+    (tokenize, detokenize, generate on a str, chat) comes from pyggml.text (TextMixin).
 
     Threads: a Model is driven by one thread at a time; a call from a second thread while
     another is inside prefill/decode/generate/reset/close raises ConcurrentUseError (nothing is
@@ -348,6 +350,7 @@ class Model:
         """One token through the reused decode graph; returns its logits (n_vocab,) f32."""
         return self._step(token, _LOGITS)[0]
 
+    @_exclusive
     def _next(self, tokens, device_argmax):
         if len(tokens) == 1:
             if device_argmax:
@@ -359,20 +362,18 @@ class Model:
         return int(np.argmax(self._prefill(t, False, _LOGITS)[0]))
 
     @_exclusive
-    def generate(self, prompt_tokens, n, device_argmax=True, stop=None):
-        """Greedy generation of up to `n` tokens after `prompt_tokens` (appended to the current
-        context). The argmax runs on the device unless device_argmax=False. Returns the new tokens."""
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
-            raise TypeMismatchError(f"generate: n is an int, not {type(n).__name__} {n!r}")
-        out = []
-        if n <= 0:
-            return out
-        tok = self._next(prompt_tokens, device_argmax)
-        out.append(tok)
-        while len(out) < n and (stop is None or tok not in stop):
-            tok = self._next([tok], device_argmax)
-            out.append(tok)
-        return out
+    def generate(self, prompt, max_tokens=128, device_argmax=True, stop=None, *, stream=False, **sampling):
+        """Up to `max_tokens` new tokens after `prompt`.
+
+        prompt str: the context becomes the prompt (tokenized with BOS etc.; a cached prefix is
+        reused); returns the completion text, or with stream=True an iterator of text pieces.
+        It stops at an end-of-generation token, at a token id or string in `stop`.
+        prompt token ids: run after the current context; returns the new token ids (a stop id
+        in `stop` ends them and is included), or with stream=True an iterator of text pieces.
+        Greedy by default, the argmax on the device unless device_argmax=False; sampling
+        keywords: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, or
+        sampling=pyggml.text.SamplingParams(...). Timings: self.last_stats."""
+        return self._generate(prompt, max_tokens, device_argmax, stop, stream, sampling)
 
     @_exclusive
     def reset(self):
@@ -386,6 +387,7 @@ class Model:
         if not self._busy.acquire(blocking=False):
             raise ConcurrentUseError("Model.close: this Model is in use by another thread")
         try:
+            self._tokenizer = self._chat_template = None
             sched, self.sched = self.sched, None
             if sched is not None:
                 sched.close()
