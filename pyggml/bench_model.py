@@ -262,22 +262,27 @@ def print_table(path, n_threads, ours, peer, n_prompt, n_gen, echo=print):
         echo(f"- {k}: {v}")
 
 
+def add_model_arguments(ap):
+    """The model options of `pyggml bench` (used with -m)."""
+    g = ap.add_argument_group("model benchmark (with -m)")
+    g.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N", help="prompt tokens for ppN (default 512)")
+    g.add_argument("-n", "--n-gen", type=int, default=128, metavar="N", help="decoded tokens for tgN (default 128)")
+    g.add_argument("--attn", default="flash", choices=("flash", "softmax"), help="attention graph (default flash)")
+    g.add_argument("--no-peer", action="store_true", help="do not run llama.cpp even if importable")
+    g.add_argument("-ts", "--tensor-split", default=None,
+                   help="layer proportions per device, e.g. 1,1 (default: the GPUs by free memory)")
+    g.add_argument("-ub", "--n-ubatch", type=int, default=512, help="prefill micro-batch (pipelined over devices)")
+    g.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace of every run to this file")
+    g.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
+    g.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="also run as pipeline stages on the Ray cluster at ADDRESS ('local' starts one): pyggml.dist")
+    g.add_argument("--stages", type=int, default=2, help="pipeline stages with --ray")
+
+
 def main(args):
-    """Entry from `pyggml bench -m`: args has model, device, threads, reps, output, rest."""
-    ap = argparse.ArgumentParser(prog="pyggml bench -m MODEL", add_help=True)
-    ap.add_argument("-p", "--n-prompt", type=int, default=512)
-    ap.add_argument("-n", "--n-gen", type=int, default=128)
-    ap.add_argument("--attn", default="flash", choices=("flash", "softmax"))
-    ap.add_argument("--no-peer", action="store_true", help="do not run llama.cpp even if importable")
-    ap.add_argument("-ts", "--tensor-split", default=None,
-                    help="layer proportions per device, e.g. 1,1 (default: the GPUs by free memory)")
-    ap.add_argument("-ub", "--n-ubatch", type=int, default=512, help="prefill micro-batch (pipelined over devices)")
-    ap.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace of every run to this file")
-    ap.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--ray", default=None, metavar="ADDRESS",
-                    help="also run as pipeline stages on the Ray cluster at ADDRESS ('local' starts one): pyggml.dist")
-    ap.add_argument("--stages", type=int, default=2, help="pipeline stages with --ray")
-    extra = ap.parse_args(getattr(args, "rest", []) or [])
+    """Entry from `pyggml bench -m`: args has model, device, threads, reps, output and the options
+    add_model_arguments declares."""
+    extra = args
     try:
         path = resolve_model(args.model)
     except (FileNotFoundError, ValueError) as e:

@@ -1,4 +1,4 @@
-"""The `pyggml` command: devices, bench, check (and synth once models land)."""
+"""The `pyggml` command: devices, check, bench, synth, run, chat (`pyggml COMMAND --help`)."""
 import argparse
 import os
 import sys
@@ -18,6 +18,11 @@ def _cmd_devices(args):
         print(f"{'(failed)':12s} {msg}")
     for name, used, ignored in pg.shadowed():
         print(f"{'(shadowed)':12s} {ignored}: plugin {name!r} is taken from {used}")
+    if not pg.devices():
+        from pyggml._plugin import _package_plugin_dir
+        print(f"no usable device: no plugin library found or none has a device (searched PYGGML_PLUGIN_PATH, "
+              f"{_package_plugin_dir()}, and the pyggml.plugins entry points)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -65,21 +70,34 @@ def _cmd_bench(args):
     return 0
 
 
-def main(argv=None):
+def _cmd_synth(args):
+    from pyggml import synth
+    return synth.run(args)
+
+
+def build_parser():
+    """The parser of every subcommand; each lists all its options in --help, and an option a
+    subcommand does not know is an error."""
+    from pyggml import __version__, bench_model, cli_text, synth
+    from pyggml.conformance.check import add_arguments as add_check_arguments
     ap = argparse.ArgumentParser(prog="pyggml", description="ggml-style graphs on run-time loaded backends")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("devices", help="list plugins and devices (and why a plugin is unusable)")
-    c = sub.add_parser("check", help="run the conformance suite on a plugin (library or Python plugin)")
-    from pyggml.conformance.check import add_arguments
-    add_arguments(c)
-    b = sub.add_parser("bench", help="benchmarks (ops now; models with -m)")
+    ap.add_argument("-V", "--version", action="version", version=f"pyggml {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    d = sub.add_parser("devices", help="list plugins and devices (and why a plugin is unusable)",
+                       description="list plugins and devices (and why a plugin is unusable)")
+    d.set_defaults(func=_cmd_devices)
+    c = sub.add_parser("check", help="run the conformance suite on a plugin (library or Python plugin)",
+                       description="check a plugin: every checkable rule of include/pyggml/REQUIREMENTS.md")
+    add_check_arguments(c)
+    c.set_defaults(func=_cmd_check)
+    b = sub.add_parser("bench", help="benchmarks (ops; a GGUF model with -m)",
+                       description="op benchmark, or with -m a model benchmark (llama-bench conventions)")
     b.add_argument("-d", "--device", default="cpu",
                    help="device, or comma-separated devices for a model run (cuda:0,cpu)")
-    b.add_argument("-t", "--threads", type=int, default=None)
-    b.add_argument("-r", "--reps", type=int, default=5)
+    b.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    b.add_argument("-r", "--reps", type=int, default=5, help="timed repetitions (default 5)")
     b.add_argument("-m", "--model", default=None,
-                   help="a GGUF model file, or synth:SHAPE:WTYPE (generated once, cached in ~/.cache/pyggml/models); "
-                        "model options: -p N -n N --attn flash|softmax --no-peer")
+                   help="a GGUF model file, or synth:SHAPE:WTYPE (generated once, cached in ~/.cache/pyggml/models)")
     b.add_argument("-O", "--option", action="append", default=[], metavar="DEVICE:KEY=VALUE",
                    help="a device option before anything runs, e.g. cuda:graphs=0 (every cuda device) or "
                         "cuda:1:fuse=0; the options of each plugin are listed in its README")
@@ -87,13 +105,18 @@ def main(argv=None):
     b.add_argument("--ops", action="store_true", help="op benchmark (the default without -m)")
     b.add_argument("--no-quant", action="store_true", help="skip the per-weight-type mul_mat section")
     b.add_argument("-o", "--output", default="bench/results", help="folder for the JSON results ('' = none)")
-    sub.add_parser("synth", help="write a synthetic LLaMA GGUF (see `pyggml synth -h`)", add_help=False)
-    args, rest = ap.parse_known_args(argv)
-    args.rest = rest
-    if args.cmd == "synth":
-        from pyggml import synth
-        return synth.main(rest)
-    return {"devices": _cmd_devices, "check": _cmd_check, "bench": _cmd_bench}[args.cmd](args)
+    bench_model.add_model_arguments(b)
+    b.set_defaults(func=_cmd_bench)
+    s = synth.add_arguments(sub.add_parser("synth", help="write a synthetic LLaMA GGUF",
+                                           description="write a synthetic LLaMA GGUF model"))
+    s.set_defaults(func=_cmd_synth)
+    cli_text.add_parsers(sub)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":
