@@ -19,50 +19,57 @@ _LLAMA3 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}
 _QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
           r"|\s+(?!\S)|\s+")
 _PORO = r" ?[^(\s|.,!?…。，、।۔،)]+"
+_QWEN35 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+           r"|\s+(?!\S)|\s+")
 
-# family -> (expressions, ignore_merges, add_bos default)
+# family -> (expressions, ignore_merges, add_bos default, no BOS id by default)
 _FAMILIES = {
-    "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"), False, False),
-    "llama3": ((_LLAMA3,), True, True),
-    "dbrx": ((_LLAMA3,), False, False),
-    "gpt2": ((_GPT2,), False, False),
-    "starcoder": ((r"\p{N}", _GPT2), False, False),
-    "qwen2": ((_QWEN2,), False, False),
-    "falcon": ((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"), False, False),
-    "deepseek-coder": ((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"), False, False),
-    "poro": ((_PORO,), False, False),
-    "viking": ((_PORO, r"\p{N}"), False, False),
-    "chatglm4": ((_LLAMA3,), False, False),
+    "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"), False, False, False),
+    "llama3": ((_LLAMA3,), True, True, False),
+    "dbrx": ((_LLAMA3,), False, False, False),
+    "gpt2": ((_GPT2,), False, False, False),
+    "starcoder": ((r"\p{N}", _GPT2), False, False, False),
+    "qwen2": ((_QWEN2,), False, False, False),
+    "qwen35": ((_QWEN35,), False, False, False),
+    "falcon": ((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"), False, False, False),
+    "deepseek-coder": ((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"), False, False, False),
+    "poro": ((_PORO,), False, False, False),
+    "viking": ((_PORO, r"\p{N}"), False, False, False),
+    "chatglm4": ((_LLAMA3,), False, False, True),
+    "glm4": ((_LLAMA3,), True, False, True),
 }
 
 # tokenizer.ggml.pre -> family (the names llama.cpp accepts for these expressions)
 PRE_TYPES = {
     "default": "default",
     "llama3": "llama3", "llama-v3": "llama3", "llama-bpe": "llama3", "falcon3": "llama3", "falcon-h1": "llama3",
-    "pixtral": "llama3", "midm-2.0": "llama3", "lfm2": "llama3",
+    "pixtral": "llama3", "midm-2.0": "llama3", "lfm2": "llama3", "jina-v5-nano": "llama3",
     "dbrx": "dbrx", "smaug-bpe": "dbrx",
     "gpt-2": "gpt2", "phi-2": "gpt2", "jina-es": "gpt2", "jina-de": "gpt2", "gigachat": "gpt2",
     "jina-v1-en": "gpt2", "jina-v2-es": "gpt2", "jina-v2-de": "gpt2", "jina-v2-code": "gpt2",
     "roberta-bpe": "gpt2", "mpt": "gpt2", "olmo": "gpt2", "jais": "gpt2", "trillion": "gpt2",
+    "a.x-4.0": "gpt2", "mellum": "gpt2", "modern-bert": "gpt2", "exaone4": "gpt2", "granite-docling": "gpt2",
     "starcoder": "starcoder", "refact": "starcoder", "command-r": "starcoder", "smollm": "starcoder",
-    "codeshell": "starcoder", "exaone": "starcoder", "minerva-7b": "starcoder",
-    "qwen2": "qwen2", "deepseek-r1-qwen": "qwen2", "stablelm2": "qwen2", "megrez": "qwen2", "hunyuan": "qwen2",
+    "codeshell": "starcoder", "exaone": "starcoder", "minerva-7b": "starcoder", "mellum2": "starcoder",
+    "qwen2": "qwen2", "deepseek-r1-qwen": "qwen2", "kormo": "qwen2", "f2llmv2": "qwen2", "stablelm2": "qwen2",
+    "megrez": "qwen2", "hunyuan": "qwen2", "solar-open": "qwen2", "grok-2": "qwen2",
+    "qwen35": "qwen35",
     "falcon": "falcon",
     "deepseek-coder": "deepseek-coder",
     "poro-chat": "poro", "bloom": "poro", "gpt3-finnish": "poro",
     "viking": "viking",
-    "chatglm-bpe": "chatglm4", "glm4": "chatglm4",
+    "chatglm-bpe": "chatglm4", "glm4": "glm4", "glm5": "glm4",
 }
 
 
 def pre_settings(pre: str, where: str = "GGUF") -> dict:
-    """{"family", "regexes", "ignore_merges", "add_bos"} for a tokenizer.ggml.pre value."""
+    """{"family", "regexes", "ignore_merges", "add_bos", "no_bos"} for a tokenizer.ggml.pre value."""
     fam = PRE_TYPES.get(pre or "default")
     if fam is None:
         raise TokenizerError(f"{where}: BPE pre-tokenizer {pre!r} is not supported (known: "
                              f"{', '.join(sorted(PRE_TYPES))})")
-    regexes, ignore_merges, add_bos = _FAMILIES[fam]
-    return {"family": fam, "regexes": regexes, "ignore_merges": ignore_merges, "add_bos": add_bos}
+    regexes, ignore_merges, add_bos, no_bos = _FAMILIES[fam]
+    return {"family": fam, "regexes": regexes, "ignore_merges": ignore_merges, "add_bos": add_bos, "no_bos": no_bos}
 
 
 def _bytes_to_unicode():

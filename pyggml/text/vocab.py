@@ -8,6 +8,7 @@ rules apply here so that tokens, special-token splitting and stops agree with it
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -18,20 +19,35 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPM, BPE = "spm", "bpe"
 _MODELS = {"llama": SPM, "gpt2": BPE}
 
-# Texts llama.cpp takes for end-of-turn / end-of-generation / fill-in-the-middle markers.
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-              "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
-_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
-              "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>")
-_FIM_TEXTS = {
-    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>"),
-    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>"),
-    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>"),
-    "pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"),
-    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "sep": ("<|file_sep|>", "<file_sep>", "<fim-sep>", "<fim_sep>"),
+# llama.cpp's fix-ups by token text: the first token found with one of these texts becomes the
+# end-of-turn / end-of-message / fill-in-the-middle token when the metadata names none, and is made
+# a control token; tokens with the _EOG_TEXTS end a generation (and are made control tokens too).
+_ROLE_TEXTS = {
+    "eot": ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+            "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"),
+    "eom": ("<|eom_id|>",),
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
 }
-_FIM_EOG = ("pad", "rep", "sep")
+_EOG_TEXTS = frozenset(("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+                        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                        "<｜end▁of▁sentence｜>", "[e~["))
+_ALWAYS_SHOWN = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")     # user-defined (gpt-oss)
+_ID_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "eot": "eot_token_id", "eom": "eom_token_id",
+            "unk": "unknown_token_id", "sep": "seperator_token_id", "pad": "padding_token_id",
+            "fim_pre": "fim_pre_token_id", "fim_suf": "fim_suf_token_id", "fim_mid": "fim_mid_token_id",
+            "fim_pad": "fim_pad_token_id", "fim_rep": "fim_rep_token_id", "fim_sep": "fim_sep_token_id"}
+_ID_KEYS_OLD = {"fim_pre": "prefix_token_id", "fim_suf": "suffix_token_id", "fim_mid": "middle_token_id"}
+
+_log = logging.getLogger("pyggml")
 
 
 @dataclass
@@ -63,19 +79,27 @@ class Vocab:
         return self.types[tid] in (CONTROL, UNKNOWN)
 
 
-def _opt_id(md, key, default, n):
-    v = md.get(key, default)
-    if v is None:
-        return None
-    try:
-        v = int(v)
-    except (TypeError, ValueError):
-        raise TokenizerError(f"metadata {key} = {v!r} is not a token id") from None
-    if v == -1 or v == 0xFFFFFFFF:
-        return None
-    if not 0 <= v < n:
-        raise TokenizerError(f"metadata {key} = {v} is not a token id of a {n}-token vocabulary")
-    return v
+def _special_ids(md, defaults, n, where):
+    """The special token ids: defaults, replaced by the metadata's where it gives an id in range
+    (an id out of range keeps the default, as llama.cpp does, with a warning)."""
+    ids = {}
+    for role, key in _ID_KEYS.items():
+        v = defaults.get(role)
+        if v is not None and not 0 <= v < n:
+            v = None
+        for k in (key, _ID_KEYS_OLD.get(role)):
+            raw = md.get(f"tokenizer.ggml.{k}") if k else None
+            if raw is None:
+                continue
+            if isinstance(raw, bool) or not isinstance(raw, (int,)) and not hasattr(raw, "__index__"):
+                raise TokenizerError(f"{where}: metadata tokenizer.ggml.{k} = {raw!r} is not a token id")
+            if 0 <= int(raw) < n:
+                v = int(raw)
+            else:
+                _log.warning("%s: tokenizer.ggml.%s = %s is out of the %d-token vocabulary; using %s", where, k,
+                             raw, n, v)
+        ids[role] = v
+    return ids
 
 
 def _opt_bool(md, key, default):
@@ -121,53 +145,51 @@ def from_metadata(md: Mapping[str, Any], where: str = "GGUF") -> Vocab:
 
     pre = md.get("tokenizer.ggml.pre") or "default"
     if kind == SPM:
-        bos_d, eos_d, unk_d = 1, 2, 0
+        defaults = {"bos": 1, "eos": 2, "unk": 0}
         add_bos, add_eos, space = True, False, True
     else:
-        bos_d = eos_d = 11 if n > 11 else None
-        unk_d = None
-        add_bos, add_eos, space = False, False, False
         from .bpe import pre_settings
-        add_bos = pre_settings(pre, where)["add_bos"]
-    bos = _opt_id(md, "tokenizer.ggml.bos_token_id", bos_d, n)
-    eos = _opt_id(md, "tokenizer.ggml.eos_token_id", eos_d, n)
-    unk = _opt_id(md, "tokenizer.ggml.unknown_token_id", unk_d, n)
-    pad = _opt_id(md, "tokenizer.ggml.padding_token_id", None, n)
-    eot = _opt_id(md, "tokenizer.ggml.eot_token_id", None, n)
-    eom = _opt_id(md, "tokenizer.ggml.eom_token_id", None, n)
+        ps = pre_settings(pre, where)
+        defaults = {"bos": None if ps["no_bos"] else 11, "eos": 11}
+        add_bos, add_eos, space = ps["add_bos"], False, False
+    ids = _special_ids(md, defaults, n, where)
     add_bos = _opt_bool(md, "tokenizer.ggml.add_bos_token", add_bos)
     add_eos = _opt_bool(md, "tokenizer.ggml.add_eos_token", add_eos)
     space = _opt_bool(md, "tokenizer.ggml.add_space_prefix", space)
 
     token_to_id = {t: i for i, t in enumerate(tokens)}          # a repeated text: the last id, as llama.cpp
-
-    def force_control(tid):
-        if types[tid] != CONTROL:
-            types[tid] = CONTROL
-    if eot is None:
-        for t in _EOT_TEXTS:
-            if t in token_to_id:
-                eot = token_to_id[t]
-                force_control(eot)
-                break
-    eog = set()
-    for role, texts in _FIM_TEXTS.items():
-        for t in texts:
-            if t in token_to_id:
-                force_control(token_to_id[t])
-                if role in _FIM_EOG:
-                    eog.add(token_to_id[t])
-                break
+    control = set()                                             # ids made control tokens by their text
+    for role, texts in _ROLE_TEXTS.items():
+        if ids[role] is None:
+            tid = next((i for i, t in enumerate(tokens) if t in texts), None)
+            if tid is not None:
+                ids[role] = tid
+                control.add(tid)
+    eog = {ids[r] for r in ("fim_pad", "fim_rep", "fim_sep") if ids[r] is not None}
     for t in _EOG_TEXTS:
         if t in token_to_id:
             eog.add(token_to_id[t])
-            force_control(token_to_id[t])
-    eog.update(x for x in (eos, eot, eom) if x is not None)
+            control.add(token_to_id[t])
+    for tid in control:
+        types[tid] = CONTROL
+    for t in _ALWAYS_SHOWN:
+        if t in token_to_id:
+            types[token_to_id[t]] = USER_DEFINED
+    eog.update(ids[r] for r in ("eos", "eot", "eom") if ids[r] is not None)
+    texts = {tokens[i]: i for i in eog}
+    if "<|end|>" in texts and (("<|return|>" in texts and ("<|call|>" in texts or "<|calls|>" in texts))
+                               or ("<|calls|>" in texts and "<|flush|>" in texts)):
+        eog.discard(texts["<|end|>"])
+        types[texts["<|end|>"]] = USER_DEFINED
+    if "</s>" in texts and ("<|tool_response>" in texts or "<|plamo:eos|>" in texts):
+        eog.discard(texts["</s>"])
+        types[texts["</s>"]] = NORMAL
     special = [i for i, ty in enumerate(types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)]
     special.sort(key=lambda i: (-len(tokens[i].encode()), i))
     tmpl = md.get("tokenizer.chat_template")
-    return Vocab(kind=kind, pre=pre, tokens=tokens, scores=scores, types=types, merges=merges, bos=bos, eos=eos,
-                 eot=eot, unk=unk, pad=pad, add_bos=add_bos, add_eos=add_eos, add_space_prefix=space,
+    return Vocab(kind=kind, pre=pre, tokens=tokens, scores=scores, types=types, merges=merges, bos=ids["bos"],
+                 eos=ids["eos"], eot=ids["eot"], unk=ids["unk"], pad=ids["pad"], add_bos=add_bos, add_eos=add_eos,
+                 add_space_prefix=space,
                  eog=frozenset(eog), chat_template=tmpl if isinstance(tmpl, str) else None,
                  token_to_id=token_to_id, special=special)
 
