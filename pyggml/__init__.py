@@ -6,6 +6,8 @@
     y = pg.silu(pg.rms_norm(x))
     out = pg.Scheduler("cpu").compute(y, {"x": data})
 """
+from typing import TYPE_CHECKING
+
 from .errors import (AbiMismatchError, ClosedError, ConcurrentUseError, ConfigError, DeviceError,
                      DeviceOutOfMemory, DeviceUnavailableError, GGUFError, GraphError, MissingEntryPointError,
                      NonFiniteError,
@@ -46,5 +48,5 @@ def load(path, **kw) -> "Model":
     return _load(path, **kw)
 
 
-if False:  # typing only
-    from .models import Model  # noqa: F401
+if TYPE_CHECKING:
+    from .models import Model

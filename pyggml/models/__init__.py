@@ -13,9 +13,11 @@ import functools
 import numbers
 import os
 import time
+from typing import Sequence
 
 from ..errors import ConfigError, PyggmlError, TypeMismatchError
 from ..gguf import GGUFReader
+from ..progress import ProgressArg
 from .llama import ATTN_MODES, ContextFullError, Model
 from .._plugin import get_device
 from . import placement, stage
@@ -39,8 +41,11 @@ def _count(name, v, lo, hi):
     return int(v)
 
 
-def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_type="f16", progress=True,
-         sync=None, n_batch=512, tensor_split=None, n_copies=None, n_ubatch=None, trace=None, layers=None):
+def load(path: str | os.PathLike, devices: str | Sequence[str] = ("cpu",), n_ctx: int = 512,
+         n_threads: int | None = None, attn: str = "flash", kv_type: str = "f16", progress: ProgressArg = True,
+         sync: str | None = None, n_batch: int = 512, tensor_split: Sequence[float] | None = None,
+         n_copies: int | None = None, n_ubatch: int | None = None, trace: str | None = None,
+         layers: tuple[int, int] | None = None) -> Model:
     """Open a GGUF model, check it, upload its weights into the buffers of the devices that hold
     them (straight from the file's mmap, with a progress bar on stderr for loads over a second) and
     build the decode graph. Malformed files raise GGUFError; nothing stays open or allocated on
@@ -56,7 +61,8 @@ def load(path, devices=("cpu",), n_ctx=512, n_threads=None, attn="flash", kv_typ
     devices). n_copies: input slots per split for that pipelining (default 2 with several devices).
     trace: a Chrome/Perfetto trace file of every run (written when the model closes).
     layers: (first, stop) builds a pipeline stage (pyggml/models/stage.py) holding only those
-    layers' weights and KV cache: the layers are split over `devices` as above."""
+    layers' weights and KV cache: the layers are split over `devices` as above. progress: True
+    (a bar on stderr for loads over a second), False, or fn(done_bytes, total_bytes, name)."""
     from ..scheduler import Scheduler
     from ..graph import Graph
     if not isinstance(attn, str) or attn not in ATTN_MODES:

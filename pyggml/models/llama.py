@@ -25,6 +25,7 @@ import functools
 import math
 import numbers
 import threading
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -312,7 +313,7 @@ class Model(TextMixin):
         return np.concatenate(outs) if all_logits else rs[-1]
 
     @_exclusive
-    def prefill(self, tokens, all_logits=False):
+    def prefill(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Run `tokens` after the current context; returns the last token's logits (n_vocab,) f32,
         or every token's (T, n_vocab) with all_logits=True. Long or odd-length prompts run in
         chunks (see chunks())."""
@@ -346,7 +347,7 @@ class Model(TextMixin):
         return out
 
     @_exclusive
-    def decode(self, token):
+    def decode(self, token: int) -> np.ndarray:
         """One token through the reused decode graph; returns its logits (n_vocab,) f32."""
         return self._step(token, _LOGITS)[0]
 
@@ -362,7 +363,9 @@ class Model(TextMixin):
         return int(np.argmax(self._prefill(t, False, _LOGITS)[0]))
 
     @_exclusive
-    def generate(self, prompt, max_tokens=128, device_argmax=True, stop=None, *, stream=False, **sampling):
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, device_argmax: bool = True,
+                 stop: Iterable[int | str] | None = None, *, stream: bool = False,
+                 **sampling: Any) -> str | list[int] | Iterator[str]:
         """Up to `max_tokens` new tokens after `prompt`.
 
         prompt str: the context becomes the prompt (tokenized with BOS etc.; a cached prefix is
@@ -376,12 +379,12 @@ class Model(TextMixin):
         return self._generate(prompt, max_tokens, device_argmax, stop, stream, sampling)
 
     @_exclusive
-    def reset(self):
+    def reset(self) -> None:
         """Forget the context (the cache cells are masked, not cleared)."""
         self.n_past = 0
         self.tokens = []
 
-    def close(self):
+    def close(self) -> None:
         """Release the device memory, the file mapping and its file descriptor now (not at garbage
         collection). Idempotent; afterwards every other method raises ClosedError."""
         if not self._busy.acquire(blocking=False):
@@ -406,10 +409,10 @@ class Model(TextMixin):
         finally:
             self._busy.release()
 
-    def __enter__(self):
+    def __enter__(self) -> "Model":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
