@@ -1,12 +1,25 @@
 # pyggml — entry points: make (build), make test, make bench, make check-plugin PLUGIN=path.
-PYTHON ?= python3
+#
+# Python: $(SYS_PYTHON) (python3) when pip may install into it; an externally managed system Python
+# (PEP 668, e.g. Debian's, where pip refuses) gets a project virtual environment in $(VENV), made on
+# first use. PYTHON=/path/to/python overrides both.
+SYS_PYTHON ?= python3
+VENV ?= .venv
+PY_MANAGED := $(shell $(SYS_PYTHON) -c 'import os, sys, sysconfig; print(int(sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))' 2>/dev/null)
+ifeq ($(PY_MANAGED),1)
+PYTHON ?= $(VENV)/bin/python
+PY_ENV := $(VENV)/bin/python
+else
+PYTHON ?= $(SYS_PYTHON)
+PY_ENV :=
+endif
 PLUGIN_DIR := pyggml/plugins
 PYG_HEADERS := $(wildcard include/pyggml/*.h)
 PLUGIN_CFLAGS := -g -fPIC -fvisibility=hidden -Iinclude -Wall -Wextra -Wno-unused-parameter
 PLUGIN_LDFLAGS := -Wl,--version-script=plugins/plugin.map -Wl,--no-undefined
 PLUGINS :=
 
-.PHONY: all ext plugins deps test test-c fuzz bench bench-ops bench-ops-pytest bench-llamacpp check-plugin clean gpu-check
+.PHONY: all ext plugins deps test test-c fuzz bench bench-ops bench-ops-pytest bench-llamacpp check-plugin clean distclean gpu-check
 
 all: ext plugins
 
@@ -15,8 +28,18 @@ include $(wildcard plugins/*/*.mk)
 
 plugins: $(PLUGINS)
 
+# The project venv: with the venv module (Debian: python3-venv), else without pip but seeing the
+# system's pip (Debian: python3-pip), which then installs into the venv.
+$(VENV)/bin/python:
+	@$(SYS_PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	  $(SYS_PYTHON) -m venv --without-pip --system-site-packages $(VENV) && $@ -m pip --version >/dev/null; } || \
+	  { rm -rf $(VENV); echo "pyggml: $(SYS_PYTHON) refuses pip installs and cannot make a virtual environment;" \
+	    "install python3-venv (Debian/Ubuntu: apt-get install python3-venv python3-dev), or run make PYTHON=..." >&2; exit 1; }
+	@echo "pyggml: $(SYS_PYTHON) is externally managed (PEP 668): using the project venv $(VENV)"
+
 deps: .stamp-deps
-.stamp-deps: requirements.txt
+.stamp-deps: requirements.txt $(PY_ENV)
+	@$(PYTHON) -c 'import os, sys, sysconfig; h = os.path.join(sysconfig.get_paths()["include"], "Python.h"); os.path.exists(h) or sys.exit("pyggml: " + h + " is missing: install the Python headers (Debian/Ubuntu: apt-get install python3-dev)")'
 	$(PYTHON) -m pip install -q -r requirements.txt
 	@touch $@
 
@@ -25,7 +48,7 @@ pyggml/_abi_consts.py: $(PYG_HEADERS) scripts/gen_abi.py
 	$(PYTHON) scripts/gen_abi.py
 
 ext: deps pyggml/_abi_consts.py
-	$(PYTHON) setup.py -q build_ext --inplace
+	$(PYTHON) setup.py -q build_ext --inplace --no-cpu-plugin
 
 # The plugins' own C tests (no Python), then the Python suite. Markers: gpu, slow, llamacpp
 # (e.g. make test PYTEST_ARGS="-m 'not slow'").
@@ -73,3 +96,6 @@ check-plugin: all
 
 clean:
 	rm -rf build $(PLUGIN_DIR) pyggml/*.so pyggml/_*.c .stamp-*
+
+distclean: clean
+	rm -rf $(VENV) dist *.egg-info

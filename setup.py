@@ -71,10 +71,20 @@ def build_cpu_plugin(out_path, temp_dir, jobs=None, log=print):
 
 
 class BuildExt(build_ext):
-    """The Cython extensions, then the CPU plugin next to them (pyggml/plugins/)."""
+    """The Cython extensions, then the CPU plugin next to them (pyggml/plugins/).
+    --no-cpu-plugin: the extensions only (the Makefile builds the plugin itself, with -j)."""
+
+    user_options = build_ext.user_options + [("no-cpu-plugin", None, "do not build libpyggml-cpu.so")]
+    boolean_options = build_ext.boolean_options + ["no-cpu-plugin"]
+
+    def initialize_options(self):
+        super().initialize_options()
+        self.no_cpu_plugin = False
 
     def run(self):
         super().run()
+        if self.no_cpu_plugin:
+            return
         if self.inplace:
             out = os.path.join(ROOT, "pyggml", "plugins", CPU_PLUGIN)
         else:
