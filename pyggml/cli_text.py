@@ -81,28 +81,40 @@ def _report(model, err: TextIO) -> None:
     err.flush()
 
 
-def _stream(pieces, out: TextIO) -> str:
+def _answer(model, pieces, out: TextIO, err: TextIO, quiet: bool) -> str:
+    """Write the pieces as they come, then a newline and (unless quiet) the timings; the text."""
     text = []
     for p in pieces:
         out.write(p)
         out.flush()
         text.append(p)
+    out.write("\n")
+    out.flush()
+    if not quiet:
+        _report(model, err)
     return "".join(text)
 
 
-def _fail(cmd: str, e: BaseException) -> int:
-    print(f"pyggml {cmd}: error: {type(e).__name__}: {e}", file=sys.stderr)
-    return 1
+def _guarded(cmd: str, body) -> int:
+    """Run body(); pyggml, file and argument errors become one line on stderr and exit status 1."""
+    from pyggml.errors import PyggmlError
+    try:
+        return body()
+    except (PyggmlError, OSError, ValueError) as e:
+        print(f"pyggml {cmd}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def cmd_run(args, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    from pyggml.errors import PyggmlError
     out = out or sys.stdout
     err = err or sys.stderr
     if (args.prompt is None) == (args.file is None):
         print("pyggml run: error: give the prompt with -p TEXT or -f FILE (one of them)", file=sys.stderr)
         return 2
-    try:
+
+    def body():
         if args.file is not None:
             with open(args.file, encoding="utf-8") as f:
                 prompt = f.read()
@@ -116,25 +128,18 @@ def cmd_run(args, out: TextIO | None = None, err: TextIO | None = None) -> int:
                 pieces = m.chat(msgs, args.n_predict, **kw)
             else:
                 pieces = m.generate(prompt, args.n_predict, **kw)
-            _stream(pieces, out)
-            out.write("\n")
-            out.flush()
-            if not args.quiet:
-                _report(m, err)
-    except (PyggmlError, OSError, ValueError) as e:
-        return _fail("run", e)
-    except KeyboardInterrupt:
-        return 130
-    return 0
+            _answer(m, pieces, out, err, args.quiet)
+        return 0
+    return _guarded("run", body)
 
 
 def cmd_chat(args, inp: TextIO | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    from pyggml.errors import PyggmlError
     inp = inp or sys.stdin
     out = out or sys.stdout
     err = err or sys.stderr
     tty = getattr(inp, "isatty", lambda: False)()
-    try:
+
+    def body():
         with _load(args) as m:
             m.chat_template                                  # no template: a clear error now, not at the first line
             system = [{"role": "system", "content": args.system}] if args.system else []
@@ -145,26 +150,17 @@ def cmd_chat(args, inp: TextIO | None = None, out: TextIO | None = None, err: Te
                     out.flush()
                 line = inp.readline()
                 if not line:
-                    break
+                    return 0
                 line = line.rstrip("\n")
                 if not line.strip():
                     continue
                 if line.strip() in ("/exit", "/quit"):
-                    break
+                    return 0
                 if line.strip() == "/reset":
                     msgs = list(system)
                     m.reset()
                     continue
                 msgs.append({"role": "user", "content": line})
-                answer = _stream(m.chat(msgs, args.n_predict, stream=True, stop=args.stop or None, **_sampling(args)),
-                                 out)
-                out.write("\n")
-                out.flush()
-                msgs.append({"role": "assistant", "content": answer})
-                if not args.quiet:
-                    _report(m, err)
-    except (PyggmlError, OSError, ValueError) as e:
-        return _fail("chat", e)
-    except KeyboardInterrupt:
-        return 130
-    return 0
+                pieces = m.chat(msgs, args.n_predict, stream=True, stop=args.stop or None, **_sampling(args))
+                msgs.append({"role": "assistant", "content": _answer(m, pieces, out, err, args.quiet)})
+    return _guarded("chat", body)
