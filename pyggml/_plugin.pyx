@@ -404,7 +404,8 @@ def _name_filter(name):
 
 
 def discover(refresh=False):
-    """Load every plugin on the search path once (explicit loads > PYGGML_PLUGIN_PATH > package).
+    """Load every plugin on the search path once (explicit loads > PYGGML_PLUGIN_PATH > package >
+    entry points).
     Plugins that fail to load are remembered in `failures()`, not raised."""
     global _discovered
     if _discovered and not refresh:
@@ -419,7 +420,7 @@ def discover(refresh=False):
             if os.path.realpath(path) != used.path:
                 _shadowed.append((name, used.path, path))
                 _log.warning("plugin %r: %s shadows %s (search order: PYGGML_PLUGIN_PATH, then the "
-                             "package folder)", name, used.path, path)
+                             "package folder, then packages' pyggml.plugins entry points)", name, used.path, path)
             continue
         try:
             load_plugin(path)
