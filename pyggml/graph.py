@@ -6,12 +6,15 @@ order, which is also execution order (so a set_rows into a state runs before ops
 """
 import itertools
 import numbers
+from typing import ContextManager, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _abi_consts as _abi
 from .errors import GraphError, ShapeError, TypeMismatchError
 from .types import DType, dtype as _dtype, f32
+
+DTypeLike = Union[DType, str]
 
 MAX_DIMS = _abi.MAX_DIMS
 FLAG_INPUT, FLAG_OUTPUT = _abi.TENSOR_FLAG_INPUT, _abi.TENSOR_FLAG_OUTPUT
@@ -165,7 +168,7 @@ class Graph:
         self._pin = None
         self._pin_soft = False
 
-    def on(self, device, prefer=False):
+    def on(self, device: str, prefer: bool = False) -> ContextManager[None]:
         """Context manager: tensors created inside are pinned to `device` ("cuda:1"); use it
         around a range of layers to place them. `t.pin = "cpu"` pins one tensor. With
         prefer=True the pin is a preference: a node the device cannot compute goes where the
@@ -195,7 +198,7 @@ class Graph:
     def __getitem__(self, name):
         return self.by_name[name]
 
-    def input(self, name, shape, dtype=f32):
+    def input(self, name: str, shape: Sequence[int], dtype: DTypeLike = f32) -> "Tensor":
         """A tensor whose data is fed to each compute (`feeds[name]`)."""
         _leaf_name("input", name)
         t = _dtype(dtype)
@@ -204,7 +207,8 @@ class Graph:
         ne, ndim = ne_from_shape(shape, f"input {name!r}")
         return Tensor(self, t, ne, ndim, name=name, flags=FLAG_INPUT)
 
-    def weight(self, name, data, type=None, shape=None):
+    def weight(self, name: str, data: np.ndarray, type: Optional[str] = None,
+               shape: Optional[Sequence[int]] = None) -> "Tensor":
         """A constant tensor, uploaded to the device once and kept there.
 
         `data` is a numpy array (its dtype gives the type), or raw blocks (uint8) with `type`
@@ -232,7 +236,8 @@ class Graph:
                 raise TypeMismatchError(f"weight {name!r}: data dtype {raw.dtype} does not match {t.name}")
         return Tensor(self, t, ne, ndim, name=name, flags=FLAG_WEIGHT, data=raw)
 
-    def state(self, name, shape, dtype=f32, init=None):
+    def state(self, name: str, shape: Sequence[int], dtype: DTypeLike = f32,
+              init: Optional[np.ndarray] = None) -> "Tensor":
         """A persistent tensor the graph may write (a KV cache). Zero-filled unless `init` is given;
         it keeps its contents across computes of the same Scheduler."""
         _leaf_name("state", name)
@@ -245,7 +250,7 @@ class Graph:
                 raise ShapeError(f"state {name!r}: init shape {data.shape} != {tuple(shape)}")
         return Tensor(self, t, ne, ndim, name=name, flags=FLAG_STATE, data=data)
 
-    def constant(self, name, array):
+    def constant(self, name: str, array: np.ndarray) -> "Tensor":
         """Alias of weight() for small constants (masks, tables)."""
         return self.weight(name, array)
 

@@ -1,6 +1,9 @@
 """Op constructors. Each checks its operands when called and raises ShapeError or
 TypeMismatchError with the shapes in the message; semantics are those of include/pyggml/ops.h."""
+from __future__ import annotations
+
 import struct
+from typing import Optional, Sequence
 
 from . import _abi_consts as _abi
 from .errors import GraphError, ShapeError, TypeMismatchError
@@ -59,17 +62,17 @@ def _binary(op, a, b):
     return _node(op, (a, b), a.type, a.ne, max(a.ndim, b.ndim))
 
 
-def add(a, b):
+def add(a: Tensor, b: Tensor) -> Tensor:
     """a + b; b repeats over a."""
     return _binary("add", a, b)
 
 
-def mul(a, b):
+def mul(a: Tensor, b: Tensor) -> Tensor:
     """a * b; b repeats over a."""
     return _binary("mul", a, b)
 
 
-def scale(a, s, bias=0.0):
+def scale(a: Tensor, s: float, bias: float = 0.0) -> Tensor:
     """a * s + bias."""
     _need_type("scale", a, FLOAT_TYPES)
     return _node("scale", (a,), a.type, a.ne, a.ndim, [_f(s), _f(bias)])
@@ -80,16 +83,16 @@ def _unary(op, a):
     return _node(op, (a,), a.type, a.ne, a.ndim)
 
 
-def silu(a):
+def silu(a: Tensor) -> Tensor:
     return _unary("silu", a)
 
 
-def gelu(a):
+def gelu(a: Tensor) -> Tensor:
     """GELU, tanh approximation."""
     return _unary("gelu", a)
 
 
-def swiglu(a, b=None, swapped=False):
+def swiglu(a: Tensor, b: Optional[Tensor] = None, swapped: bool = False) -> Tensor:
     """silu(a) * b; with b None, a's last axis is split in halves (gate, up)."""
     _need_type("swiglu", a, FLOAT_TYPES, "a")
     if b is None:
@@ -105,17 +108,17 @@ def swiglu(a, b=None, swapped=False):
 
 # ---------------------------------------------------------------- row-wise
 
-def rms_norm(a, eps=1e-6):
+def rms_norm(a: Tensor, eps: float = 1e-6) -> Tensor:
     _need_type("rms_norm", a, FLOAT_TYPES)
     return _node("rms_norm", (a,), a.type, a.ne, a.ndim, [_f(eps)])
 
 
-def norm(a, eps=1e-5):
+def norm(a: Tensor, eps: float = 1e-5) -> Tensor:
     _need_type("norm", a, FLOAT_TYPES)
     return _node("norm", (a,), a.type, a.ne, a.ndim, [_f(eps)])
 
 
-def soft_max(a, mask=None, scale=1.0, max_bias=0.0):
+def soft_max(a: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0, max_bias: float = 0.0) -> Tensor:
     """softmax(a*scale + mask) over the last axis; mask (f32/f16) has a's last axis and at least
     a's rows along the next one, and broadcasts over the two outer axes."""
     _need_type("soft_max", a, FLOAT_TYPES)
@@ -131,8 +134,10 @@ def soft_max(a, mask=None, scale=1.0, max_bias=0.0):
 ROPE_NORMAL, ROPE_NEOX = _abi.ROPE_NORMAL, _abi.ROPE_NEOX
 
 
-def rope(x, positions, n_dims=None, mode=ROPE_NORMAL, freq_base=10000.0, freq_scale=1.0,
-         ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0, n_ctx_orig=0, freq_factors=None):
+def rope(x: Tensor, positions: Tensor, n_dims: Optional[int] = None, mode: int = ROPE_NORMAL,
+         freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
+         beta_fast: float = 32.0, beta_slow: float = 1.0, n_ctx_orig: int = 0,
+         freq_factors: Optional[Tensor] = None) -> Tensor:
     """Rotary embedding of x (n_tokens, n_head, head_dim) at int32 `positions` (n_tokens,)."""
     _need_type("rope", x, FLOAT_TYPES)
     _need_type("rope", positions, (i32,), "positions")
@@ -158,7 +163,7 @@ def rope(x, positions, n_dims=None, mode=ROPE_NORMAL, freq_base=10000.0, freq_sc
     return _node("rope", src, x.type, x.ne, x.ndim, params)
 
 
-def argmax(a):
+def argmax(a: Tensor) -> Tensor:
     """Index (int32) of the largest element along the last axis; shape a.shape[:-1]."""
     _need_type("argmax", a, (f32,))
     ne = a.ne[1:] + (1,)
@@ -167,7 +172,7 @@ def argmax(a):
 
 # ---------------------------------------------------------------- matrix
 
-def mul_mat(w, x):
+def mul_mat(w: Tensor, x: Tensor) -> Tensor:
     """ggml's mul_mat: w (.., M, K) of any type, x (.., N, K) f32 -> (.., N, M) f32 = x @ w.T.
     w's two outer axes broadcast over x's."""
     _graph_of("mul_mat", w, x)
@@ -181,7 +186,7 @@ def mul_mat(w, x):
     return _node("mul_mat", (w, x), f32, ne, max(2, w.ndim, x.ndim))
 
 
-def get_rows(table, idx):
+def get_rows(table: Tensor, idx: Tensor) -> Tensor:
     """table (rows, n) of any type, idx int32 (k,) -> (k, n) f32; with a batch axis:
     table (b, rows, n), idx (b, k) -> (b, k, n)."""
     _graph_of("get_rows", table, idx)
@@ -193,7 +198,7 @@ def get_rows(table, idx):
     return _node("get_rows", (table, idx), f32, ne, max(2, idx.ndim + 1))
 
 
-def set_rows(dst, rows, idx):
+def set_rows(dst: Tensor, rows: Tensor, idx: Tensor) -> Tensor:
     """dst[idx[i]] = rows[i] (converted to dst's type), in place; returns dst's new version.
     dst (R, n) any writable type, rows (k, n) f32, idx int32/int64 (k,)."""
     _graph_of("set_rows", dst, rows, idx)
@@ -209,7 +214,8 @@ def set_rows(dst, rows, idx):
     return node
 
 
-def flash_attn_ext(q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_softcap=0.0):
+def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, scale: float = 1.0,
+                   max_bias: float = 0.0, logit_softcap: float = 0.0) -> Tensor:
     """Attention with an online softmax. Numpy order: q (B, H, n_q, D) f32, k (B, H_kv, n_kv, D),
     v (B, H_kv, n_kv, Dv) f32/f16, mask (1|B, 1|H, >=n_q, n_kv) -> (B, n_q, H, Dv) f32."""
     _graph_of("flash_attn_ext", q, k, v, mask)
@@ -232,7 +238,7 @@ def flash_attn_ext(q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_softcap=0.
 
 # ---------------------------------------------------------------- copies and views
 
-def cont(a, type=None):
+def cont(a: Tensor, type: Optional[str] = None) -> Tensor:
     """A contiguous copy of a (any layout), converted to `type` when given."""
     t = a.type if type is None else _dtype(type)
     if t.is_quantized and a.ne[0] % t.block_size:
@@ -240,7 +246,7 @@ def cont(a, type=None):
     return _node("cont", (a,), t, a.ne, a.ndim)
 
 
-def cpy(a, dst):
+def cpy(a: Tensor, dst: Tensor) -> Tensor:
     """Write a (converted to dst's type) into dst; returns dst's new version."""
     _graph_of("cpy", a, dst)
     if a.nelements != dst.nelements:
@@ -259,7 +265,7 @@ def _view_node(op, a, ne, nb, ndim, offs, params=()):
     return _node(op, (a,), a.type, ne, ndim, params, nb=nb, view_src=base, view_offs=total)
 
 
-def view(a, shape, strides=None, offset=0):
+def view(a: Tensor, shape: Sequence[int], strides: Optional[Sequence[int]] = None, offset: int = 0) -> Tensor:
     """A window into a's memory: numpy-order `shape`, byte `strides` (default contiguous) and byte
     `offset`. The window must lie inside a's data."""
     ne, ndim = ne_from_shape(shape, "view shape")
@@ -285,7 +291,7 @@ def view(a, shape, strides=None, offset=0):
     return _view_node("view", a, ne, nb, ndim, offset)
 
 
-def reshape(a, shape):
+def reshape(a: Tensor, shape: Sequence[int]) -> Tensor:
     """Same bytes, new shape; a must be contiguous (use cont first)."""
     ne, ndim = ne_from_shape(shape, "reshape")
     if ne[0] * ne[1] * ne[2] * ne[3] != a.nelements:
@@ -297,7 +303,7 @@ def reshape(a, shape):
     return _view_node("reshape", a, ne, None, ndim, 0)
 
 
-def permute(a, axes):
+def permute(a: Tensor, axes: Sequence[int]) -> Tensor:
     """Reorder axes with numpy's meaning: result.shape[i] == a.shape[axes[i]] (like np.transpose)."""
     nd = a.ndim
     axes = [as_int(x, f"permute: axes {tuple(axes)}") for x in axes]
@@ -321,7 +327,7 @@ def permute(a, axes):
     return _view_node("permute", a, ne, tuple(nb), nd, 0, ggml_axes)
 
 
-def transpose(a):
+def transpose(a: Tensor) -> Tensor:
     """Swap the last two axes (ggml dims 0 and 1)."""
     if a.ndim < 2:
         raise ShapeError(f"transpose: {_shape(a)} has fewer than 2 axes")

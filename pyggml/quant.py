@@ -1,4 +1,6 @@
 """quantize / dequantize through the CPU plugin (a cont op converting types), bit-exact with ggml."""
+from typing import Optional, Sequence
+
 import numpy as np
 
 from .errors import ShapeError
@@ -15,7 +17,7 @@ def _sched(n_threads):
     return s
 
 
-def quantize(array, type, n_threads=None):
+def quantize(array: np.ndarray, type: str, n_threads: Optional[int] = None) -> np.ndarray:
     """f32 data (..., K) -> raw blocks of `type` as uint8 (..., bytes per row); K must be a
     multiple of the type's block size. Runs threaded in the CPU plugin."""
     from .graph import Graph
@@ -36,7 +38,7 @@ def quantize(array, type, n_threads=None):
     return out.reshape(a.shape[:-1] + (out.shape[-1],)) if t.is_quantized else out.reshape(a.shape)
 
 
-def dequantize(blocks, type, shape, n_threads=None):
+def dequantize(blocks: np.ndarray, type: str, shape: Sequence[int], n_threads: Optional[int] = None) -> np.ndarray:
     """Raw blocks of `type` with logical numpy `shape` (..., K) -> float32 array of that shape."""
     from .graph import Graph
     from .ops import cont
