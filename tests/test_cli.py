@@ -60,6 +60,10 @@ def test_version_and_devices_from_another_directory():
     assert r.returncode == 0 and r.stdout.strip() == f"pyggml {pyggml.__version__}"
     r = subprocess.run([sys.executable, "-m", "pyggml", "devices"], cwd="/", env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("cpu:0"), r.stdout + r.stderr
+    # no plugin at all (the wheel without its CPU plugin): an error, not silence and exit 0
+    r = subprocess.run([sys.executable, "-m", "pyggml", "devices"], cwd="/", capture_output=True, text=True,
+                       env=dict(env, PYGGML_PLUGINS="nosuchplugin"))
+    assert r.returncode == 1 and "no usable device" in r.stderr, r.stdout + r.stderr
 
 
 @pytest.fixture(scope="module")
