@@ -141,7 +141,7 @@ def cmd_chat(args, inp: TextIO | None = None, out: TextIO | None = None, err: Te
 
     def body():
         with _load(args) as m:
-            m.chat_template                                  # no template: a clear error now, not at the first line
+            _ = m.chat_template                              # no template: a clear error now, not at the first line
             system = [{"role": "system", "content": args.system}] if args.system else []
             msgs = list(system)
             while True:

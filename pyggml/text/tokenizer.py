@@ -167,12 +167,12 @@ class Tokenizer:
             t = self._check_id(tid)
             is_special = v.types[t] in (CONTROL, UNKNOWN)
             piece = self.token_to_piece(t, special)
-            if not is_special and v.types[t] != USER_DEFINED:
+            if is_special or v.types[t] == USER_DEFINED:
+                after_special = True            # the tokenizer put a space in front of the text after it
+            else:
                 if strip and after_special and piece.startswith(b" "):
                     piece = piece[1:]
                 after_special = False
-            elif is_special or v.types[t] == USER_DEFINED:
-                after_special = True
             out += piece
         return out.decode("utf-8", errors="replace")
 
