@@ -9,6 +9,9 @@ PY_MANAGED := $(shell $(SYS_PYTHON) -c 'import os, sys, sysconfig; print(int(sys
 ifeq ($(PY_MANAGED),1)
 PYTHON ?= $(VENV)/bin/python
 PY_ENV := $(VENV)/bin/python
+# as if activated: tests and tools that start `python3` or `pyggml` get the venv's
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 else
 PYTHON ?= $(SYS_PYTHON)
 PY_ENV :=

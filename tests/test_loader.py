@@ -1,6 +1,7 @@
 """The loader's errors, each triggered by a real broken library built here."""
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -87,12 +88,12 @@ def test_search_path_and_filters(c_builder, tmp_path):
             "print(sorted(ps)); print(ps['envplug'].unavailable_reason if 'envplug' in ps else '-')")
     env = dict(os.environ, PYGGML_PLUGIN_PATH=os.path.dirname(lib))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(["python3", "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
     assert "'envplug'" in out.stdout and "no widget driver" in out.stdout
     env["PYGGML_PLUGINS_DISABLE"] = "envplug"
-    out = subprocess.run(["python3", "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
     assert "'envplug'" not in out.stdout
     env.pop("PYGGML_PLUGINS_DISABLE")
     env["PYGGML_PLUGINS"] = "envplug"
-    out = subprocess.run(["python3", "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[0] == "['envplug']"
