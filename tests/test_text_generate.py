@@ -205,9 +205,11 @@ def test_tokenizer_after_close(tmp_path):
     write_synth_model(p, "tiny", "f16", seed=1, progress=False)
     with models.load(p, n_ctx=16, progress=False) as m:
         assert m.tokenize("a")
-    from pyggml.text import TokenizerError
-    with pytest.raises(TokenizerError, match="closed"):
+    from pyggml import ClosedError
+    with pytest.raises(ClosedError, match="closed"):
         m.tokenize("a")
+    with pytest.raises(ClosedError):
+        m.generate("a", 2)
 
 
 def test_synth_vocab_is_a_working_spm_vocab(tiny):

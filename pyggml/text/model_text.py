@@ -12,10 +12,9 @@ from __future__ import annotations
 import numbers
 from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 
-from ..errors import TypeMismatchError
+from ..errors import ClosedError, TypeMismatchError
 
 from .chat import ChatTemplate, for_tokenizer, render_prompt
-from .errors import TokenizerError
 from .generate import GenerationStats, split_stops, text_stream, token_stream
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
@@ -45,7 +44,7 @@ class TextMixin:
         if self._tokenizer is None:
             reader = getattr(self, "reader", None)
             if reader is None:
-                raise TokenizerError("the model is closed (or was built without its GGUF file): no vocabulary")
+                raise ClosedError("Model.tokenizer: the model was closed (its GGUF file with the vocabulary too)")
             self._tokenizer = Tokenizer(from_reader(reader))
         return self._tokenizer
 
