@@ -128,8 +128,15 @@ def test_wheel_from_sdist_installs_and_runs_from_root(sdist, tmp_path):
     assert any(n.startswith("pyggml/_sched.") and n.endswith(".so") for n in names)
     assert not [n for n in names if "libpyggml-" in n and "cpu" not in n]       # GPU plugins ship separately
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
+    # the dependencies (numpy, ...) and pip come from this test's environment, after the venv's own
+    # site-packages (a .pth file): no network, and pyggml only from the wheel
+    import site
+    venv_site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(venv_site, "_outer_env.pth"), "w") as f:
+        f.write("\n".join(p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)))
     r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", whl],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
