@@ -50,6 +50,12 @@ def test_chat_answers(model):
     assert "Berlin" in model.chat([{"role": "user", "content": "What is the capital of Germany?"}], 24)
 
 
+def test_empty_prompt_is_a_clear_error(model):
+    assert model.tokenize("") == []                            # SmolLM2 adds no BOS
+    with pytest.raises(pg.ShapeError, match="prompt is empty"):
+        model.generate("", 4)
+
+
 def test_raw_completion_and_stop_string(model):
     assert model.generate("The capital of France is", 3).startswith(" Paris")
     out = model.generate("The capital of France is", 40, stop=["."])

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-from ..errors import ConcurrentUseError
+from ..errors import ConcurrentUseError, ShapeError
 from .sampling import Sampler, SamplingParams
 
 
@@ -50,6 +50,9 @@ class GenerationStats:
 def reuse_prefix(model, ids: Sequence[int]) -> int:
     """Keep the longest prefix of the model's context that `ids` starts with (at least one token of
     `ids` must still run, for its logits); forget the rest. Returns the number of tokens kept."""
+    if not len(ids):
+        raise ShapeError("the prompt is empty (and the model adds no BOS token): generation needs at least one "
+                         "token to continue from")
     have = model.tokens
     k = 0
     for a, b in zip(have, ids):

@@ -75,9 +75,6 @@ class Vocab:
     def n_vocab(self) -> int:
         return len(self.tokens)
 
-    def is_control(self, tid: int) -> bool:
-        return self.types[tid] in (CONTROL, UNKNOWN)
-
 
 def _special_ids(md, defaults, n, where):
     """The special token ids: defaults, replaced by the metadata's where it gives an id in range
@@ -138,7 +135,7 @@ def from_metadata(md: Mapping[str, Any], where: str = "GGUF") -> Vocab:
         if not isinstance(raw, (list, tuple)) or not raw:
             raise TokenizerError(f"{where}: a gpt2 (BPE) vocabulary needs tokenizer.ggml.merges")
         for m in raw:
-            pos = m.find(" ", 1)
+            pos = m.find(" ", 1) if isinstance(m, str) else -1
             if pos < 0:
                 raise TokenizerError(f"{where}: merge {m!r} is not 'LEFT RIGHT'")
             merges.append((m[:pos], m[pos + 1:]))
@@ -160,11 +157,10 @@ def from_metadata(md: Mapping[str, Any], where: str = "GGUF") -> Vocab:
     token_to_id = {t: i for i, t in enumerate(tokens)}          # a repeated text: the last id, as llama.cpp
     control = set()                                             # ids made control tokens by their text
     for role, texts in _ROLE_TEXTS.items():
-        if ids[role] is None:
-            tid = next((i for i, t in enumerate(tokens) if t in texts), None)
-            if tid is not None:
-                ids[role] = tid
-                control.add(tid)
+        found = [token_to_id[t] for t in texts if t in token_to_id]
+        if ids[role] is None and found:
+            ids[role] = min(found)
+            control.add(ids[role])
     eog = {ids[r] for r in ("fim_pad", "fim_rep", "fim_sep") if ids[r] is not None}
     for t in _EOG_TEXTS:
         if t in token_to_id:
