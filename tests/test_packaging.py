@@ -53,7 +53,7 @@ def test_pyproject():
     req = " ".join(pp["build-system"]["requires"]).lower()
     assert "setuptools" in req and "cython" in req and "numpy" not in req
     deps = " ".join(pp["project"]["dependencies"])
-    for d in ("numpy", "tqdm", "jinja2", "tokenizers"):
+    for d in ("numpy", "tqdm", "jinja2", "tokenizers", "cffi"):
         assert d in deps
     assert pp["project"]["scripts"]["pyggml"] == "pyggml.cli:main"
 
@@ -111,6 +111,7 @@ def test_sdist_contents(sdist):
     assert not [n for n in names if n.endswith((".so", ".o")) or n in ("pyggml/_sched.c", "pyggml/_plugin.c")]
 
 
+@pytest.mark.slow
 def test_wheel_from_sdist_installs_and_runs_from_root(sdist, tmp_path):
     """sdist -> wheel (Cython core + CPU plugin compiled here) -> a fresh venv -> `pyggml devices`
     and get_include() from /. Takes a few minutes on 2 cores."""

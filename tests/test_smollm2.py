@@ -17,6 +17,8 @@ import pyggml as pg
 
 from _pypi_files import llama_cpp, smollm2_path
 
+pytestmark = pytest.mark.slow            # a real model: loads and generations of several seconds each
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GAP = 0.6                 # logits; 2.5x the rms difference between the two engines' logits
 FRANCE = [{"role": "user", "content": "What is the capital of France."}]      # the model card's question
@@ -62,6 +64,7 @@ def test_raw_completion_and_stop_string(model):
     assert out == " Paris" and model.last_stats.stop_reason == "stop string"
 
 
+@pytest.mark.llamacpp
 def test_chat_prompt_matches_llama_cpp_python(model, llm):
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     v = model.tokenizer.vocab
@@ -93,6 +96,7 @@ def _teacher_forced(model, llm, prompt, n):
     return gen, nmse, flips
 
 
+@pytest.mark.llamacpp
 @pytest.mark.parametrize("kind", ["raw", "chat", "code"])
 def test_greedy_tokens_against_llama_cpp(model, llm, kind):
     prompt = {"raw": lambda: model.tokenize("The capital of France is"),

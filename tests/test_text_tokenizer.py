@@ -97,6 +97,7 @@ def _against_llama_cpp(path):
     assert set(tok.eog) == eog
 
 
+@pytest.mark.llamacpp
 @pytest.mark.parametrize("name", VOCABS)
 def test_varied_text_against_llama_cpp(vocabs, name):
     """Tokens (with and without BOS/EOS and special-token parsing), pieces and end-of-generation
@@ -104,6 +105,7 @@ def test_varied_text_against_llama_cpp(vocabs, name):
     _against_llama_cpp(_path(vocabs, name))
 
 
+@pytest.mark.llamacpp
 def test_smollm2_vocab_against_llama_cpp():
     _against_llama_cpp(smollm2_path())
 
