@@ -70,10 +70,11 @@ fi
 pack
 
 say "two-GPU probe"
-timeout 150 $PY bench/two_gpu_probe.py --devices cuda:0,cuda:1 --runs "${GPU_TWO_RUNS:-20}" --out "$W/probe.json" \
+timeout 150 $PY bench/two_gpu_probe.py --devices cuda:0,cuda:1 --runs "${GPU_TWO_RUNS:-10}" --out "$W/probe.json" \
     --trace "$W/trace-probe-2gpu.json" \
     2>&1 | tee "$W/probe.log" | tail -25
 cp "$W/probe.json" "$OUTD/" 2>/dev/null
+$PY bench/trace_overlap.py "$W/trace-probe-2gpu.json" 2>&1 | tee "$W/overlap-probe.json" | tr -d '\n' | tee -a "$W/summary.log"; echo
 pack
 
 wait_model() {  # the cached synthetic model's path, once written
@@ -98,6 +99,7 @@ M7=$(wait_model 7b) && {
     bench 7b-1gpu-ub256 "$M7" -d cuda:0 -r 3 -p 4096 -n 0 -ub 256
     bench 7b-2gpu-trace "$M7" -d cuda:0,cuda:1 -r 1 -p 4096 -n 16 --trace "$W/trace-7b-2gpu-pp4096.json"
     cp "$W/trace-7b-2gpu-pp4096.json" "$OUTD/" 2>/dev/null
+    $PY bench/trace_overlap.py "$W/trace-7b-2gpu-pp4096.json" 2>&1 | tee "$W/overlap-7b.json" | tr -d '\n' | tee -a "$W/summary.log"; echo
 }
 pack
 M1=$(wait_model 1b) && {
