@@ -15,7 +15,7 @@
 #   GPU_CHECK_VULKAN_MODELS="synth:1b:q4_0" make gpu-check             # ... and on vulkan:0
 #
 # Vulkan on the GPU machine: it has the NVIDIA ICD but no Vulkan loader and no glslc. Bring the
-# loader as Debian packages in .gl/ (see the device tool's README: `apt-get download libvulkan1 ...`
+# loader as Debian packages in .gl/ (see the device tool's README: `apt-get download libvulkan1 libglvnd0 libglx0 libgl1 libegl1 ...`
 # into .gl, carried with the call) and a libpyggml-vulkan.so built on a machine with glslc
 # (cp pyggml/plugins/libpyggml-vulkan.so .gl/): this script unpacks the packages, points the loader
 # at the NVIDIA ICD and installs the library when make could not build one. At the end every result

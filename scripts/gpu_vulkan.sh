@@ -10,7 +10,10 @@
 #   make pyggml/plugins/libpyggml-vulkan.so
 #   echo /.gl/ >>.git/info/exclude; mkdir -p .gl /tmp/amd64/partial
 #   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-#   apt-get $o update; (cd .gl && apt-get $o download libvulkan1 vulkan-validationlayers)
+#   apt-get $o update; (cd .gl && apt-get $o download libvulkan1 vulkan-validationlayers \
+#                       libglvnd0 libglx0 libgl1 libegl1 libopengl0 libgles2)
+# (the NVIDIA ICD is libGLX_nvidia, which needs glvnd's dispatch libraries: without them the loader
+# reports VK_ERROR_INCOMPATIBLE_DRIVER, "no Vulkan driver (ICD) installed")
 #   cp pyggml/plugins/libpyggml-vulkan.so .gl/ && git rev-parse --short HEAD >.gl/COMMIT
 # then through the device tool (nvidia-h200): command "bash scripts/gpu_vulkan.sh", carry [".gl"],
 # timeout_s 600. The .so must be built from the commit that runs (the script compares .gl/COMMIT
@@ -40,6 +43,7 @@ fi
 if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
+for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .gl/COMMIT 2>/dev/null || echo unknown)
 SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
 export GPU_VK_COMMIT=$COMMIT
