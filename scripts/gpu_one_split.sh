@@ -30,11 +30,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then   # carried wheels (cffi for pyggml check
         && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 touch .stamp-deps
-setsid $PY -c "from pyggml.bench_model import resolve_model; print(resolve_model('synth:1b:q4_0', quiet=True))" \
-    > "$W/synth-1b.log" 2>&1 < /dev/null &
 make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-musa.so \
     > "$W/build.log" 2>&1 || { say "build failed"; tail -20 "$W/build.log"; pack; exit 1; }
 say "build ok"
+setsid $PY -c "from pyggml.bench_model import resolve_model; print(resolve_model('synth:1b:q4_0', quiet=True))" \
+    > "$W/synth-1b.log" 2>&1 < /dev/null &
 
 timeout 120 $PY -m pytest -q -p no:cacheprovider tests/test_pipeline.py tests/test_model_split.py tests/test_sched.py \
     -k "not vulkan and not hip" > "$W/pytest.log" 2>&1
