@@ -14,8 +14,8 @@
  *   gemm_v       the cooperative-matrix GEMM's build: 2 (default) mul_mat_cm2*: two shared-memory
  *                stages (the next step loaded while this one multiplies), unrolled fragment loops;
  *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one)
- *   fa           the same for prefill flash attention: auto, scalar (flash_attn.comp only), coopmat,
- *                cm_emulated (flash_attn_cm.comp) */
+ *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
+ *                cm_emulated (flash_attn_cm.comp); auto is scalar for now (vk_attn.c says why) */
 #include <string.h>
 #include "vk_internal.h"
 
