@@ -20,8 +20,11 @@
 # with the tree's own when .git travels, and records both).
 #
 # Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
-# GPU_VK_VARIANTS ("new old": new = default device options, old = matvec=1 gemm=tiled fa=scalar;
-# also rows1, rows4 for mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
+# GPU_VK_VARIANTS ("new gemm1 tile128 facm old": new = default device options, gemm1 = the earlier
+# coopmat GEMM build with its 128x128 tile (gemm_v=1 gemm_tile=128, as at 74f8754), tile128 = the
+# pipelined GEMM with 128x128 tiles, facm = fa=coopmat (flash_attn_cm; fa=auto keeps the scalar
+# kernel until the tests here pass it), old = matvec=1 gemm=tiled fa=scalar; also rows1, rows4 for
+# mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_BENCH=0 (skip benches and profiles).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -105,9 +108,9 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
         --steps 32 2>&1 | tee "$WORK/profile.log"
     PROF_RC=$?
     pack
-    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new old}) next to CUDA: $MODELS"
+    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new gemm1 tile128 facm old}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new old} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new gemm1 tile128 facm old} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

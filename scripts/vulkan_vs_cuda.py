@@ -25,8 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar"},
-            "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"}}
-DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "fa": "auto"}
+            "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"},
+            "tile128": {"gemm_tile": "128"},
+            # the coopmat GEMM as it ran at 74f8754 (earlier build, 128x128 from 128 tokens)
+            "gemm1": {"gemm_v": "1", "gemm_tile": "128"},
+            # cooperative-matrix flash attention (fa=auto keeps the scalar kernel until it is confirmed)
+            "facm": {"fa": "coopmat"}}
+DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto"}
 
 
 def _set_vk(pg, opts):

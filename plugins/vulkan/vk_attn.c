@@ -1,7 +1,7 @@
 /* plugins/vulkan/vk_attn.c — whether a FLASH_ATTN_EXT node runs on the tensor cores.
  *
- * flash_attn_cm.comp (option fa=auto where the device has cooperative matrices, fa=cm_emulated
- * anywhere: the tests) takes prefill-sized query blocks: n_q >= 16, D = Dv <= 128 and a multiple
+ * flash_attn_cm.comp (option fa=coopmat where the device has cooperative matrices, fa=cm_emulated
+ * anywhere: the tests; fa=auto runs flash_attn.comp until GPUs confirm the kernel) takes prefill-sized query blocks: n_q >= 16, D = Dv <= 128 and a multiple
  * of 16, no softcap, its shared memory within the device's limit; everything else (decode, with its
  * KV split) stays on flash_attn.comp (vk_graph.c). The choice is logged per plan at debug level
  * ("flash_attn 'name': kernel"). */
@@ -10,10 +10,10 @@
 #define FA_BQ 32
 #define FA_BKV 64
 
-static uint64_t fa_cm_shared(uint32_t dmax, int emulated) {
-    uint64_t ldq = dmax + 8, half = 2;
-    uint64_t bytes = FA_BQ * ldq * half + FA_BKV * ldq * half + FA_BQ * (FA_BKV + 4) * 4 + 4;
-    return emulated ? bytes : bytes + FA_BQ * (FA_BKV + 8) * half;
+/* flash_attn_cm.comp's shared memory: Q, K / V^T, S (f32), P, the chunk flag */
+static uint64_t fa_cm_shared(uint32_t dmax) {
+    uint64_t half = 2;
+    return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 4;
 }
 
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
@@ -21,11 +21,13 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
     int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
     const char *kind = "flash_attn";
     int ok = 0;
-    uint32_t dmax = q->ne[0] <= 64 ? 64 : 128;
+    uint32_t dmax = emulated && q->ne[0] <= 64 ? 64 : 128;   /* the tensor-core build fixes 128 (literal strides) */
     float softcap = pyg_op_param_f32(n->op_params, 2);
-    if (d->opts.fa != VKP_GEMM_TILED && q->ne[1] >= 16 && q->ne[0] == v->ne[0] && q->ne[0] % 16 == 0 &&
+    /* fa=auto keeps flash_attn.comp until a GPU run confirms flash_attn_cm (the earlier layout gave
+     * NMSE 1.16 on the H200's NVIDIA driver, scripts/gpu_vulkan.sh at 74f8754); fa=coopmat runs it */
+    if ((d->opts.fa == VKP_GEMM_COOPMAT || d->opts.fa == VKP_GEMM_CM_EMULATED) && q->ne[1] >= 16 && q->ne[0] == v->ne[0] && q->ne[0] % 16 == 0 &&
         q->ne[0] <= 128 && softcap == 0.0f && d->subgroup_shuffle &&
-        fa_cm_shared(dmax, emulated) <= d->props.limits.maxComputeSharedMemorySize)
+        fa_cm_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize)
         ok = emulated ? d->subgroup_size >= 8 && d->subgroup_size <= 64 : d->coopmat && d->subgroup_size == 32;
     uint32_t sp[2] = { dmax, 4 * d->subgroup_size };
     if (ok && !d->fa_cm_broken)

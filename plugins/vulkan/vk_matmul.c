@@ -2,7 +2,8 @@
  *
  *   N <= 4 (decode)   mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
  *                     default, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
- *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile) on the tensor cores where the device
+ *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile; pipelined
+ *                     build mul_mat_cm2*: gemm_v) on the tensor cores where the device
  *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
  *                     or coopmat), else the 64x64 tiled mul_mat.comp (gemm=tiled, and every device
  *                     without the extension: lavapipe)
@@ -76,10 +77,17 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     uint32_t nr = 1u << d->opts.matvec_rows, sgw = d->subgroup_size >= 1 && d->subgroup_size <= 128 ? 128 / d->subgroup_size : 1;
     uint32_t mv2_spec[2] = { (uint32_t)s0->type | nr << 8, sgw };
     uint32_t cm_spec[2] = { (uint32_t)s0->type, 4 * d->subgroup_size };
-    uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 ? 128 : 64;   /* auto, 64, 128 */
-    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED;
-    int cm_shader = tile == 128 ? (emu ? VKP_SH_MUL_MAT_CM128_EMU : VKP_SH_MUL_MAT_CM128)
-                                : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM);
+    /* auto: 128 x 128 only where that grid still has 512 workgroups (about 4 per SM on a large GPU:
+     * 7b's 4096 x 512 projections give 128 at 128 x 128, fewer than an H200's 132 SMs) */
+    uint64_t tiles128 = (M + 127) / 128 * ((N + 127) / 128) * B;
+    uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 && tiles128 >= 512 ? 128 : 64;
+    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED, v2 = d->opts.gemm_v == 2;
+    int cm_shader = tile == 128 ? (v2 ? (emu ? VKP_SH_MUL_MAT_CM2_128_EMU : VKP_SH_MUL_MAT_CM2_128)
+                                      : (emu ? VKP_SH_MUL_MAT_CM128_EMU : VKP_SH_MUL_MAT_CM128))
+                                : (v2 ? (emu ? VKP_SH_MUL_MAT_CM2_EMU : VKP_SH_MUL_MAT_CM2)
+                                      : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM));
+    /* shared memory: the f16 weight and activation tiles (two stages in mul_mat_cm2*) and 4 KiB of staging */
+    uint64_t cm_shared = (v2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
     if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;
@@ -104,7 +112,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[1] = aligned && s0->ne[0] % 32 == 0 && pyg_tensor_rows_contiguous(s0) &&
                 s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         kind = "mul_mat_vec";
-    } else if (N > 4 && cm_ok(d, n, s0, s1) && vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
+    } else if (N > 4 && cm_ok(d, n, s0, s1) && cm_shared <= d->props.limits.maxComputeSharedMemorySize &&
+               vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
         *shader = cm_shader;
         spec[0] = cm_spec[0];
         spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups */

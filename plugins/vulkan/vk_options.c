@@ -8,10 +8,14 @@
  *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
  *                device without the extension; cm_emulated: the same kernel with its matrix
  *                primitives in plain GLSL (any device: how the tests cover it on lavapipe)
- *   gemm_tile    the cooperative-matrix GEMM's workgroup tile: auto (default: 128 x 128 from 128
- *                tokens, else 64 x 64), 64 or 128
- *   fa           the same for prefill flash attention: auto, scalar (flash_attn.comp only), coopmat,
- *                cm_emulated (flash_attn_cm.comp) */
+ *   gemm_tile    the cooperative-matrix GEMM's workgroup tile: auto (default: 128 x 128 where the
+ *                grid of 128-tiles still has 512 workgroups, about 4 per SM of a large GPU, else
+ *                64 x 64), 64 or 128
+ *   gemm_v       the cooperative-matrix GEMM's build: 2 (default) mul_mat_cm2*: two shared-memory
+ *                stages (the next step loaded while this one multiplies), unrolled fragment loops;
+ *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one)
+ *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
+ *                cm_emulated (flash_attn_cm.comp); auto is scalar for now (vk_attn.c says why) */
 #include <string.h>
 #include "vk_internal.h"
 
@@ -19,6 +23,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec = 2;
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
+    d->opts.gemm_v = 2;
     d->opts.fa = VKP_GEMM_AUTO;
 }
 

@@ -59,6 +59,18 @@ VKP_SPV(mul_mat_cm128)
 VKP_SPV(mul_mat_cm128_emu)
 #include "mul_mat_cm128_emu.spv.h"
 ;
+VKP_SPV(mul_mat_cm2)
+#include "mul_mat_cm2.spv.h"
+;
+VKP_SPV(mul_mat_cm2_emu)
+#include "mul_mat_cm2_emu.spv.h"
+;
+VKP_SPV(mul_mat_cm2_128)
+#include "mul_mat_cm2_128.spv.h"
+;
+VKP_SPV(mul_mat_cm2_128_emu)
+#include "mul_mat_cm2_128_emu.spv.h"
+;
 VKP_SPV(flash_attn_cm)
 #include "flash_attn_cm.spv.h"
 ;
@@ -93,6 +105,10 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_CM_EMU, mul_mat_cm_emu)
     VKP_CASE(VKP_SH_MUL_MAT_CM128, mul_mat_cm128)
     VKP_CASE(VKP_SH_MUL_MAT_CM128_EMU, mul_mat_cm128_emu)
+    VKP_CASE(VKP_SH_MUL_MAT_CM2, mul_mat_cm2)
+    VKP_CASE(VKP_SH_MUL_MAT_CM2_EMU, mul_mat_cm2_emu)
+    VKP_CASE(VKP_SH_MUL_MAT_CM2_128, mul_mat_cm2_128)
+    VKP_CASE(VKP_SH_MUL_MAT_CM2_128_EMU, mul_mat_cm2_128_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
@@ -113,7 +129,9 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_CM_EMU] = "mul_mat_cm_emu", [VKP_SH_FLASH_ATTN_CM] = "flash_attn_cm",
         [VKP_SH_FLASH_ATTN_CM_EMU] = "flash_attn_cm_emu", [VKP_SH_NORM_MUL_ADD] = "norm_mul",
         [VKP_SH_NORM_MUL_WG_ADD] = "norm_mul_wg", [VKP_SH_MUL_MAT_CM128] = "mul_mat_cm128",
-        [VKP_SH_MUL_MAT_CM128_EMU] = "mul_mat_cm128_emu",
+        [VKP_SH_MUL_MAT_CM128_EMU] = "mul_mat_cm128_emu", [VKP_SH_MUL_MAT_CM2] = "mul_mat_cm2",
+        [VKP_SH_MUL_MAT_CM2_EMU] = "mul_mat_cm2_emu", [VKP_SH_MUL_MAT_CM2_128] = "mul_mat_cm2_128",
+        [VKP_SH_MUL_MAT_CM2_128_EMU] = "mul_mat_cm2_128_emu",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

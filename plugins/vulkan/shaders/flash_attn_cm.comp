@@ -11,26 +11,27 @@
 #include "common.glsl"
 #include "coopmat.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
-layout(constant_id = 0) const uint DMAX = 128u;  // D rounded up to 64 or 128 (shared memory size)
+// Every matrix operation has the forms mul_mat_cm.comp runs correctly on the H200: A row-major,
+// B column-major, accumulators stored column-major, all strides literal constants (the tensor-core
+// build fixes DMAX at 128; the emulated one takes D rounded up to 64 or 128 as specialization
+// constant 0 so that D <= 64 fits lavapipe's 32 KiB of shared memory).
+#ifdef CM_EMULATE
+layout(constant_id = 0) const uint DMAX = 128u;
+#else
+#define DMAX 128u
+#endif
 #define BQ 32u
 #define BKV 64u
-#define LDQ (DMAX + 8u)                          // Q and K/V rows in shared memory (halves)
-#define LDS (BKV + 4u)                           // S rows (floats)
+#define LDQ (DMAX + 8u)                          // Q and K rows in shared memory (halves)
+#define LDV (BKV + 8u)                           // V^T rows: one per dimension, BKV keys (halves)
+#define LDS (BQ + 4u)                            // S columns: one per key, BQ queries (floats)
 #define LDP (BKV + 8u)                           // P rows (halves)
 shared HALF Qs[BQ * LDQ];
-shared HALF KVs[BKV * LDQ];                      // the chunk's K rows, then its V rows
-shared float Ss[BQ * LDS];                       // S; at the end the output tiles' staging
-#ifndef CM_EMULATE
-shared HALF Ps[BQ * LDP];
-#define PS Ps
-#define P_LD LDP
-#define P_STORE(o, v) Ps[o] = TO_HALF(v)
-#else
-#define PS Ss                                    // P in place of S (f16-rounded values in f32)
-#define P_LD LDS
-#define P_STORE(o, v) Ss[o] = unpackHalf2x16(f32_to_f16(v)).x
-#endif
+shared HALF KVs[DMAX * LDV];                     // the chunk's K rows [key][dim], then V^T [dim][key] (DMAX * LDV >= BKV * LDQ)
+shared float Ss[BKV * LDS];                      // S column-major [key][query]; at the end the output tiles' staging
+shared HALF Ps[BQ * LDP];                        // P row-major [query][key]
 shared uint any_open;                            // the last chunk with an unmasked (row, key) pair
 
 uint g_h, g_b, g_nq, g_nkv;        // this workgroup's head, batch; sizes
@@ -71,14 +72,15 @@ void main() {
     for (uint k = 0u; k < 4u; k++) { M[k] = NEG_INF; L[k] = 0.0; }
     ACC o[4];                                    // this subgroup's output tiles: (oi, oj) = (q / nt, q % nt), q = sg + 4i
     uint nt = D / 16u, ntiles = 2u * nt;
-    for (uint i = 0u; i < 4u; i++) CM_ZERO(o[i]);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) CM_ZERO(o[i]);
+    uint nch = (nkv + BKV - 1u) / BKV;
 
     for (uint pass = 0u; pass < 2u; pass++) {
         for (uint j0 = 0u; j0 < nkv; j0 += BKV) {
             bool open = false;
             for (uint k = 0u; k < RPT && !open; k++)
                 for (uint i = 0u; i < 16u && !open; i++) open = additive(q0 + (t >> 2) + k * (WG >> 2), j0 + c0 + i) != NEG_INF;
-            uint chunk = (pass * nkv + j0) / BKV + 1u;   // unique per (pass, chunk): no reset, no extra barrier
+            uint chunk = pass * nch + j0 / BKV + 1u;   // unique per (pass, chunk): no reset, no extra barrier
             if (open) any_open = chunk;
             for (uint e = t; e < BKV * DMAX; e += WG) {   // K rows of the chunk
                 uint c = e / DMAX, d = e % DMAX, j = j0 + c;
@@ -90,9 +92,9 @@ void main() {
                 uint si = q >> 2, sj = q & 3u;
                 ACC s;
                 CM_ZERO(s);
-                for (uint kk = 0u; kk < D; kk += 16u)
+                for (uint kk = 0u; kk < D; kk += 16u)   // A = Q rows, B = K^T (column-major: K rows)
                     CM_MMA(s, Qs, si * 16u * LDQ + kk, LDQ, KVs, sj * 16u * LDQ + kk, LDQ, true);
-                CM_STORE(s, Ss, si * 16u * LDS + sj * 16u, LDS, false);
+                CM_STORE(s, Ss, sj * 16u * LDS + si * 16u, LDS, true);   // (query, key) at key * LDS + query
             }
             barrier();
             for (uint k = 0u; k < RPT; k++) {
@@ -101,7 +103,7 @@ void main() {
                 float cmax = NEG_INF;
                 for (uint i = 0u; i < 16u; i++) {
                     float a = additive(q0 + r, j0 + c0 + i);
-                    sv[i] = a == NEG_INF ? NEG_INF : Ss[r * LDS + c0 + i] * scale + a;
+                    sv[i] = a == NEG_INF ? NEG_INF : Ss[(c0 + i) * LDS + r] * scale + a;
                     cmax = max(cmax, sv[i]);
                 }
                 if (pass == 0u) {   // the row's 4 invocations are neighbouring lanes of one subgroup
@@ -118,37 +120,38 @@ void main() {
                 } else {
                     float inv = L[k] > 0.0 ? 1.0 / L[k] : 0.0;
                     for (uint i = 0u; i < 16u; i++)
-                        P_STORE(r * P_LD + c0 + i, sv[i] == NEG_INF ? 0.0 : exp(sv[i] - M[k]) * inv);
+                        Ps[r * LDP + c0 + i] = TO_HALF(sv[i] == NEG_INF ? 0.0 : exp(sv[i] - M[k]) * inv);
                 }
             }
             if (pass == 0u) {
                 barrier();                             // S read before the next chunk overwrites it
                 continue;
             }
-            for (uint e = t; e < BKV * DMAX; e += WG) {   // V rows of the chunk (K is done with)
+            for (uint e = t; e < BKV * DMAX; e += WG) {   // V^T of the chunk (K is done with)
                 uint c = e / DMAX, d = e % DMAX, j = j0 + c;
-                KVs[c * LDQ + d] = TO_HALF((j < nkv && d < D) ? ldf(2u, t_row(2u, j, vh, bv) + d * t_nb(2u, 0u), t_type(2u)) : 0.0);
+                KVs[d * LDV + c] = TO_HALF((j < nkv && d < D) ? ldf(2u, t_row(2u, j, vh, bv) + d * t_nb(2u, 0u), t_type(2u)) : 0.0);
             }
             barrier();
-            for (uint i = 0u; i < 4u; i++) {
-                uint q = sg + 4u * i;
-                if (q >= ntiles) break;
-                uint oi = q / nt, oj = q % nt;
-                for (uint kk = 0u; kk < BKV; kk += 16u)
-                    CM_MMA(o[i], PS, oi * 16u * P_LD + kk, P_LD, KVs, kk * LDQ + oj * 16u, LDQ, false);
+            [[unroll]] for (uint i = 0u; i < 4u; i++) {
+                uint q = sg + 4u * i;   // (uniform in the subgroup)
+                if (q < ntiles) {
+                    uint oi = q / nt, oj = q % nt;
+                    [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u)
+                        CM_MMA(o[i], Ps, oi * 16u * LDP + kk, LDP, KVs, oj * 16u * LDV + kk, LDV, true);
+                }
             }
             barrier();                                 // P and V read before the next chunk
         }
     }
-    // dst [Dv, H, n_q, B]: each subgroup stages one 16 x 16 tile at a time in Ss (row-major: query, dim)
+    // dst [Dv, H, n_q, B]: each subgroup stages one 16 x 16 tile at a time in Ss (column-major: (query, dim) at dim * 16 + query)
     uint lane = SG_LANE, cs = sg * 256u;
-    for (uint i = 0u; i < 4u; i++) {                   // (SG_SYNC is a workgroup barrier when emulated)
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {        // (SG_SYNC is a workgroup barrier when emulated)
         uint q = sg + 4u * i;
         uint oi = q / nt, oj = q % nt;
-        if (q < ntiles) CM_STORE(o[i], Ss, cs, 16u, false);
+        if (q < ntiles) CM_STORE(o[i], Ss, cs, 16u, true);
         SG_SYNC();
         for (uint e = lane; e < 256u && q < ntiles; e += SG_SIZE) {
-            uint qr = q0 + oi * 16u + (e >> 4), d = oj * 16u + (e & 15u);
+            uint qr = q0 + oi * 16u + (e & 15u), d = oj * 16u + (e >> 4);
             if (qr < nq) stf(t_at(4u, d, h, qr, b), t_type(4u), Ss[cs + e]);
         }
         SG_SYNC();

@@ -8,6 +8,11 @@
 // coalesced along m. The host uses it only on devices with VK_NV_cooperative_matrix, a 16x16x16
 // f16/f32 subgroup shape and 32-wide subgroups (vk_caps.c, vk_matmul.c: cm_ok).
 //
+// Built with CM_PIPE (mul_mat_cm2*, option gemm_v=2): two shared-memory stages, the next step's
+// weights and activations loaded and converted after the current step's products are issued, one
+// barrier per step instead of two; and the fragment loops unrolled so the accumulators are
+// registers with constant indices (without it they are a dynamically indexed array).
+//
 // CM_EMULATE builds mul_mat_cm_emu (option gemm=cm_emulated): the same kernel with the matrix
 // primitives in plain GLSL (coopmat.glsl), so everything but the tensor-core instructions runs on
 // devices without the extension (the tests on lavapipe).
@@ -23,8 +28,16 @@ layout(constant_id = 0) const uint TY = 0u;
 #define FR (uint(CM_TILE) / 32u)                // 16x16 fragments per side of a subgroup's quarter
 #define BK 32u
 #define LD (BK + 8u)                            // row stride in halves: 80 bytes, 16-byte aligned
-shared HALF As[BM * LD];                        // weights, [m][k]
-shared HALF Bs[BN * LD];                        // activations, [n][k]
+#ifdef CM_PIPE
+#extension GL_EXT_control_flow_attributes : require
+#define NST 2u                                  // shared-memory stages
+#define UNROLL [[unroll]]
+#else
+#define NST 1u
+#define UNROLL
+#endif
+shared HALF As[NST * BM * LD];                  // weights, [stage][m][k]
+shared HALF Bs[NST * BN * LD];                  // activations, [stage][n][k]
 shared float Cs[4u * 256u];                     // a 16x16 result tile per subgroup
 
 uint ldw(uint o) {   // 32-bit word at a 2-byte aligned byte offset of src0
@@ -32,9 +45,9 @@ uint ldw(uint o) {   // 32-bit word at a 2-byte aligned byte offset of src0
     return (o & 2u) != 0u ? (a >> 16) | (b << 16) : a;
 }
 
-// 16 elements (half h of the 32 at k0) of the weight row at byte ra into As row r
-void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
-    uint o = r * LD;
+// 16 elements (half h of the 32 at k0) of the weight row at byte ra into As row r (from element o0)
+void load_a16(uint o0, uint r, uint h, uint ra, uint k0, bool valid) {
+    uint o = o0 + r * LD;
     if (!valid) {
         for (uint i = 0u; i < 16u; i++) As[o + 16u * h + i] = TO_HALF(0.0);
         return;
@@ -77,6 +90,27 @@ void load_a16(uint r, uint h, uint ra, uint k0, bool valid) {
     }
 }
 
+// weights (dequantized) and activations (as f16) of the 32-element step at k0 into stage st
+void load_step(uint k0, uint st, uint M, uint N, uint bm, uint bn, uint i02, uint i03, uint i12, uint i13, uint nb0,
+               uint t, uint WG) {
+    uint ao = st * BM * LD, bo = st * BN * LD;
+    if (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K) {
+        for (uint task = t; task < 2u * BM; task += WG) {
+            uint r = task >> 1, m = bm * BM + r;
+            load_a16(ao, r, task & 1u, m < M ? t_row(0u, m, i02, i03) : 0u, k0, m < M);
+        }
+    } else {
+        for (uint e = t; e < BM * BK; e += WG) {
+            uint r = e / BK, kk = e % BK, m = bm * BM + r;
+            As[ao + r * LD + kk] = TO_HALF(m < M ? deq(0u, t_row(0u, m, i02, i03), k0 + kk, TY, nb0) : 0.0);
+        }
+    }
+    for (uint e = t; e < BN * BK; e += WG) {   // a subgroup reads 32 consecutive floats of a row
+        uint c = e / BK, kk = e % BK, n = bn * BN + c;
+        Bs[bo + c * LD + kk] = TO_HALF(n < N ? uintBitsToFloat(s1w[(t_row(1u, n, i12, i13) >> 2) + k0 + kk]) : 0.0);
+    }
+}
+
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;
@@ -90,31 +124,28 @@ void main() {
     uint t = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     uint sg = SG_ID, wm = (sg & 1u) * (BM / 2u), wn = (sg >> 1) * (BN / 2u);
     ACC acc[FR][FR];
-    for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++) CM_ZERO(acc[i][j]);
-    for (uint k0 = 0u; k0 < K; k0 += BK) {
-        if (TY == TY_Q4_0 || TY == TY_Q8_0 || TY == TY_Q4_K) {
-            for (uint task = t; task < 2u * BM; task += WG) {
-                uint r = task >> 1, m = bm * BM + r;
-                load_a16(r, task & 1u, m < M ? t_row(0u, m, i02, i03) : 0u, k0, m < M);
-            }
-        } else {
-            for (uint e = t; e < BM * BK; e += WG) {
-                uint r = e / BK, kk = e % BK, m = bm * BM + r;
-                As[r * LD + kk] = TO_HALF(m < M ? deq(0u, t_row(0u, m, i02, i03), k0 + kk, TY, nb0) : 0.0);
-            }
-        }
-        for (uint e = t; e < BN * BK; e += WG) {   // a subgroup reads 32 consecutive floats of a row
-            uint c = e / BK, kk = e % BK, n = bn * BN + c;
-            Bs[c * LD + kk] = TO_HALF(n < N ? uintBitsToFloat(s1w[(t_row(1u, n, i12, i13) >> 2) + k0 + kk]) : 0.0);
-        }
+    UNROLL for (uint i = 0u; i < FR; i++) UNROLL for (uint j = 0u; j < FR; j++) CM_ZERO(acc[i][j]);
+    uint nk = K / BK;
+#ifdef CM_PIPE
+    load_step(0u, 0u, M, N, bm, bn, i02, i03, i12, i13, nb0, t, WG);
+    barrier();
+#endif
+    for (uint s = 0u; s < nk; s++) {
+        uint st = s % NST, ao = st * BM * LD, bo = st * BN * LD;
+#ifndef CM_PIPE
+        load_step(s * BK, 0u, M, N, bm, bn, i02, i03, i12, i13, nb0, t, WG);
         barrier();
-        for (uint kk = 0u; kk < BK; kk += 16u)
-            for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++)
-                CM_MMA(acc[i][j], As, (wm + 16u * i) * LD + kk, LD, Bs, (wn + 16u * j) * LD + kk, LD, true);
-        barrier();
+#endif
+        UNROLL for (uint kk = 0u; kk < BK; kk += 16u)
+            UNROLL for (uint i = 0u; i < FR; i++) UNROLL for (uint j = 0u; j < FR; j++)
+                CM_MMA(acc[i][j], As, ao + (wm + 16u * i) * LD + kk, LD, Bs, bo + (wn + 16u * j) * LD + kk, LD, true);
+#ifdef CM_PIPE
+        if (s + 1u < nk) load_step((s + 1u) * BK, (s + 1u) % NST, M, N, bm, bn, i02, i03, i12, i13, nb0, t, WG);
+#endif
+        barrier();   // (pipelined: the next stage written before it is read; this stage read before it is rewritten)
     }
     uint lane = SG_LANE, cs = sg * 256u;
-    for (uint i = 0u; i < FR; i++) for (uint j = 0u; j < FR; j++) {
+    UNROLL for (uint i = 0u; i < FR; i++) UNROLL for (uint j = 0u; j < FR; j++) {
         CM_STORE(acc[i][j], Cs, cs, 16u, true);   // (m, n) at cs + n * 16 + m
         SG_SYNC();
         for (uint e = lane; e < 256u; e += SG_SIZE) {
