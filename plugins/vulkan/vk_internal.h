@@ -205,6 +205,31 @@ void vkp_full_barrier(pyg_device *d, VkCommandBuffer cb);  /* everything -> ever
  * objects after signalling its semaphores, so a semaphore wait alone is not enough there. */
 void vkp_queue_idle(pyg_device *d);
 /* host-visible, mapped buffer (plan parameter blocks); caller destroys buffer and memory */
+/* vk_stream.c: the ABI's stream, event and buffer entries (the table is in vk_plugin.c) */
+pyg_error *vkp_api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags, pyg_buffer **out);
+pyg_error *vkp_api_buffer_fill(pyg_buffer *dst, uint64_t off, uint8_t value, uint64_t size);
+void vkp_api_buffer_free(pyg_buffer *b);
+pyg_error *vkp_api_buffer_get_info(pyg_buffer *b, pyg_buffer_info *info);
+pyg_error *vkp_api_buffer_read(pyg_buffer *src, uint64_t off, void *dst, uint64_t size);
+pyg_error *vkp_api_buffer_write(pyg_buffer *dst, uint64_t off, const void *src, uint64_t size);
+pyg_error *vkp_api_event_create(pyg_device *d, pyg_event **out);
+void vkp_api_event_destroy(pyg_event *ev);
+pyg_error *vkp_api_event_query(pyg_event *ev, int32_t *done);
+pyg_error *vkp_api_event_record(pyg_event *ev, pyg_stream *s);
+pyg_error *vkp_api_event_synchronize(pyg_event *ev);
+pyg_error *vkp_api_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t doff, pyg_buffer *src, uint64_t soff, uint64_t size);
+pyg_error *vkp_api_stream_create(pyg_device *d, uint32_t flags, pyg_stream **out);
+void vkp_api_stream_destroy(pyg_stream *s);
+pyg_error *vkp_api_stream_read_async(pyg_stream *s, pyg_buffer *src, uint64_t off, void *dst, uint64_t size);
+pyg_error *vkp_api_stream_synchronize(pyg_stream *s);
+pyg_error *vkp_api_stream_wait_event(pyg_stream *s, pyg_event *ev);
+pyg_error *vkp_api_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t off, const void *src, uint64_t size);
+pyg_error *vkp_stream_create_impl(pyg_device *d, pyg_stream **out);
+void vkp_stream_destroy_impl(pyg_stream *s);
+pyg_error *vkp_validation_selftest(pyg_device *d);
+/* a buffer and its memory: host 0 device-local, 1 host-visible, 2 host-visible device-local; info may be NULL */
+pyg_error *vkp_raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf, VkDeviceMemory *mem, void **map, uint32_t *mtype_out);
+
 pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 
