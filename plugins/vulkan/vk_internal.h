@@ -227,7 +227,8 @@ pyg_error *vkp_api_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t o
 pyg_error *vkp_stream_create_impl(pyg_device *d, pyg_stream **out);
 void vkp_stream_destroy_impl(pyg_stream *s);
 pyg_error *vkp_validation_selftest(pyg_device *d);
-/* a buffer and its memory: host 0 device-local, 1 host-visible, 2 host-visible device-local; info may be NULL */
+/* a buffer and its memory (vk_plugin.c): host 0 device-local; 1 host-visible, host-cached preferred;
+ * 2 host-visible, device-local preferred; map is set for host memory; mtype_out may be NULL */
 pyg_error *vkp_raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf, VkDeviceMemory *mem, void **map, uint32_t *mtype_out);
 
 pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
