@@ -18,7 +18,7 @@ from typing import Sequence
 from ..errors import ConfigError, PyggmlError, TypeMismatchError
 from ..gguf import GGUFReader
 from ..progress import ProgressArg
-from .llama import ATTN_MODES, ContextFullError, Model
+from .llama import ATTN_MODES, ContextFullError, Model, kv_extent
 from .._plugin import get_device
 from . import placement, stage
 from .loader import HParams, check_tensors, read_hparams, rss_bytes, upload  # noqa: F401 (HParams re-exported)
@@ -115,7 +115,7 @@ def load(path: str | os.PathLike, devices: str | Sequence[str] = ("cpu",), n_ctx
         cls = Model if layers is None else functools.partial(stage.StageModel, layers=layers)
         model = cls(hp, tensors, sched, g, weights, n_ctx, attn=attn, kv_type=kv_type, reader=reader, path=path,
                     n_batch=n_batch, layer_devices=layer_dev if len(sched.devices) > 1 else None)
-        f = model.forward_for(1)
+        f = model.forward_for(1, n_kv=kv_extent(1, n_ctx, True))      # the first decode step's forward
         sched.plan([f.logits])
         t_end = time.perf_counter()
         model.timings = {"parse_s": t_parse - t0, "upload_s": t_upload - t_parse, "plan_s": t_end - t_upload,

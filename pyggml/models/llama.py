@@ -2,17 +2,20 @@
 
 One Graph holds the weights (views into the GGUF mmap until uploaded), the KV cache (per layer
 K and V states of shape (n_ctx, n_head_kv * head_dim), f16 by default) and one forward per
-prompt length T. A forward's inputs are the token ids (T,), their positions (T,), the KV rows
-they write (T,) and the attention mask (1, 1, T, n_ctx) f16 (0 where a query may look, -inf
-elsewhere, unused cells included); attention always spans the whole cache, so the decode
-forward (T = 1) is built once and every step only feeds new inputs: the scheduler reuses its
-plan, memory and command program.
+prompt length T and attended extent n_kv. A forward's inputs are the token ids (T,), their
+positions (T,), the KV rows they write (T,) and the attention mask (1, 1, T, n_kv) f16 (0 where a
+query may look, -inf elsewhere). Attention reads only the first n_kv cells of the cache: the
+filled ones, padded (kv_extent: to 256 cells like llama.cpp for decode, to a power of two for a
+prefill chunk), never the whole allocated n_ctx, so a step costs what the context holds. Each
+(T, n_kv) forward is built once and cached: a decode step only feeds new inputs into the forward
+of its extent, and the scheduler reuses that forward's plan, memory and command program (and a
+device's captured graph); a new forward is built when decoding crosses into the next extent.
 
 Per layer (numpy order, T tokens, d = n_embd, H heads of D, H_kv kv heads):
     h = rms_norm(x) * attn_norm
     q, k, v = h @ Wq.T, h @ Wk.T, h @ Wv.T;  q, k = rope(q (T, H, D)), rope(k (T, H_kv, D))
     K[kv_idx] = k;  V[kv_idx] = v                          (set_rows into the states)
-    o = flash_attn_ext(q (1, H, T, D), K (1, H_kv, n_ctx, D), V, mask) -> (1, T, H, D)
+    o = flash_attn_ext(q (1, H, T, D), K[:n_kv] (1, H_kv, n_kv, D), V[:n_kv], mask) -> (1, T, H, D)
         (or softmax(q K^T * scale + mask) V through mul_mat/soft_max with attn="softmax")
     x = x + o (T, d) @ Wo.T
     x = x + swiglu(rms_norm(x) * ffn_norm @ Wgate.T, ... @ Wup.T) @ Wdown.T
@@ -41,30 +44,74 @@ class ContextFullError(PyggmlError):
     """The tokens do not fit the remaining context (n_ctx)."""
 
 
-class _Forward:
-    """The graph nodes of one forward over T tokens, and its host-side feed arrays."""
+KV_PAD = 256        # decode extents are whole multiples of this many cells (llama.cpp pads n_kv to 256)
 
-    def __init__(self, model, T, all_logits):
+
+def kv_extent(n, n_ctx, decode):
+    """The cells a forward attends when the first n cells of the cache are filled after it.
+
+    Decode: n padded to KV_PAD cells, and past 4096 cells to KV_PAD * 2^k with k = log2(n / 4096),
+    so the padding stays under 1/16 of the extent (what a split-KV kernel leaves idle) while a long
+    generation builds 16 forwards per doubling of the context, not one per 256 tokens. Prefill
+    chunks: the next power of two (at least KV_PAD), so the big chunk forwards, whose arenas hold
+    a chunk's activations, number at most log2(n_ctx / KV_PAD) + 1 per chunk size; the masked tail
+    of such an extent costs a mask read, not K/V reads. Both are capped at n_ctx."""
+    if decode:
+        g = KV_PAD
+        while n >= 2 * 16 * g:
+            g *= 2
+        e = -(-n // g) * g
+    else:
+        e = KV_PAD
+        while e < n:
+            e *= 2
+    return min(e, n_ctx)
+
+
+class _Forward:
+    """The graph nodes of one forward over T tokens attending n_kv cells, and its host-side feeds."""
+
+    def __init__(self, model, T, all_logits, n_kv):
         self.T = T
+        self.n_kv = n_kv
         self.all_logits = all_logits
-        key = f"{T}{'a' if all_logits else ''}"
+        key = f"{T}{'a' if all_logits else ''}" + (f"k{n_kv}" if n_kv != model.n_ctx else "")
         g = model.graph
         self.names = {n: f"{n}_{key}" for n in ("tokens", "pos", "kv_idx", "mask")}
         n_effects = len(g.effects)
         tok = model._first_input(self.names["tokens"], T)    # token ids; a pipeline stage's hidden state
         pos = g.input(self.names["pos"], (T,), i32)
         kvi = g.input(self.names["kv_idx"], (T,), i32)
-        mask = g.input(self.names["mask"], (1, 1, T, model.n_ctx), f16)
+        mask = g.input(self.names["mask"], (1, 1, T, n_kv), f16)
         self.logits = model._forward_nodes(tok, pos, kvi, mask, T, all_logits)
         self.argmax = pg.argmax(self.logits)
         # The KV writes are reached from the attention that reads them (it views the set_rows
         # results), so they need not stay graph-wide effects: left there, every other forward of
         # this graph would run them too.
         del g.effects[n_effects:]
-        self.mask = np.full((1, 1, T, model.n_ctx), -np.inf, np.float16)
+        self.mask = np.full((1, 1, T, n_kv), -np.inf, np.float16)
         self.feeds = {self.names["tokens"]: np.zeros(tok.shape, tok.type.np_dtype), self.names["pos"]: np.zeros(T, np.int32),
                       self.names["kv_idx"]: np.zeros(T, np.int32), self.names["mask"]: self.mask}
         self.visible = 0       # decode (T=1): mask cells [0, visible) are already 0
+        self._tri = None       # prefill: the causal (T, T) block of the mask, built on first use
+
+    def set_causal_mask(self, p0, mask=None):
+        """Prefill from position p0: query i sees cells [0, p0 + i] (into self.mask or `mask`)."""
+        m = (self.mask if mask is None else mask)[0, 0]
+        T = self.T
+        if self._tri is None:
+            self._tri = np.triu(np.full((T, T), -np.inf, np.float16), 1)
+        m[:, :p0] = 0
+        m[:, p0:p0 + T] = self._tri
+        m[:, p0 + T:] = -np.inf
+
+    def set_decode_mask(self, p0):
+        """One query at position p0: cells [0, p0] visible (only the newly visible ones written)."""
+        if self.visible > p0 + 1:           # the context was reset: hide everything again
+            self.mask[...] = -np.inf
+            self.visible = 0
+        self.mask[0, 0, 0, self.visible:p0 + 1] = 0
+        self.visible = p0 + 1
 
 
 def _LOGITS(f):
@@ -187,34 +234,38 @@ class Model(TextMixin):
 
     def _attention(self, q, ks, vs, mask, T):
         hp = self.hp
-        H, Hkv, D, n = hp.n_head, hp.n_head_kv, hp.head_dim, self.n_ctx
+        H, Hkv, D, n = hp.n_head, hp.n_head_kv, hp.head_dim, mask.shape[-1]
         es = self.kv_type.type_size
         kvd = Hkv * D
         strides = (n * kvd * es, D * es, kvd * es, es)
-        k = pg.view(ks, (1, Hkv, n, D), strides)                              # (1, H_kv, n_ctx, D)
+        k = pg.view(ks, (1, Hkv, n, D), strides)                              # (1, H_kv, n_kv, D): the filled cells
         v = pg.view(vs, (1, Hkv, n, D), strides)
         qh = pg.permute(pg.reshape(q, (1, T, H, D)), (0, 2, 1, 3))            # (1, H, T, D)
         scale = 1.0 / math.sqrt(D)
         if self.attn == "flash":
             o = pg.flash_attn_ext(qh, k, v, mask, scale=scale)                 # (1, T, H, D)
             return pg.reshape(o, (T, H * D))
-        kq = pg.soft_max(pg.mul_mat(k, qh), mask, scale=scale)                 # (1, H, T, n_ctx)
-        vt = pg.cont(pg.transpose(v))                                          # (1, H_kv, D, n_ctx)
+        kq = pg.soft_max(pg.mul_mat(k, qh), mask, scale=scale)                 # (1, H, T, n_kv)
+        vt = pg.cont(pg.transpose(v))                                          # (1, H_kv, D, n_kv)
         o = pg.mul_mat(vt, kq)                                                 # (1, H, T, D)
         return pg.reshape(pg.cont(pg.permute(o, (0, 2, 1, 3))), (T, H * D))
 
-    def forward_for(self, T, all_logits=False):
-        """The (cached) forward over T tokens; built on first use."""
+    def forward_for(self, T, all_logits=False, n_kv=None):
+        """The (cached) forward over T tokens attending the first n_kv cache cells (default: all
+        n_ctx); built on first use."""
         T = int(T)
         if T < 1:
             raise ShapeError("a forward needs at least one token")
         if T > self.n_ctx:
             raise ContextFullError(f"{T} tokens do not fit n_ctx {self.n_ctx}")
+        n_kv = self.n_ctx if n_kv is None else int(n_kv)
+        if not T <= n_kv <= self.n_ctx:
+            raise ShapeError(f"a forward over {T} tokens attends {T}..{self.n_ctx} cells, not {n_kv}")
         all_logits = bool(all_logits) and T > 1
-        key = (T, all_logits)
+        key = (T, all_logits, n_kv)
         f = self._forwards.get(key)
         if f is None:
-            f = self._forwards[key] = _Forward(self, T, all_logits)
+            f = self._forwards[key] = _Forward(self, T, all_logits, n_kv)
         return f
 
     # ---------------------------------------------------------------- running
@@ -244,13 +295,9 @@ class Model(TextMixin):
         pos[:] = np.arange(p0, p0 + T, dtype=np.int32)
         fe[f.names["kv_idx"]][:] = pos
         if T == 1:
-            if f.visible > p0 + 1:           # the context was reset: hide everything again
-                f.mask[...] = -np.inf
-                f.visible = 0
-            f.mask[0, 0, 0, f.visible:p0 + 1] = 0
-            f.visible = p0 + 1
+            f.set_decode_mask(p0)
         else:
-            f.mask[0, 0] = self._causal(pos)
+            f.set_causal_mask(p0)
         out = self.sched.compute(output, fe)
         self.n_past += T
         self._remember(tokens)
@@ -263,19 +310,16 @@ class Model(TextMixin):
     def _remember(self, tokens):
         self.tokens.extend(int(x) for x in tokens)
 
-    def _causal(self, pos):
-        """The (T, n_ctx) f16 mask of queries at positions `pos`: 0 where a query may look."""
-        cells = np.arange(self.n_ctx)
-        return np.where(cells[None, :] <= pos[:, None], np.float16(0), np.float16(-np.inf))
-
     def _run_batches(self, f, token_chunks, output):
         """Equal chunks as pipelined micro-batches (Scheduler.compute_batches): with layers on
         several devices, chunk m + 1 runs on the first devices while m runs on the next."""
         feeds, p = [], self.n_past
         for tk in token_chunks:
             pos = np.arange(p, p + f.T, dtype=np.int32)
+            mask = np.empty_like(f.mask)                   # each micro-batch its own: all are queued at once
+            f.set_causal_mask(p, mask)
             feeds.append({f.names["tokens"]: np.asarray(tk, np.int32), f.names["pos"]: pos, f.names["kv_idx"]: pos,
-                          f.names["mask"]: self._causal(pos).reshape(1, 1, f.T, self.n_ctx)})
+                          f.names["mask"]: mask})
             p += f.T
         outs = self.sched.compute_batches(output, feeds)
         self.n_past = p
@@ -301,7 +345,8 @@ class Model(TextMixin):
             c, n = sizes[j], 1
             while j + n < len(sizes) and sizes[j + n] == c:
                 n += 1
-            f = self.forward_for(c, all_logits)
+            # one forward (one plan) for a group of equal chunks: the extent its last chunk needs
+            f = self.forward_for(c, all_logits, kv_extent(self.n_past + n * c, self.n_ctx, c == 1))
             if n == 1:
                 rs = [self._run(f, t[i:i + c], output_of(f))]
             else:
@@ -330,17 +375,14 @@ class Model(TextMixin):
         if p0 >= self.n_ctx:
             raise ContextFullError(f"the context is full (n_ctx {self.n_ctx}); reset() or load with a larger n_ctx")
         f = self._decode_fwd
-        if f is None:
-            f = self._decode_fwd = self.forward_for(1)
+        n_kv = kv_extent(p0 + 1, self.n_ctx, True)
+        if f is None or f.n_kv != n_kv:
+            f = self._decode_fwd = self.forward_for(1, n_kv=n_kv)
         fe, nm = f.feeds, f.names
         fe[nm["tokens"]][0] = tok
         fe[nm["pos"]][0] = p0
         fe[nm["kv_idx"]][0] = p0
-        if f.visible > p0 + 1:
-            f.mask[...] = -np.inf
-            f.visible = 0
-        f.mask[0, 0, 0, f.visible:p0 + 1] = 0
-        f.visible = p0 + 1
+        f.set_decode_mask(p0)
         out = self.sched.compute(output_of(f), fe)
         self.n_past = p0 + 1
         self.tokens.append(tok)

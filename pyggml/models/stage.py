@@ -27,7 +27,7 @@ from .. import ops as pg
 from ..errors import ConfigError, ShapeError, TypeMismatchError
 from ..types import f32
 from . import placement
-from .llama import ContextFullError, Model, _exclusive
+from .llama import ContextFullError, Model, _exclusive, kv_extent
 
 
 def layer_range(layers, n_layer: int) -> Tuple[int, int]:
@@ -125,5 +125,6 @@ class StageModel(Model):
         context: the hidden state (T, n_embd) f32, or on the last stage the logits (1, n_vocab) of
         the last token, or (T, n_vocab) with all_logits=True."""
         a = self.check_input(x)
-        f = self.forward_for(a.shape[0], all_logits and self.gives_logits)
+        T = a.shape[0]          # the cells it attends: as Model.prefill/decode would for this chunk
+        f = self.forward_for(T, all_logits and self.gives_logits, kv_extent(self.n_past + T, self.n_ctx, T == 1))
         return self._run(f, a, f.logits)
