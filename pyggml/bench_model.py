@@ -1,16 +1,24 @@
 """`pyggml bench -m MODEL.gguf`: a GGUF model benchmark with llama-bench conventions.
 
-    pyggml bench -m model.gguf [-d cpu] [-t 2] [-r 5] [-p 512] [-n 128] [--attn flash|softmax]
+    pyggml bench -m model.gguf [-d cpu] [-t 2] [-r 5] [-p 512[,4096]] [-n 128] [--depth 0,4096,16384]
+                 [--n-ctx N] [--attn flash|softmax] [-ts 1,1] [-ub 512] [--trace FILE]
+                 [--llama-bench PATH] [--no-peer]
     pyggml bench -m synth:tiny:q4_0          # a synthetic model, generated once and cached
 
-pp<P>: prefill of P tokens from an empty context; tg<N>: N single-token decodes from an empty
-context. One warm-up run, then `reps` timed runs; mean ± sd of tokens/s. Also measured: the load
-(time and peak resident memory against the file size: weights go from the mmap to the device
-buffers without a host copy), time to first token (cold: the first prefill after load, with its
-planning; warm: a prefill of P tokens with its last-token logits read back), host
-synchronizations and host time per decoded token (Scheduler.last_run), and the overall peak RSS.
-When llama-cpp-python is importable, the same file runs through llama.cpp in the same process
-with the same thread count and the table gains its figures and the ratios.
+pp<P>: prefill of P tokens; tg<N>: N single-token decodes; with --depth D they run after a context
+of D tokens (named like llama-bench: `pp512 @ d4096`, `tg128 @ d4096`; the depth prefill is not
+timed). Every test: one warm-up run, then `reps` timed runs; mean ± sd of tokens/s, ratios on the
+medians. The model loads once with n_ctx = max(D + max(P, N)) padded to 256 (or --n-ctx) and the
+context goes back to its D depth tokens before each run (the cells past D are dropped, as
+llama.cpp's eval drops the cells past n_tokens). Also measured: the load (time and peak resident
+memory against the file size: weights go from the mmap to the device buffers without a host copy),
+time to first token (cold: the first prefill after load, with its planning; warm: a prefill of P
+tokens with its last-token logits read back), host synchronizations and host time per decoded token
+(Scheduler.last_run), and the overall peak RSS.
+The llama.cpp peer runs the same tests on the same file: on the CPU through llama-cpp-python in the
+same process (same thread count and n_ctx, flash attention on) when it is importable; anywhere
+through a llama-bench binary given with --llama-bench (`-fa 1`, `-ngl 99` for GPU devices, `-d` for
+depth; its own n_ctx per test, as llama-bench sizes it).
 Results: a Markdown table on stdout, a JSON file under bench/results/ (machine and commit included).
 """
 from __future__ import annotations
@@ -67,11 +75,49 @@ def _loadavg():
         return None
 
 
-def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", echo=print, tensor_split=None,
-                 trace=None, n_ubatch=512):
+def parse_counts(text, what):
+    """"512,4096" -> [512, 4096] (each >= 0)."""
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a comma-separated list of integers") from None
+    if not vals or min(vals) < 0:
+        raise argparse.ArgumentTypeError(f"{what}: {text!r} needs one or more counts >= 0")
+    return vals
+
+
+def label(kind, n, depth):
+    """llama-bench's test names: pp512, tg128, pp512 @ d4096."""
+    return f"{kind}{n}" + (f" @ d{depth}" if depth else "")
+
+
+def make_tests(prompts, gens, depths):
+    """[(kind, n, depth)]: every pp then every tg, each at every depth (llama-bench's order)."""
+    return [("pp", p, d) for p in prompts if p for d in depths] + [("tg", n, d) for n in gens if n for d in depths]
+
+
+def default_n_ctx(tests):
+    """What the tests need (depth + tokens), padded to whole KV extents as the model pads them."""
+    from .models.llama import KV_PAD
+    need = max([d + n for _, n, d in tests] or [1])
+    return -(-need // KV_PAD) * KV_PAD
+
+
+def _tokens(n_vocab, tests):
+    """The same token streams for both engines: depth, prompt and generated tokens."""
+    rng = np.random.default_rng(0)
+    n_depth = max([d for _, _, d in tests] or [0])
+    n_p = max([n for k, n, _ in tests if k == "pp"] or [0])
+    n_g = max([n for k, n, _ in tests if k == "tg"] or [1])
+    return (rng.integers(3, n_vocab, n_depth).tolist(), rng.integers(3, n_vocab, n_p).tolist(),
+            rng.integers(3, n_vocab, n_g).tolist())
+
+
+def bench_pyggml(path, devices, n_threads, reps, tests, n_ctx, attn="flash", tensor_split=None, trace=None,
+                 n_ubatch=512):
     import pyggml.models as models
     from .models.loader import reset_peak_rss, rss_bytes
-    res = {"engine": "pyggml", "devices": devices, "attn": attn}
+    res = {"engine": "pyggml", "devices": devices, "attn": attn, "n_ctx": n_ctx}
     file_size = os.path.getsize(path)
     import pyggml as pg
     pg.Scheduler(devices, n_threads=n_threads)      # plugins loaded and devices opened before the baseline
@@ -79,7 +125,7 @@ def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", 
     base_rss, _ = rss_bytes()
     hwm_reset = reset_peak_rss()
     t0 = time.perf_counter()
-    m = models.load(path, devices=devices, n_ctx=max(n_prompt, n_gen, 1), n_threads=n_threads, attn=attn,
+    m = models.load(path, devices=devices, n_ctx=n_ctx, n_threads=n_threads, attn=attn,
                     tensor_split=tensor_split, trace=trace, n_batch=n_ubatch)
     if m.layer_devices:
         from .models.placement import summary
@@ -95,55 +141,68 @@ def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", 
     res["model"] = {"name": hp.name, "arch": hp.arch, "n_layer": hp.n_layer, "n_embd": hp.n_embd,
                     "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "n_ff": hp.n_ff, "n_vocab": hp.n_vocab,
                     "params": m.n_params, "weight_bytes": m.weight_bytes, "file_type": hp.file_type}
-    rng = np.random.default_rng(0)
-    prompt = rng.integers(3, hp.n_vocab, n_prompt).tolist() if n_prompt else []
-    gen = rng.integers(3, hp.n_vocab, max(n_gen, 1)).tolist()
+    depth_toks, prompt, gen = _tokens(hp.n_vocab, tests)
 
-    if n_prompt:
-        m.reset()
-        t = time.perf_counter()
-        m.prefill(prompt)
-        res["ttft_cold_ms"] = (time.perf_counter() - t) * 1e3      # first prefill: plans and programs too
-        ts = []
-        for _ in range(reps):
+    def at_depth(d):
+        """The context holds the first d depth tokens (cells past them are dropped, not recomputed)."""
+        if m.n_past >= d and m.tokens[:d] == depth_toks[:d]:
+            m.n_past = d
+            del m.tokens[d:]
+        else:
             m.reset()
-            t = time.perf_counter()
-            m.prefill(prompt)
-            ts.append(time.perf_counter() - t)
-        res[f"pp{n_prompt}"] = _stats([n_prompt / x for x in ts])
-        res["ttft_ms"] = _stats([x * 1e3 for x in ts])
-        res["pp_host_syncs"] = m.sched.last_run.host_syncs
+            if d:
+                m.prefill(depth_toks[:d])
 
-    if n_gen:
-        def tg():
-            m.reset()
-            syncs, host_us, sched_us, wall = [], [], [], []
+    for kind, n, d in sorted(tests, key=lambda t: (t[2] != 0, t[0] != "pp")):   # depth-0 pp first: cold TTFT
+        name = label(kind, n, d)
+        if kind == "pp":
+            ts = []
+            for r in range(reps + 1):
+                at_depth(d)
+                t = time.perf_counter()
+                m.prefill(prompt[:n])
+                ts.append(time.perf_counter() - t)
+                if r == 0 and d == 0 and "ttft_cold_ms" not in res:
+                    res["ttft_cold_ms"] = ts[0] * 1e3      # first prefill: plans and programs too
+            ts = ts[1:]
+            res[name] = _stats([n / x for x in ts])
+            res[name]["ttft_ms"] = _stats([x * 1e3 for x in ts])
+            res[name]["host_syncs"] = m.sched.last_run.host_syncs
+            if d == 0 and "ttft_ms" not in res:
+                res["ttft_ms"] = res[name]["ttft_ms"]
+            continue
+        ts, syncs, host_us, model_us = [], [], [], []
+        plans = None
+        for r in range(reps + 1):
+            at_depth(d)
+            if r == 1:
+                plans = dict(m.sched.stats)
+            wall, sched_us = [], []
             t_all = time.perf_counter()
-            for tok in gen[:n_gen]:
+            for tok in gen[:n]:
                 t = time.perf_counter()
                 m.decode(tok)
                 wall.append(time.perf_counter() - t)
                 lr = m.sched.last_run
-                syncs.append(lr.host_syncs)
-                host_us.append(lr.host_time_us)
-                sched_us.append(lr.total_time_us)
-            return time.perf_counter() - t_all, syncs, host_us, sched_us, wall
-        tg()                                                        # warm-up
-        plans = dict(m.sched.stats)
-        ts, syncs, host_us, model_us = [], [], [], []
-        for _ in range(reps):
-            total, s, h, sc, w = tg()
-            ts.append(total)
-            syncs += s
-            host_us += h
-            model_us += [(wi * 1e6 - si) for wi, si in zip(w, sc)]
-        res[f"tg{n_gen}"] = _stats([n_gen / x for x in ts])
-        res["host_syncs_per_token"] = statistics.mean(syncs)
-        res["sched_host_us_per_token"] = statistics.mean(host_us)      # scheduler time outside the backends
-        res["model_host_us_per_token"] = statistics.mean(model_us)     # Model.decode's own Python around it
-        res["decode_replans"] = m.sched.stats["plans"] - plans["plans"]
-        res["decode_new_allocs"] = m.sched.stats["buffer_allocs"] - plans["buffer_allocs"]
-        res["sync_pattern"] = m.sched.last_run.sync_pattern
+                if r:
+                    syncs.append(lr.host_syncs)
+                    host_us.append(lr.host_time_us)
+                    sched_us.append(lr.total_time_us)
+            if r:
+                ts.append(time.perf_counter() - t_all)
+                model_us += [(wi * 1e6 - si) for wi, si in zip(wall, sched_us)]
+        st = res[name] = _stats([n / x for x in ts])
+        st["host_syncs_per_token"] = statistics.mean(syncs)
+        st["sched_host_us_per_token"] = statistics.mean(host_us)      # scheduler time outside the backends
+        st["model_host_us_per_token"] = statistics.mean(model_us)     # Model.decode's own Python around it
+        st["decode_replans"] = m.sched.stats["plans"] - plans["plans"]
+        st["decode_new_allocs"] = m.sched.stats["buffer_allocs"] - plans["buffer_allocs"]
+        st["sync_pattern"] = m.sched.last_run.sync_pattern
+        if "host_syncs_per_token" not in res:
+            for k in ("host_syncs_per_token", "sched_host_us_per_token", "model_host_us_per_token",
+                      "decode_replans", "decode_new_allocs", "sync_pattern"):
+                res[k] = st[k]
+    res["forwards"] = sorted(f"T={k[0]}{' all' if k[1] else ''} n_kv={k[2]}" for k in m._forwards)
     res["peak_rss"] = rss_bytes()[1]
     res["sched_stats"] = dict(m.sched.stats)
     res["memory"] = m.sched.memory_by_device()
@@ -153,18 +212,20 @@ def bench_pyggml(path, devices, n_threads, reps, n_prompt, n_gen, attn="flash", 
     return res
 
 
-def bench_llama_cpp(path, n_threads, reps, n_prompt, n_gen):
-    """The same measurements through llama-cpp-python (None when it is not importable)."""
+def bench_llama_cpp(path, n_threads, reps, tests, n_ctx):
+    """The same tests through llama-cpp-python (None when it is not importable)."""
     try:
         import llama_cpp
     except ImportError:
         return None
     from .models.loader import rss_bytes, reset_peak_rss
-    res = {"engine": "llama.cpp", "version": getattr(llama_cpp, "__version__", "?")}
+    res = {"engine": "llama.cpp", "via": "llama-cpp-python", "version": getattr(llama_cpp, "__version__", "?"),
+           "n_ctx": n_ctx}
     base, _ = rss_bytes()
     ok = reset_peak_rss()
     t0 = time.perf_counter()
-    kw = dict(model_path=path, n_ctx=max(n_prompt, n_gen, 1), n_batch=max(n_prompt, 1),
+    n_batch = max([512] + [n for k, n, _ in tests if k == "pp"])
+    kw = dict(model_path=path, n_ctx=n_ctx, n_batch=n_batch,
               n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count(),
               verbose=False, use_mmap=True)
     try:
@@ -176,33 +237,63 @@ def bench_llama_cpp(path, n_threads, reps, n_prompt, n_gen):
     cur, peak = rss_bytes()
     res["load"] = {"seconds": time.perf_counter() - t0, "peak_rss_over_baseline": (peak - base) if ok else None,
                    "rss_after": cur}
-    rng = np.random.default_rng(0)
-    nv = llm.n_vocab()
-    prompt = rng.integers(3, nv, n_prompt).tolist() if n_prompt else []
-    gen = rng.integers(3, nv, max(n_gen, 1)).tolist()
-    if n_prompt:
+    depth_toks, prompt, gen = _tokens(llm.n_vocab(), tests)
+
+    def at_depth(d):
+        """llm.n_tokens = d: eval() drops the cells past it (the depth prefill, once, untimed)."""
+        if llm.n_tokens >= d and list(llm.input_ids[:d]) == depth_toks[:d]:
+            llm.n_tokens = d
+        else:
+            llm.reset()
+            if d:
+                llm.eval(depth_toks[:d])
+
+    for kind, n, d in tests:
         ts = []
-        for i in range(reps + 1):
-            llm.reset()                 # n_tokens = 0: eval() then drops every cached cell
+        for r in range(reps + 1):
+            at_depth(d)
             t = time.perf_counter()
-            llm.eval(prompt)
-            if i:
+            if kind == "pp":
+                llm.eval(prompt[:n])
+            else:
+                for tok in gen[:n]:
+                    llm.eval([tok])
+            if r:
                 ts.append(time.perf_counter() - t)
-        res[f"pp{n_prompt}"] = _stats([n_prompt / x for x in ts])
-        res["ttft_ms"] = _stats([x * 1e3 for x in ts])
-    if n_gen:
-        ts = []
-        for i in range(reps + 1):
-            llm.reset()                 # n_tokens = 0: eval() then drops every cached cell
-            t = time.perf_counter()
-            for tok in gen[:n_gen]:
-                llm.eval([tok])
-            if i:
-                ts.append(time.perf_counter() - t)
-        res[f"tg{n_gen}"] = _stats([n_gen / x for x in ts])
+        res[label(kind, n, d)] = _stats([n / x for x in ts])
     res["peak_rss"] = rss_bytes()[1]
     del llm
     gc.collect()
+    return res
+
+
+def bench_llama_bench(exe, path, devices, n_threads, reps, tests):
+    """The same tests through a llama-bench binary (-o json), its figures mapped to our test names."""
+    import json
+    import subprocess
+    ps = sorted({n for k, n, _ in tests if k == "pp"})
+    ns = sorted({n for k, n, _ in tests if k == "tg"})
+    ds = sorted({d for _, _, d in tests})
+    gpu = not all(d.startswith("cpu") for d in devices)
+    cmd = [exe, "-m", path, "-p", ",".join(map(str, ps)) or "0", "-n", ",".join(map(str, ns)) or "0",
+           "-d", ",".join(map(str, ds)), "-r", str(reps), "-fa", "1", "-o", "json", "-ngl", "99" if gpu else "0"]
+    if n_threads:
+        cmd += ["-t", str(n_threads)]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+    res = {"engine": "llama.cpp", "via": "llama-bench", "command": " ".join(cmd),
+           "seconds": time.perf_counter() - t0}
+    for row in json.loads(out.stdout):
+        p, g, d = int(row.get("n_prompt", 0)), int(row.get("n_gen", 0)), int(row.get("n_depth", 0))
+        name = label("pp", p, d) if p and not g else label("tg", g, d) if g and not p else None
+        if name is None:
+            continue
+        vals = [float(x) for x in row.get("samples_ts") or [row["avg_ts"]]]
+        res[name] = _stats(vals)
+        res.setdefault("build", {k: row.get(k) for k in ("build_commit", "build_number", "backends", "gpu_info",
+                                                         "cpu_info", "n_threads", "n_batch", "n_ubatch")})
     return res
 
 
@@ -210,27 +301,27 @@ def _gb(x):
     return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
 
 
-def print_table(path, n_threads, ours, peer, n_prompt, n_gen, echo=print):
+def print_table(path, n_threads, ours, peer, tests, echo=print):
     mdl = ours["model"]
     size = _gb(mdl["weight_bytes"])
     params = f"{mdl['params'] / 1e9:.2f} B" if mdl["params"] >= 1e8 else f"{mdl['params'] / 1e6:.1f} M"
     name = os.path.basename(path)
-    echo(f"| model | size | params | backend | threads | test | t/s | llama.cpp t/s | ratio |")
+    echo("| model | size | params | backend | threads | test | t/s | llama.cpp t/s | ratio (medians) |")
     echo("|---|---:|---:|---|---:|---|---:|---:|---:|")
-    for test in [f"pp{n_prompt}" if n_prompt else None, f"tg{n_gen}" if n_gen else None]:
-        if test is None or test not in ours:
+    for test in [label(*t) for t in tests]:
+        if test not in ours:
             continue
         r = ours[test]
         if peer and test in peer:
             p = peer[test]
-            pc, ratio = f"{p['mean']:.2f} ± {p['sd']:.2f}", f"{r['mean'] / p['mean']:.2f}x"
+            pc, ratio = f"{p['mean']:.2f} ± {p['sd']:.2f}", f"{r['median'] / p['median']:.2f}x"
         else:
             pc, ratio = "-", "-"
         echo(f"| {name} | {size} | {params} | {','.join(ours['devices'])} | {n_threads or '-'} | {test} | "
              f"{r['mean']:.2f} ± {r['sd']:.2f} | {pc} | {ratio} |")
     echo("")
     ld = ours["load"]
-    lines = [("load", f"{ld['seconds']:.2f} s ({ld['file_bytes'] / ld['seconds'] / 1e6:.0f} MB/s)")]
+    lines = [("load", f"{ld['seconds']:.2f} s ({ld['file_bytes'] / ld['seconds'] / 1e6:.0f} MB/s), n_ctx {ours['n_ctx']}")]
     if ld["peak_rss_over_baseline"] is not None:
         lines.append(("peak RSS during load (over baseline)",
                       f"{_gb(ld['peak_rss_over_baseline'])} for a {_gb(ld['file_bytes'])} file "
@@ -246,18 +337,22 @@ def print_table(path, n_threads, ours, peer, n_prompt, n_gen, echo=print):
                       f"{ours['sched_host_us_per_token']:.0f} us scheduler + {ours['model_host_us_per_token']:.0f} us "
                       f"Model.decode"))
         lines.append(("decode re-plans / new buffers", f"{ours['decode_replans']} / {ours['decode_new_allocs']}"))
+    lines.append(("forwards built (T, attended cells)", ", ".join(ours["forwards"])))
     if "layers" in ours:
         lines.append(("layers", ", ".join(f"{d}: {a}-{b - 1}" for d, (a, b) in ours["layers"].items())))
     if "memory" in ours:
         lines.append(("memory per device", ", ".join(f"{d}: {_gb(v['weights'])} weights + {_gb(v['graph'])} graph"
                                                      for d, v in ours["memory"].items() if v["weights"] or v["graph"])))
     lines.append(("peak RSS (whole run)", _gb(ours["peak_rss"])))
-    if peer:
+    if peer and "load" in peer:
         pl = peer["load"]
         lines.append(("llama.cpp load", f"{pl['seconds']:.2f} s, peak RSS over baseline "
                       f"{_gb(pl['peak_rss_over_baseline']) if pl['peak_rss_over_baseline'] is not None else '?'}"))
+    elif peer:
+        lines.append(("llama.cpp", f"through `{peer['command']}`"))
     elif peer is None:
-        lines.append(("llama.cpp", "not measured (llama-cpp-python not importable; `make bench-llamacpp`)"))
+        lines.append(("llama.cpp", "not measured (llama-cpp-python not importable; `make bench-llamacpp`, "
+                                   "or --llama-bench PATH)"))
     for k, v in lines:
         echo(f"- {k}: {v}")
 
@@ -265,9 +360,17 @@ def print_table(path, n_threads, ours, peer, n_prompt, n_gen, echo=print):
 def add_model_arguments(ap):
     """The model options of `pyggml bench` (used with -m)."""
     g = ap.add_argument_group("model benchmark (with -m)")
-    g.add_argument("-p", "--n-prompt", type=int, default=512, metavar="N", help="prompt tokens for ppN (default 512)")
-    g.add_argument("-n", "--n-gen", type=int, default=128, metavar="N", help="decoded tokens for tgN (default 128)")
+    g.add_argument("-p", "--n-prompt", type=lambda x: parse_counts(x, "-p"), default=[512], metavar="N[,N..]",
+                   help="prompt lengths for ppN, comma-separated (default 512; 0: no pp test)")
+    g.add_argument("-n", "--n-gen", type=lambda x: parse_counts(x, "-n"), default=[128], metavar="N[,N..]",
+                   help="decoded tokens for tgN, comma-separated (default 128; 0: no tg test)")
+    g.add_argument("--depth", type=lambda x: parse_counts(x, "--depth"), default=[0], metavar="D[,D..]",
+                   help="context depths the tests run after, comma-separated (llama-bench's -d; default 0)")
+    g.add_argument("--n-ctx", type=int, default=None,
+                   help="KV cache length (default: the largest depth + tokens of a test, padded to 256)")
     g.add_argument("--attn", default="flash", choices=("flash", "softmax"), help="attention graph (default flash)")
+    g.add_argument("--llama-bench", default=None, metavar="PATH",
+                   help="the llama.cpp peer through this llama-bench binary (any device)")
     g.add_argument("--no-peer", action="store_true", help="do not run llama.cpp even if importable")
     g.add_argument("-ts", "--tensor-split", default=None,
                    help="layer proportions per device, e.g. 1,1 (default: the GPUs by free memory)")
@@ -283,6 +386,14 @@ def main(args):
     """Entry from `pyggml bench -m`: args has model, device, threads, reps, output and the options
     add_model_arguments declares."""
     extra = args
+    tests = make_tests(extra.n_prompt, extra.n_gen, extra.depth)
+    if not tests:
+        print("pyggml bench: no tests (-p and -n are all 0)", file=sys.stderr)
+        return 2
+    n_ctx = extra.n_ctx or default_n_ctx(tests)
+    if n_ctx < max(d + n for _, n, d in tests):
+        print(f"pyggml bench: --n-ctx {n_ctx} is smaller than a test's depth + tokens", file=sys.stderr)
+        return 2
     try:
         path = resolve_model(args.model)
     except (FileNotFoundError, ValueError) as e:
@@ -296,26 +407,37 @@ def main(args):
     from .errors import PyggmlError
     try:
         ts = [float(x) for x in extra.tensor_split.split(",")] if extra.tensor_split else None
-        ours = bench_pyggml(path, devices, args.threads, reps, extra.n_prompt, extra.n_gen, extra.attn,
-                            tensor_split=ts, trace=extra.trace, n_ubatch=extra.n_ubatch)
+        ours = bench_pyggml(path, devices, args.threads, reps, tests, n_ctx, extra.attn, tensor_split=ts,
+                            trace=extra.trace, n_ubatch=extra.n_ubatch)
     except PyggmlError as e:
         print(f"pyggml bench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    peer = None
-    if not extra.no_peer and all(d.startswith("cpu") for d in devices):
-        peer = bench_llama_cpp(path, args.threads, reps, extra.n_prompt, extra.n_gen)
-    else:
-        peer = False
-    print_table(path, args.threads, ours, peer, extra.n_prompt, extra.n_gen)
+    peer = False
+    if extra.no_peer:
+        pass
+    elif extra.llama_bench:
+        try:
+            peer = bench_llama_bench(extra.llama_bench, path, devices, args.threads, reps, tests)
+        except (OSError, RuntimeError, ValueError) as e:
+            print(f"pyggml bench: the llama-bench peer failed: {e}", file=sys.stderr)
+    elif all(d.startswith("cpu") for d in devices):
+        peer = bench_llama_cpp(path, args.threads, reps, tests, n_ctx)
+    print_table(path, args.threads, ours, peer, tests)
     if args.output:
         from .bench_ops import write_json
-        row = {"model_file": os.path.abspath(path), "n_prompt": extra.n_prompt, "n_gen": extra.n_gen, "reps": reps,
-               "loadavg": _loadavg(), "pyggml": ours, "llama_cpp": peer or None}
-        if peer:
-            for t in (f"pp{extra.n_prompt}", f"tg{extra.n_gen}"):
-                if t in ours and t in peer:
-                    row[f"ratio_{t}"] = ours[t]["mean"] / peer[t]["mean"]
+        rows = []
+        for t in tests:
+            name = label(*t)
+            row = {"test": name, "kind": t[0], "n": t[1], "depth": t[2], "pyggml": ours.get(name),
+                   "llama_cpp": peer.get(name) if peer else None}
+            if row["pyggml"] and row["llama_cpp"]:
+                row["ratio_median"] = row["pyggml"]["median"] / row["llama_cpp"]["median"]
+                row["ratio_mean"] = row["pyggml"]["mean"] / row["llama_cpp"]["mean"]
+            rows.append(row)
+        doc = {"model_file": os.path.abspath(path), "n_prompt": extra.n_prompt, "n_gen": extra.n_gen,
+               "depths": extra.depth, "n_ctx": n_ctx, "reps": reps, "loadavg": _loadavg(), "tests": rows,
+               "pyggml": ours, "llama_cpp": peer or None}
         tag = "_".join(d.replace(":", "") for d in devices)      # a file name without ',' or ':'
-        out = write_json([row], args.output, tag, args.threads, " ".join(sys.argv), kind="model")
+        out = write_json([doc], args.output, tag, args.threads, " ".join(sys.argv), kind="model")
         print(f"\nresults: {out}")
     return 0

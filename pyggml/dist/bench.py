@@ -114,15 +114,20 @@ def print_table(ours, ray, n_prompt, n_gen, echo=print):
 
 
 def main(args, extra, path, devices, reps):
-    """Entry from bench_model.main with --ray."""
-    from ..bench_model import _loadavg, bench_pyggml
+    """Entry from bench_model.main with --ray: one -p and one -n, no --depth."""
+    from ..bench_model import _loadavg, bench_pyggml, default_n_ctx, make_tests
     from ..errors import PyggmlError
     from . import connect
+    if len(extra.n_prompt) > 1 or len(extra.n_gen) > 1 or extra.depth != [0]:
+        print("pyggml bench --ray: one -p and one -n value, and no --depth", file=sys.stderr)
+        return 2
+    n_prompt, n_gen = extra.n_prompt[0], extra.n_gen[0]
     n_stages = extra.stages
     ours = None
     try:
         if not extra.no_peer:
-            ours = bench_pyggml(path, devices, args.threads, reps, extra.n_prompt, extra.n_gen,
+            tests = make_tests([n_prompt], [n_gen], [0])
+            ours = bench_pyggml(path, devices, args.threads, reps, tests, default_n_ctx(tests),
                                 n_ubatch=extra.n_ubatch)
         gpus = stage_devices(devices)[1]
         local = dict(n_nodes=1, num_cpus=n_stages * (args.threads or 1), num_gpus=n_stages) if gpus else \
@@ -131,24 +136,24 @@ def main(args, extra, path, devices, reps):
         cluster = connect(extra.ray, **local) if extra.ray == "local" else connect(extra.ray)
         start_s = time.perf_counter() - t
         try:
-            ray = bench_ray(path, extra.ray, n_stages, devices, args.threads, reps, extra.n_prompt, extra.n_gen,
+            ray = bench_ray(path, extra.ray, n_stages, devices, args.threads, reps, n_prompt, n_gen,
                             n_ubatch=extra.n_ubatch)
         finally:
             if cluster is not None:
                 cluster.shutdown()
         ray["cluster_start_s"] = start_s
-        tg = f"tg{extra.n_gen}"
+        tg = f"tg{n_gen}"
         if ours and tg in ours and tg in ray:
             ray["overhead_us_per_token_vs_one_process"] = 1e6 / ray[tg]["mean"] - 1e6 / ours[tg]["mean"]
     except PyggmlError as e:
         print(f"pyggml bench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print_table(ours, ray, extra.n_prompt, extra.n_gen)
+    print_table(ours, ray, n_prompt, n_gen)
     if args.output:
         from ..bench_ops import write_json
-        row = {"model_file": os.path.abspath(path), "n_prompt": extra.n_prompt, "n_gen": extra.n_gen, "reps": reps,
+        row = {"model_file": os.path.abspath(path), "n_prompt": n_prompt, "n_gen": n_gen, "reps": reps,
                "n_ubatch": extra.n_ubatch, "loadavg": _loadavg(), "pyggml": ours, "ray": ray}
-        for t in (f"pp{extra.n_prompt}", f"tg{extra.n_gen}"):
+        for t in (f"pp{n_prompt}", f"tg{n_gen}"):
             if ours and t in ours and t in ray:
                 row[f"ratio_{t}"] = ray[t]["mean"] / ours[t]["mean"]
         tag = "_".join(d.replace(":", "") for d in devices) + f"_ray{n_stages}"
