@@ -435,6 +435,7 @@ def main(args):
                 row["ratio_mean"] = row["pyggml"]["mean"] / row["llama_cpp"]["mean"]
             rows.append(row)
         doc = {"model_file": os.path.abspath(path), "n_prompt": extra.n_prompt, "n_gen": extra.n_gen,
+               "device_options": list(getattr(args, "option", None) or []),      # -O DEVICE:KEY=VALUE
                "depths": extra.depth, "n_ctx": n_ctx, "reps": reps, "loadavg": _loadavg(), "tests": rows,
                "pyggml": ours, "llama_cpp": peer or None}
         tag = "_".join(d.replace(":", "") for d in devices)      # a file name without ',' or ':'

@@ -19,6 +19,7 @@ Weight types (`mix="llama"`, the default) follow what llama.cpp produces for the
   q4_K  llama-quantize Q4_K_M: matrices and token_embd q4_K; output.weight q6_K; attn_v and
         ffn_down q6_K in the layers where llama.cpp's use_more_bits(i, n) holds
         (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2).
+  q6_K  llama-quantize Q6_K: every matrix q6_K, token_embd and output included.
 A row length that is not a multiple of a type's block (tiny's 288 for the 256-element K-quants)
 falls back to q8_0. llama.cpp falls back to q8_0 for q6_K too, but to q5_0 for q4_K; pyggml
 falls back to q8_0 there as well, to stay within the types its backends compute.
@@ -62,11 +63,11 @@ SHAPES: dict[str, dict] = {
 }
 _SHAPE_DEFAULTS = dict(n_vocab=32000, rms_eps=1e-5, n_ctx=2048, rope_base=10000.0)
 
-WTYPES = ("f16", "q8_0", "q4_0", "q4_K")
+WTYPES = ("f16", "q8_0", "q4_0", "q4_K", "q6_K")
 MIXES = ("llama", "pure")
 
 # llama_ftype values written as general.file_type (llama.h)
-FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_K": 15}  # q4_K: MOSTLY_Q4_K_M
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_K": 15, "q6_K": 18}  # q4_K: MOSTLY_Q4_K_M
 QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
 
 # What a row that does not fit a type's block becomes (see the module docstring).
@@ -373,7 +374,7 @@ def write_synth_model(path: str | os.PathLike, shape: str | dict = "tiny", wtype
 
     shape: "tiny", "1b", "7b" or a dict of hyperparameters (n_embd, n_layer, n_head,
     n_head_kv, n_ff; optional n_vocab, n_ctx, rope_base, rms_eps). wtype: "f16", "q8_0",
-    "q4_0", "q4_K". quantize: fn(f32 2-D array, type name) -> uint8 (rows, bytes_per_row);
+    "q4_0", "q4_K", "q6_K". quantize: fn(f32 2-D array, type name) -> uint8 (rows, bytes_per_row);
     default pyggml.quantize if available, else numpy_quantize. mix: "llama" or "pure"."""
     hp = hparams(shape)
     plan = plan_tensors(shape, wtype, mix)
@@ -428,7 +429,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """`pyggml synth OUT.gguf [--shape tiny|1b|7b] [--wtype f16|q8_0|q4_0|q4_K] ...`"""
+    """`pyggml synth OUT.gguf [--shape tiny|1b|7b] [--wtype f16|q8_0|q4_0|q4_K|q6_K] ...`"""
     ap = add_arguments(argparse.ArgumentParser(prog="pyggml synth", description="write a synthetic LLaMA GGUF model"))
     return run(ap.parse_args(argv))
 

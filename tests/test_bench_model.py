@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import pyggml as pg
 from pyggml import bench_model as bm
 from pyggml import cli
 
@@ -85,3 +86,15 @@ def test_too_small_n_ctx_is_refused(tmp_path, monkeypatch, capsys):
     args = _args("", ["-p", "8", "-n", "0", "--depth", "64", "--n-ctx", "64", "--no-peer"])
     assert bm.main(args) == 2
     assert "--n-ctx 64" in capsys.readouterr().err
+
+
+def test_device_options_are_set_and_recorded(tmp_path, monkeypatch, capsys):
+    """-O DEVICE:KEY=VALUE (the CLI's device options) reaches the device (here its default, so later tests see the same device) and the JSON records it; a key
+    no device knows is an error before anything runs."""
+    monkeypatch.setenv("PYGGML_MODEL_CACHE", str(tmp_path / "models"))
+    base = ["bench", "-m", "synth:tiny:q4_0", "-d", "cpu", "-t", "1", "-r", "1", "-p", "0", "-n", "2", "--no-peer"]
+    with pytest.raises(pg.PyggmlError, match="no_such_option"):
+        cli.main(base + ["-o", "", "-O", "cpu:no_such_option=1"])
+    assert cli.main(base + ["-o", str(tmp_path / "out"), "-O", "cpu:repack=1"]) == 0
+    (f,) = os.listdir(tmp_path / "out")
+    assert json.load(open(tmp_path / "out" / f))["results"][0]["device_options"] == ["cpu:repack=1"]

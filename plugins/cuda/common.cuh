@@ -314,6 +314,9 @@ struct op_ctx {
     int cc;                   /* compute capability, major * 10 + minor */
     cuda_repack *const *rp;   /* mul_mat: the repacked weights of this launch's nodes (NULL entries:
                                  none); NULL when the plan has none */
+    /* The plan's sync area: words zeroed once when the plan is made, which a kernel that counts
+     * its finished blocks (the decode flash attention's folded merge) leaves zeroed again. */
+    size_t sync_off, sync_bytes;
 };
 
 /* Each op family: supports (pure, host side) and launch (queues kernels; returns a pyg_status and
@@ -374,10 +377,17 @@ int mul_mat_mma_usable(const pyg_tensor *node);
 int mul_mat_mma_launch(const pyg_tensor *node, op_ctx *c);
 int flash_attn_supports(const pyg_tensor *node);
 size_t flash_attn_scratch_bytes(const pyg_tensor *node, int n_sm);
+size_t flash_attn_sync_bytes(const pyg_tensor *node, int n_sm);
 int flash_attn_launch(const pyg_tensor *node, op_ctx *c);
-/* One query, one batch, Dv % 32 == 0, contiguous output, and a kv split (so a merge kernel runs)
- * with this many multiprocessors: the merge can write the output as int8 mat-vec activations. */
+/* One query, one batch, Dv % 32 == 0, contiguous output, and a kernel that ends with the whole
+ * output row in hand (the decode kernel, or the merge kernel of the older kv split) with this many
+ * multiprocessors: it can also write the output as int8 mat-vec activations. */
 int flash_attn_can_prequant(const pyg_tensor *node, int n_sm);
+/* The split-kv decode kernel (flash_attn_dec.cu): usable for this node with these options? */
+int flash_attn_dec_usable(const pyg_tensor *node);
+size_t flash_attn_dec_scratch_bytes(const pyg_tensor *node, int n_sm);
+size_t flash_attn_dec_sync_bytes(const pyg_tensor *node, int n_sm);
+int flash_attn_dec_launch(const pyg_tensor *node, op_ctx *c);
 
 /* Launch-error check shared by the launchers. */
 int check_launch(op_ctx *c, const char *what);

@@ -309,10 +309,16 @@ static int fa_splits(const pyg_tensor *n, int n_sm) {
 
 int flash_attn_can_prequant(const pyg_tensor *n, int n_sm) {
     return n->op == PYG_OP_FLASH_ATTN_EXT && flash_attn_supports(n) && n->ne[2] == 1 && n->ne[3] == 1 &&
-           n->ne[0] % 32 == 0 && pyg_tensor_is_contiguous(n) && fa_splits(n, n_sm) > 1;
+           n->ne[0] % 32 == 0 && pyg_tensor_is_contiguous(n) &&
+           (flash_attn_dec_usable(n) || fa_splits(n, n_sm) > 1);
+}
+
+size_t flash_attn_sync_bytes(const pyg_tensor *n, int n_sm) {
+    return flash_attn_dec_usable(n) ? flash_attn_dec_sync_bytes(n, n_sm) : 0;
 }
 
 size_t flash_attn_scratch_bytes(const pyg_tensor *n, int n_sm) {
+    if (flash_attn_dec_usable(n)) return flash_attn_dec_scratch_bytes(n, n_sm);
     const int s = fa_splits(n, n_sm);
     if (s <= 1) return 0;
     const int64_t rows = n->ne[1] * n->ne[2] * n->ne[3];
@@ -322,6 +328,7 @@ size_t flash_attn_scratch_bytes(const pyg_tensor *n, int n_sm) {
 int flash_attn_mma_launch(const pyg_tensor *n, op_ctx *c); /* flash_attn_mma.cu */
 
 int flash_attn_launch(const pyg_tensor *n, op_ctx *c) {
+    if (flash_attn_dec_usable(n)) return flash_attn_dec_launch(n, c);
     if (n->src[0]->ne[1] >= 16) { /* prefill: tensor cores where they apply */
         const int st = flash_attn_mma_launch(n, c);
         if (st != PYG_ERR_UNSUPPORTED) return st;

@@ -27,6 +27,7 @@ struct pyg_graph_plan {
     size_t quant_region;          /* bytes of one region; region 1 follows region 0 */
     cuda_repack **rp;             /* per node: its repacked weights (repack.cu), or NULL; NULL: none at all */
     uint64_t rp_generation;       /* cuda_repack_ensure's cache: nothing went stale since */
+    size_t sync_off, sync_bytes;  /* the zeroed words past everything else (op_ctx.sync_off) */
     void *scratch;
     size_t scratch_size;
     int n_computes;
@@ -179,6 +180,10 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         }
         size_t need = node_scratch(n, dev, rp != NULL);
         if (need > scratch) scratch = need;
+        if (n->op == PYG_OP_FLASH_ATTN_EXT) {
+            const size_t sb = flash_attn_sync_bytes(n, dev->n_sm);
+            if (sb > p->sync_bytes) p->sync_bytes = sb;
+        }
         p->nodes[p->n_nodes++] = n;
     }
     /* adjacent decode mat-vecs over the same activation column: one launch (mul_mat.cu) */
@@ -239,9 +244,17 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
     }
     p->quant_region = (quant_need + 255) & ~(size_t)255;
     if (quant_need && p->quant_off + regions * p->quant_region > scratch) scratch = p->quant_off + regions * p->quant_region;
+    if (p->sync_bytes) {
+        p->sync_off = (scratch + 255) & ~(size_t)255;
+        scratch = p->sync_off + p->sync_bytes;
+    }
     if (scratch) {
         gpuError_t e = gpuSetDevice(dev->index);
         if (e == gpuSuccess) e = gpuMalloc(&p->scratch, scratch);
+        /* the sync words start at zero; the memset runs on the default stream, which the plugin's
+         * non-blocking streams do not wait for: wait for it here */
+        if (e == gpuSuccess && p->sync_bytes) e = gpuMemset((char *)p->scratch + p->sync_off, 0, p->sync_bytes);
+        if (e == gpuSuccess && p->sync_bytes) e = gpuStreamSynchronize(0);
         if (e != gpuSuccess) {
             pyg_cuda_plan_destroy(p);
             return pyg_cuda_gpu_error(e, "cudaMalloc (plan scratch)");
@@ -266,6 +279,8 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
     c.quant_off = c.quant_in_off = 0;
     c.cc = p->dev->cc_major * 10 + p->dev->cc_minor;
     c.rp = NULL;
+    c.sync_off = p->sync_off;
+    c.sync_bytes = p->sync_bytes;
     for (int i = 0; i < p->n_nodes; i++) {
         err[0] = 0;
         if (p->group[i] == 0) continue; /* launched with an earlier node */

@@ -17,6 +17,8 @@ const cuda_options cuda_options_defaults = {
     /* .mmq = */ 0,
     /* .pdl = */ 1,
     /* .mmv_nb = */ 0,
+    /* .fa_decode = */ 1,
+    /* .fa_sparse = */ 0,
 };
 
 static const char *const k_mmvq_words[] = { "off", "auto", "all", NULL };
@@ -36,6 +38,8 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(cuda_options, mmq, "mul_mat with N > 8 on the int8 GEMM over repacked weights (default 0: dequantize + cuBLAS, which measured 1.5-2.3x faster on the H200 at d007684)"),
     PYG_OPTION_BOOL(cuda_options, pdl, "repacked mat-vecs with programmatic dependent launch, sm_90 (default 1)"),
     PYG_OPTION_INT(cuda_options, mmv_nb, 0, 2, "groups of 8 rows per repacked mat-vec block (default 0: 1)"),
+    PYG_OPTION_BOOL(cuda_options, fa_decode, "decode flash attention on the split-kv kernel with the merge folded in (default 1; 0: the older split + merge kernels)"),
+    PYG_OPTION_BOOL(cuda_options, fa_sparse, "that kernel's compacted-index path where n_kv <= 4096 (default 0)"),
 };
 
 int32_t cuda_options_set(cuda_options *o, const char *key, const char *value, char *msg, size_t msglen) {
