@@ -2,7 +2,7 @@
 
     pyggml bench -m model.gguf [-d cpu] [-t 2] [-r 5] [-p 512[,4096]] [-n 128] [--depth 0,4096,16384]
                  [--n-ctx N] [--attn flash|softmax] [-ts 1,1] [-ub 512] [--trace FILE]
-                 [--llama-bench PATH] [--no-peer]
+                 [--llama-bench PATH] [--no-peer] [-O DEVICE:KEY=VALUE]
     pyggml bench -m synth:tiny:q4_0          # a synthetic model, generated once and cached
 
 pp<P>: prefill of P tokens; tg<N>: N single-token decodes; with --depth D they run after a context
@@ -10,7 +10,8 @@ of D tokens (named like llama-bench: `pp512 @ d4096`, `tg128 @ d4096`; the depth
 timed). Every test: one warm-up run, then `reps` timed runs; mean ± sd of tokens/s, ratios on the
 medians. The model loads once with n_ctx = max(D + max(P, N)) padded to 256 (or --n-ctx) and the
 context goes back to its D depth tokens before each run (the cells past D are dropped, as
-llama.cpp's eval drops the cells past n_tokens). Also measured: the load (time and peak resident
+llama.cpp's eval drops the cells past n_tokens). With the in-process peer the two engines
+alternate run by run (warm-ups first), so both see the same load on a shared machine. Also measured: the load (time and peak resident
 memory against the file size: weights go from the mmap to the device buffers without a host copy),
 time to first token (cold: the first prefill after load, with its planning; warm: a prefill of P
 tokens with its last-token logits read back), host synchronizations and host time per decoded token
@@ -113,158 +114,204 @@ def _tokens(n_vocab, tests):
             rng.integers(3, n_vocab, n_g).tolist())
 
 
-def bench_pyggml(path, devices, n_threads, reps, tests, n_ctx, attn="flash", tensor_split=None, trace=None,
-                 n_ubatch=512):
-    import pyggml.models as models
-    from .models.loader import reset_peak_rss, rss_bytes
-    res = {"engine": "pyggml", "devices": devices, "attn": attn, "n_ctx": n_ctx}
-    file_size = os.path.getsize(path)
-    import pyggml as pg
-    pg.Scheduler(devices, n_threads=n_threads)      # plugins loaded and devices opened before the baseline
-    gc.collect()
-    base_rss, _ = rss_bytes()
-    hwm_reset = reset_peak_rss()
-    t0 = time.perf_counter()
-    m = models.load(path, devices=devices, n_ctx=n_ctx, n_threads=n_threads, attn=attn,
-                    tensor_split=tensor_split, trace=trace, n_batch=n_ubatch)
-    if m.layer_devices:
-        from .models.placement import summary
-        res["layers"] = {d: [r.start, r.stop] for d, r in summary(m.layer_devices).items()}
-    load_s = time.perf_counter() - t0
-    cur, peak = rss_bytes()
-    res["load"] = {"seconds": load_s, "file_bytes": file_size, "rss_before": base_rss, "rss_after": cur,
-                   "peak_rss": peak if hwm_reset else None,
-                   "peak_rss_over_baseline": (peak - base_rss) if hwm_reset else None,
-                   "peak_over_baseline_minus_file": (peak - base_rss - file_size) if hwm_reset else None,
-                   "timings": m.timings}
-    hp = m.hp
-    res["model"] = {"name": hp.name, "arch": hp.arch, "n_layer": hp.n_layer, "n_embd": hp.n_embd,
-                    "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "n_ff": hp.n_ff, "n_vocab": hp.n_vocab,
-                    "params": m.n_params, "weight_bytes": m.weight_bytes, "file_type": hp.file_type}
-    depth_toks, prompt, gen = _tokens(hp.n_vocab, tests)
+class OursEngine:
+    """pyggml on `devices`: load(), then run(kind, n, depth) -> seconds of one timed run."""
 
-    def at_depth(d):
+    def __init__(self, path, devices, n_threads, tests, n_ctx, attn="flash", tensor_split=None, trace=None,
+                 n_ubatch=512):
+        import pyggml.models as models
+        from .models.loader import reset_peak_rss, rss_bytes
+        self.res = res = {"engine": "pyggml", "devices": devices, "attn": attn, "n_ctx": n_ctx}
+        file_size = os.path.getsize(path)
+        import pyggml as pg
+        pg.Scheduler(devices, n_threads=n_threads)      # plugins loaded and devices opened before the baseline
+        gc.collect()
+        base_rss, _ = rss_bytes()
+        hwm_reset = reset_peak_rss()
+        t0 = time.perf_counter()
+        self.m = m = models.load(path, devices=devices, n_ctx=n_ctx, n_threads=n_threads, attn=attn,
+                                 tensor_split=tensor_split, trace=trace, n_batch=n_ubatch)
+        if m.layer_devices:
+            from .models.placement import summary
+            res["layers"] = {d: [r.start, r.stop] for d, r in summary(m.layer_devices).items()}
+        load_s = time.perf_counter() - t0
+        cur, peak = rss_bytes()
+        res["load"] = {"seconds": load_s, "file_bytes": file_size, "rss_before": base_rss, "rss_after": cur,
+                       "peak_rss": peak if hwm_reset else None,
+                       "peak_rss_over_baseline": (peak - base_rss) if hwm_reset else None,
+                       "peak_over_baseline_minus_file": (peak - base_rss - file_size) if hwm_reset else None,
+                       "timings": m.timings}
+        hp = m.hp
+        res["model"] = {"name": hp.name, "arch": hp.arch, "n_layer": hp.n_layer, "n_embd": hp.n_embd,
+                        "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "n_ff": hp.n_ff, "n_vocab": hp.n_vocab,
+                        "params": m.n_params, "weight_bytes": m.weight_bytes, "file_type": hp.file_type}
+        self.depth_toks, self.prompt, self.gen = _tokens(hp.n_vocab, tests)
+        self.extra = {}          # test name -> per-run lists (host syncs, host times)
+
+    def at_depth(self, d):
         """The context holds the first d depth tokens (cells past them are dropped, not recomputed)."""
-        if m.n_past >= d and m.tokens[:d] == depth_toks[:d]:
+        m = self.m
+        if m.n_past >= d and m.tokens[:d] == self.depth_toks[:d]:
             m.n_past = d
             del m.tokens[d:]
         else:
             m.reset()
             if d:
-                m.prefill(depth_toks[:d])
+                m.prefill(self.depth_toks[:d])
 
-    for kind, n, d in sorted(tests, key=lambda t: (t[2] != 0, t[0] != "pp")):   # depth-0 pp first: cold TTFT
-        name = label(kind, n, d)
+    def run(self, kind, n, d, timed):
+        m = self.m
+        self.at_depth(d)
+        if timed and kind == "tg" and label(kind, n, d) not in self.extra:
+            self.extra[label(kind, n, d)] = {"before": dict(m.sched.stats), "syncs": [], "host_us": [], "model_us": []}
         if kind == "pp":
-            ts = []
-            for r in range(reps + 1):
-                at_depth(d)
-                t = time.perf_counter()
-                m.prefill(prompt[:n])
-                ts.append(time.perf_counter() - t)
-                if r == 0 and d == 0 and "ttft_cold_ms" not in res:
-                    res["ttft_cold_ms"] = ts[0] * 1e3      # first prefill: plans and programs too
-            ts = ts[1:]
-            res[name] = _stats([n / x for x in ts])
-            res[name]["ttft_ms"] = _stats([x * 1e3 for x in ts])
-            res[name]["host_syncs"] = m.sched.last_run.host_syncs
-            if d == 0 and "ttft_ms" not in res:
-                res["ttft_ms"] = res[name]["ttft_ms"]
-            continue
-        ts, syncs, host_us, model_us = [], [], [], []
-        plans = None
-        for r in range(reps + 1):
-            at_depth(d)
-            if r == 1:
-                plans = dict(m.sched.stats)
-            wall, sched_us = [], []
-            t_all = time.perf_counter()
-            for tok in gen[:n]:
-                t = time.perf_counter()
-                m.decode(tok)
-                wall.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            m.prefill(self.prompt[:n])
+            dt = time.perf_counter() - t
+            if d == 0 and "ttft_cold_ms" not in self.res:
+                self.res["ttft_cold_ms"] = dt * 1e3      # the first prefill: plans and programs too
+            return dt
+        ex = self.extra.get(label(kind, n, d)) if timed else None
+        t_all = time.perf_counter()
+        for tok in self.gen[:n]:
+            t = time.perf_counter()
+            m.decode(tok)
+            if ex is not None:
                 lr = m.sched.last_run
-                if r:
-                    syncs.append(lr.host_syncs)
-                    host_us.append(lr.host_time_us)
-                    sched_us.append(lr.total_time_us)
-            if r:
-                ts.append(time.perf_counter() - t_all)
-                model_us += [(wi * 1e6 - si) for wi, si in zip(wall, sched_us)]
-        st = res[name] = _stats([n / x for x in ts])
-        st["host_syncs_per_token"] = statistics.mean(syncs)
-        st["sched_host_us_per_token"] = statistics.mean(host_us)      # scheduler time outside the backends
-        st["model_host_us_per_token"] = statistics.mean(model_us)     # Model.decode's own Python around it
-        st["decode_replans"] = m.sched.stats["plans"] - plans["plans"]
-        st["decode_new_allocs"] = m.sched.stats["buffer_allocs"] - plans["buffer_allocs"]
-        st["sync_pattern"] = m.sched.last_run.sync_pattern
-        if "host_syncs_per_token" not in res:
-            for k in ("host_syncs_per_token", "sched_host_us_per_token", "model_host_us_per_token",
-                      "decode_replans", "decode_new_allocs", "sync_pattern"):
-                res[k] = st[k]
-    res["forwards"] = sorted(f"T={k[0]}{' all' if k[1] else ''} n_kv={k[2]}" for k in m._forwards)
-    res["peak_rss"] = rss_bytes()[1]
-    res["sched_stats"] = dict(m.sched.stats)
-    res["memory"] = m.sched.memory_by_device()
-    m.close()
-    del m
-    gc.collect()
-    return res
+                ex["syncs"].append(lr.host_syncs)
+                ex["host_us"].append(lr.host_time_us)
+                ex["model_us"].append((time.perf_counter() - t) * 1e6 - lr.total_time_us)
+        dt = time.perf_counter() - t_all
+        if ex is not None:
+            ex["after"] = dict(m.sched.stats)
+        return dt
+
+    def finish(self, tests, times):
+        """The result dict: stats per test (from `times`: test name -> seconds per timed run)."""
+        from .models.loader import rss_bytes
+        res, m = self.res, self.m
+        for kind, n, d in tests:
+            name = label(kind, n, d)
+            if name not in times:
+                continue
+            st = res[name] = _stats([n / x for x in times[name]])
+            if kind == "pp":
+                st["ttft_ms"] = _stats([x * 1e3 for x in times[name]])
+                if d == 0 and "ttft_ms" not in res:
+                    res["ttft_ms"] = st["ttft_ms"]
+                continue
+            ex = self.extra[name]
+            st["host_syncs_per_token"] = statistics.mean(ex["syncs"])
+            st["sched_host_us_per_token"] = statistics.mean(ex["host_us"])   # scheduler time outside the backends
+            st["model_host_us_per_token"] = statistics.mean(ex["model_us"])  # Model.decode's own Python around it
+            st["sync_pattern"] = m.sched.last_run.sync_pattern
+            # plans and buffers made during the timed runs (the warm-up built every forward): none expected
+            st["decode_replans"] = ex["after"]["plans"] - ex["before"]["plans"]
+            st["decode_new_allocs"] = ex["after"]["buffer_allocs"] - ex["before"]["buffer_allocs"]
+            if "host_syncs_per_token" not in res:
+                for k in ("host_syncs_per_token", "sched_host_us_per_token", "model_host_us_per_token", "sync_pattern",
+                          "decode_replans", "decode_new_allocs"):
+                    res[k] = st[k]
+        res["forwards"] = sorted(f"T={k[0]}{' all' if k[1] else ''} n_kv={k[2]}" for k in m._forwards)
+        res["peak_rss"] = rss_bytes()[1]
+        res["sched_stats"] = dict(m.sched.stats)
+        res["memory"] = m.sched.memory_by_device()
+        m.close()
+        self.m = None
+        gc.collect()
+        return res
 
 
-def bench_llama_cpp(path, n_threads, reps, tests, n_ctx):
-    """The same tests through llama-cpp-python (None when it is not importable)."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    from .models.loader import rss_bytes, reset_peak_rss
-    res = {"engine": "llama.cpp", "via": "llama-cpp-python", "version": getattr(llama_cpp, "__version__", "?"),
-           "n_ctx": n_ctx}
-    base, _ = rss_bytes()
-    ok = reset_peak_rss()
-    t0 = time.perf_counter()
-    n_batch = max([512] + [n for k, n, _ in tests if k == "pp"])
-    kw = dict(model_path=path, n_ctx=n_ctx, n_batch=n_batch,
-              n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count(),
-              verbose=False, use_mmap=True)
-    try:
-        llm = llama_cpp.Llama(flash_attn=True, **kw)         # the same attention path as ours
-        res["flash_attn"] = True
-    except TypeError:                                       # a version without the switch
-        llm = llama_cpp.Llama(**kw)
-        res["flash_attn"] = None
-    cur, peak = rss_bytes()
-    res["load"] = {"seconds": time.perf_counter() - t0, "peak_rss_over_baseline": (peak - base) if ok else None,
-                   "rss_after": cur}
-    depth_toks, prompt, gen = _tokens(llm.n_vocab(), tests)
+class LlamaCppEngine:
+    """llama.cpp through llama-cpp-python in this process (same threads, n_ctx, flash attention)."""
 
-    def at_depth(d):
-        """llm.n_tokens = d: eval() drops the cells past it (the depth prefill, once, untimed)."""
-        if llm.n_tokens >= d and list(llm.input_ids[:d]) == depth_toks[:d]:
+    def __init__(self, llama_cpp, path, n_threads, tests, n_ctx):
+        from .models.loader import rss_bytes, reset_peak_rss
+        self.res = res = {"engine": "llama.cpp", "via": "llama-cpp-python",
+                          "version": getattr(llama_cpp, "__version__", "?"), "n_ctx": n_ctx}
+        base, _ = rss_bytes()
+        ok = reset_peak_rss()
+        t0 = time.perf_counter()
+        n_batch = max([512] + [n for k, n, _ in tests if k == "pp"])
+        kw = dict(model_path=path, n_ctx=n_ctx, n_batch=n_batch,
+                  n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count(),
+                  verbose=False, use_mmap=True)
+        try:
+            self.llm = llama_cpp.Llama(flash_attn=True, **kw)         # the same attention path as ours
+            res["flash_attn"] = True
+        except TypeError:                                            # a version without the switch
+            self.llm = llama_cpp.Llama(**kw)
+            res["flash_attn"] = None
+        cur, peak = rss_bytes()
+        res["load"] = {"seconds": time.perf_counter() - t0, "peak_rss_over_baseline": (peak - base) if ok else None,
+                       "rss_after": cur}
+        self.depth_toks, self.prompt, self.gen = _tokens(self.llm.n_vocab(), tests)
+
+    def at_depth(self, d):
+        """llm.n_tokens = d: eval() drops the cells past it (the depth prefill once, untimed)."""
+        llm = self.llm
+        if llm.n_tokens >= d and list(llm.input_ids[:d]) == self.depth_toks[:d]:
             llm.n_tokens = d
         else:
             llm.reset()
             if d:
-                llm.eval(depth_toks[:d])
+                llm.eval(self.depth_toks[:d])
 
-    for kind, n, d in tests:
-        ts = []
-        for r in range(reps + 1):
-            at_depth(d)
-            t = time.perf_counter()
-            if kind == "pp":
-                llm.eval(prompt[:n])
-            else:
-                for tok in gen[:n]:
-                    llm.eval([tok])
-            if r:
-                ts.append(time.perf_counter() - t)
-        res[label(kind, n, d)] = _stats([n / x for x in ts])
-    res["peak_rss"] = rss_bytes()[1]
-    del llm
-    gc.collect()
-    return res
+    def run(self, kind, n, d, timed):
+        self.at_depth(d)
+        t = time.perf_counter()
+        if kind == "pp":
+            self.llm.eval(self.prompt[:n])
+        else:
+            for tok in self.gen[:n]:
+                self.llm.eval([tok])
+        return time.perf_counter() - t
+
+    def finish(self, tests, times):
+        from .models.loader import rss_bytes
+        for kind, n, d in tests:
+            name = label(kind, n, d)
+            if name in times:
+                self.res[name] = _stats([n / x for x in times[name]])
+        self.res["peak_rss"] = rss_bytes()[1]
+        self.llm = None
+        gc.collect()
+        return self.res
+
+
+def run_interleaved(engines, tests, reps):
+    """Every test: one warm-up run per engine, then `reps` rounds in which each engine runs once,
+    so both see the same machine load (this machine is shared). Depth-0 pp tests come first (the
+    first prefill after load is the cold time to first token). Returns per engine {test: [s]}."""
+    times = [{} for _ in engines]
+    for kind, n, d in sorted(tests, key=lambda t: (t[2] != 0, t[0] != "pp")):
+        name = label(kind, n, d)
+        for e in engines:
+            e.run(kind, n, d, timed=False)
+        for _ in range(reps):
+            for e, tm in zip(engines, times):
+                tm.setdefault(name, []).append(e.run(kind, n, d, timed=True))
+    return times
+
+
+def bench_models(path, devices, n_threads, reps, tests, n_ctx, attn="flash", peer=True, tensor_split=None,
+                 trace=None, n_ubatch=512):
+    """Ours, and llama.cpp through llama-cpp-python when `peer` and it is importable (CPU devices),
+    interleaved. Returns (ours, peer result, None when not importable, or False when not asked)."""
+    ours = OursEngine(path, devices, n_threads, tests, n_ctx, attn, tensor_split, trace, n_ubatch)
+    engines = [ours]
+    peer_res = False
+    if peer:
+        try:
+            import llama_cpp
+        except ImportError:
+            llama_cpp = None
+        peer_res = None
+        if llama_cpp is not None:
+            engines.append(LlamaCppEngine(llama_cpp, path, n_threads, tests, n_ctx))
+    times = run_interleaved(engines, tests, reps)
+    res = [e.finish(tests, t) for e, t in zip(engines, times)]
+    return res[0], (res[1] if len(res) > 1 else peer_res)
 
 
 def bench_llama_bench(exe, path, devices, n_threads, reps, tests):
@@ -405,23 +452,19 @@ def main(args):
         from .dist.bench import main as ray_main
         return ray_main(args, extra, path, devices, reps)
     from .errors import PyggmlError
+    in_process_peer = not extra.no_peer and not extra.llama_bench and all(d.startswith("cpu") for d in devices)
     try:
         ts = [float(x) for x in extra.tensor_split.split(",")] if extra.tensor_split else None
-        ours = bench_pyggml(path, devices, args.threads, reps, tests, n_ctx, extra.attn, tensor_split=ts,
-                            trace=extra.trace, n_ubatch=extra.n_ubatch)
+        ours, peer = bench_models(path, devices, args.threads, reps, tests, n_ctx, extra.attn, in_process_peer,
+                                  tensor_split=ts, trace=extra.trace, n_ubatch=extra.n_ubatch)
     except PyggmlError as e:
         print(f"pyggml bench: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    peer = False
-    if extra.no_peer:
-        pass
-    elif extra.llama_bench:
+    if extra.llama_bench and not extra.no_peer:
         try:
             peer = bench_llama_bench(extra.llama_bench, path, devices, args.threads, reps, tests)
         except (OSError, RuntimeError, ValueError) as e:
             print(f"pyggml bench: the llama-bench peer failed: {e}", file=sys.stderr)
-    elif all(d.startswith("cpu") for d in devices):
-        peer = bench_llama_cpp(path, args.threads, reps, tests, n_ctx)
     print_table(path, args.threads, ours, peer, tests)
     if args.output:
         from .bench_ops import write_json

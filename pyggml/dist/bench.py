@@ -1,5 +1,5 @@
 """`pyggml bench -m MODEL --ray ADDRESS --stages N`: the model as N pipeline stages on Ray
-(pyggml.dist.Pipeline) against the same model in one process (bench_model.bench_pyggml, the peer
+(pyggml.dist.Pipeline) against the same model in one process (bench_model.bench_models, the peer
 measured in the same run).
 
 pp<P>: prefill of P tokens from an empty context (chunks of -ub tokens, n_copies in flight);
@@ -115,7 +115,7 @@ def print_table(ours, ray, n_prompt, n_gen, echo=print):
 
 def main(args, extra, path, devices, reps):
     """Entry from bench_model.main with --ray: one -p and one -n, no --depth."""
-    from ..bench_model import _loadavg, bench_pyggml, default_n_ctx, make_tests
+    from ..bench_model import _loadavg, bench_models, default_n_ctx, make_tests
     from ..errors import PyggmlError
     from . import connect
     if len(extra.n_prompt) > 1 or len(extra.n_gen) > 1 or extra.depth != [0]:
@@ -127,8 +127,8 @@ def main(args, extra, path, devices, reps):
     try:
         if not extra.no_peer:
             tests = make_tests([n_prompt], [n_gen], [0])
-            ours = bench_pyggml(path, devices, args.threads, reps, tests, default_n_ctx(tests),
-                                n_ubatch=extra.n_ubatch)
+            ours = bench_models(path, devices, args.threads, reps, tests, default_n_ctx(tests), peer=False,
+                                n_ubatch=extra.n_ubatch)[0]
         gpus = stage_devices(devices)[1]
         local = dict(n_nodes=1, num_cpus=n_stages * (args.threads or 1), num_gpus=n_stages) if gpus else \
             dict(n_nodes=n_stages, num_cpus=args.threads or 1)
