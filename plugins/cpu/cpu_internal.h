@@ -158,6 +158,12 @@ typedef struct cpu_vec_ops {
     void (*dots)(int64_t n, float *out, const float *x, const float *const *rows, int64_t m);
     /* y += sum_j p[j] * rows[j] over m rows of n floats (attention's P.V, y kept in registers) */
     void (*wsum)(int64_t n, float *y, const float *p, const float *const *rows, int64_t m);
+    /* dots and wsum for two query rows at once (each row's sums in the same order as the one-row
+     * forms, so a row's result does not depend on its pairing): each K or V row is loaded once */
+    void (*dots2)(int64_t n, float *out0, float *out1, const float *x0, const float *x1, const float *const *rows,
+                  int64_t m);
+    void (*wsum2)(int64_t n, float *y0, float *y1, const float *p0, const float *p1, const float *const *rows,
+                  int64_t m);
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
     void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
 } cpu_vec_ops;

@@ -111,33 +111,60 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
                     vrow[nl] = vrow[jj];
                     nl++;
                 }
-            for (int64_t r = 0; r < rows; r++) {
-                float *s = sc + r * FA_KB;
-                /* this row's live keys in the block: only those are dotted (a causal tile's
-                 * earlier queries see a prefix of the tile's keys) */
-                int64_t nr = nl;
-                if (mr[r])
-                    while (nr > 0 && mr[r][j0 + idx[nr - 1]] == -INFINITY) nr--;
-                if (nr == 0) continue;
-                /* scores */
-                vo->dots(D, s, qr[r], krow, nr);
-                for (int64_t l = 0; l < nr; l++) {
-                    float x = s[l] * scale;
-                    if (softcap != 0.0f) x = softcap * tanhf(x);
-                    s[l] = mr[r] ? x + slope[r] * mr[r][j0 + idx[l]] : x;
+            /* identity compaction (every key of the block live for some row): the mask slice is
+             * contiguous, so the scale and the mask add run vectorised where that is exact */
+            const int contiguous = nl == nb;
+            for (int64_t r = 0; r < rows;) {
+                /* each row's live keys in the block: only those enter its softmax (a causal
+                 * tile's earlier queries see a prefix of the tile's keys) */
+                const int pair = r + 1 < rows;
+                int64_t nr[2] = {nl, pair ? nl : 0};
+                for (int k = 0; k <= pair; k++)
+                    if (mr[r + k])
+                        while (nr[k] > 0 && mr[r + k][j0 + idx[nr[k] - 1]] == -INFINITY) nr[k]--;
+                const int64_t nmax = nr[0] > nr[1] ? nr[0] : nr[1];
+                if (nmax == 0) {
+                    r += 1 + pair;
+                    continue;
                 }
-                /* online softmax update, once per block and row */
-                const float bm = vo->max(nr, s);
-                if (bm == -INFINITY) continue; /* the whole block is masked for this row */
-                if (bm > mx[r]) {
-                    const float rr = mx[r] == -INFINITY ? 0.0f : expf(mx[r] - bm);
-                    if (rr != 1.0f) vo->scale(Dv, acc + r * pad16(Dv), acc + r * pad16(Dv), rr, 0.0f);
-                    sum[r] *= rr;
-                    mx[r] = bm;
+                /* scores: two rows share each K row load (a score past a row's own keys is unused) */
+                if (pair) vo->dots2(D, sc + r * FA_KB, sc + (r + 1) * FA_KB, qr[r], qr[r + 1], krow, nmax);
+                else vo->dots(D, sc + r * FA_KB, qr[r], krow, nmax);
+                int live[2] = {0, 0};
+                for (int k = 0; k <= pair; k++) {
+                    const int64_t rr = r + k, n = nr[k];
+                    float *s = sc + rr * FA_KB;
+                    if (n == 0) continue;
+                    if (contiguous && softcap == 0.0f && slope[rr] == 1.0f) {
+                        vo->scale(n, s, s, scale, 0.0f);
+                        if (mr[rr]) vo->add(n, s, s, mr[rr] + j0);
+                    } else {
+                        for (int64_t l = 0; l < n; l++) {
+                            float x = s[l] * scale;
+                            if (softcap != 0.0f) x = softcap * tanhf(x);
+                            s[l] = mr[rr] ? x + slope[rr] * mr[rr][j0 + idx[l]] : x;
+                        }
+                    }
+                    /* online softmax update, once per block and row */
+                    const float bm = vo->max(n, s);
+                    if (bm == -INFINITY) continue; /* the whole block is masked for this row */
+                    if (bm > mx[rr]) {
+                        const float rs = mx[rr] == -INFINITY ? 0.0f : expf(mx[rr] - bm);
+                        if (rs != 1.0f) vo->scale(Dv, acc + rr * pad16(Dv), acc + rr * pad16(Dv), rs, 0.0f);
+                        sum[rr] *= rs;
+                        mx[rr] = bm;
+                    }
+                    sum[rr] += vo->exp_sum(n, s, s, mx[rr]); /* s now holds the weights */
+                    live[k] = 1;
                 }
-                sum[r] += vo->exp_sum(nr, s, s, mx[r]); /* s now holds the weights */
-                /* accumulate V */
-                vo->wsum(Dv, acc + r * pad16(Dv), s, vrow, nr);
+                /* accumulate V: two rows share each V row load when they weigh the same keys */
+                if (live[0] && live[1] && nr[0] == nr[1])
+                    vo->wsum2(Dv, acc + r * pad16(Dv), acc + (r + 1) * pad16(Dv), sc + r * FA_KB,
+                              sc + (r + 1) * FA_KB, vrow, nr[0]);
+                else
+                    for (int k = 0; k <= pair; k++)
+                        if (live[k]) vo->wsum(Dv, acc + (r + k) * pad16(Dv), sc + (r + k) * FA_KB, vrow, nr[k]);
+                r += 1 + pair;
             }
         }
         for (int64_t r = 0; r < rows; r++) {

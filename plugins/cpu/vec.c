@@ -86,6 +86,16 @@ static void s_wsum(int64_t n, float *y, const float *p, const float *const *rows
     for (int64_t j = 0; j < m; j++)
         if (p[j] != 0.0f) s_axpy(n, y, p[j], rows[j]);
 }
+static void s_dots2(int64_t n, float *o0, float *o1, const float *x0, const float *x1, const float *const *rows,
+                    int64_t m) {
+    s_dots(n, o0, x0, rows, m);
+    s_dots(n, o1, x1, rows, m);
+}
+static void s_wsum2(int64_t n, float *y0, float *y1, const float *p0, const float *p1, const float *const *rows,
+                    int64_t m) {
+    s_wsum(n, y0, p0, rows, m);
+    s_wsum(n, y1, p1, rows, m);
+}
 static void s_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = cpu_f16_to_f32(x[i]);
 }
@@ -112,6 +122,8 @@ const cpu_vec_ops cpu_vec_scalar = {
     /* .rot_pairs = */ s_rot_pairs,
     /* .dots = */ s_dots,
     /* .wsum = */ s_wsum,
+    /* .dots2 = */ s_dots2,
+    /* .wsum2 = */ s_wsum2,
     /* .f16_to_f32 = */ s_f16_to_f32,
     /* .f32_to_f16 = */ s_f32_to_f16,
 };

@@ -321,6 +321,93 @@ static void v_wsum(int64_t n, float *y, const float *p, const float *const *rows
         y[i] = a;
     }
 }
+/* four horizontal sums (the order v_dots uses) */
+static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+static void v_dots2(int64_t n, float *o0, float *o1, const float *x0, const float *x1, const float *const *rows,
+                    int64_t m) {
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+        const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 k0 = _mm256_loadu_ps(r0 + i), k1 = _mm256_loadu_ps(r1 + i);
+            const __m256 k2 = _mm256_loadu_ps(r2 + i), k3 = _mm256_loadu_ps(r3 + i);
+            const __m256 xa = _mm256_loadu_ps(x0 + i), xb = _mm256_loadu_ps(x1 + i);
+            a0 = _mm256_fmadd_ps(xa, k0, a0);
+            a1 = _mm256_fmadd_ps(xa, k1, a1);
+            a2 = _mm256_fmadd_ps(xa, k2, a2);
+            a3 = _mm256_fmadd_ps(xa, k3, a3);
+            b0 = _mm256_fmadd_ps(xb, k0, b0);
+            b1 = _mm256_fmadd_ps(xb, k1, b1);
+            b2 = _mm256_fmadd_ps(xb, k2, b2);
+            b3 = _mm256_fmadd_ps(xb, k3, b3);
+        }
+        float t[4], u[4];
+        _mm_storeu_ps(t, hsum4(a0, a1, a2, a3));
+        _mm_storeu_ps(u, hsum4(b0, b1, b2, b3));
+        for (; i < n; i++) {
+            t[0] += x0[i] * r0[i], t[1] += x0[i] * r1[i], t[2] += x0[i] * r2[i], t[3] += x0[i] * r3[i];
+            u[0] += x1[i] * r0[i], u[1] += x1[i] * r1[i], u[2] += x1[i] * r2[i], u[3] += x1[i] * r3[i];
+        }
+        for (int k = 0; k < 4; k++) o0[j + k] = t[k], o1[j + k] = u[k];
+    }
+    for (; j < m; j++) {
+        o0[j] = v_dot_f32(n, x0, rows[j]);
+        o1[j] = v_dot_f32(n, x1, rows[j]);
+    }
+}
+static void v_wsum2(int64_t n, float *y0, float *y1, const float *p0, const float *p1, const float *const *rows,
+                    int64_t m) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 a0 = _mm256_loadu_ps(y0 + i), a1 = _mm256_loadu_ps(y0 + i + 8);
+        __m256 a2 = _mm256_loadu_ps(y0 + i + 16), a3 = _mm256_loadu_ps(y0 + i + 24);
+        __m256 b0 = _mm256_loadu_ps(y1 + i), b1 = _mm256_loadu_ps(y1 + i + 8);
+        __m256 b2 = _mm256_loadu_ps(y1 + i + 16), b3 = _mm256_loadu_ps(y1 + i + 24);
+        for (int64_t j = 0; j < m; j++) {
+            const __m256 pa = _mm256_set1_ps(p0[j]), pb = _mm256_set1_ps(p1[j]);
+            const float *r = rows[j] + i;
+            const __m256 v0 = _mm256_loadu_ps(r), v1 = _mm256_loadu_ps(r + 8);
+            const __m256 v2 = _mm256_loadu_ps(r + 16), v3 = _mm256_loadu_ps(r + 24);
+            a0 = _mm256_fmadd_ps(pa, v0, a0);
+            a1 = _mm256_fmadd_ps(pa, v1, a1);
+            a2 = _mm256_fmadd_ps(pa, v2, a2);
+            a3 = _mm256_fmadd_ps(pa, v3, a3);
+            b0 = _mm256_fmadd_ps(pb, v0, b0);
+            b1 = _mm256_fmadd_ps(pb, v1, b1);
+            b2 = _mm256_fmadd_ps(pb, v2, b2);
+            b3 = _mm256_fmadd_ps(pb, v3, b3);
+        }
+        _mm256_storeu_ps(y0 + i, a0);
+        _mm256_storeu_ps(y0 + i + 8, a1);
+        _mm256_storeu_ps(y0 + i + 16, a2);
+        _mm256_storeu_ps(y0 + i + 24, a3);
+        _mm256_storeu_ps(y1 + i, b0);
+        _mm256_storeu_ps(y1 + i + 8, b1);
+        _mm256_storeu_ps(y1 + i + 16, b2);
+        _mm256_storeu_ps(y1 + i + 24, b3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(y0 + i), b0 = _mm256_loadu_ps(y1 + i);
+        for (int64_t j = 0; j < m; j++) {
+            const __m256 v = _mm256_loadu_ps(rows[j] + i);
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), v, a0);
+            b0 = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), v, b0);
+        }
+        _mm256_storeu_ps(y0 + i, a0);
+        _mm256_storeu_ps(y1 + i, b0);
+    }
+    for (; i < n; i++) {
+        float a = y0[i], b = y1[i];
+        for (int64_t j = 0; j < m; j++) a += p0[j] * rows[j][i], b += p1[j] * rows[j][i];
+        y0[i] = a;
+        y1[i] = b;
+    }
+}
 static void v_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16(x + i));
@@ -352,6 +439,8 @@ const cpu_vec_ops cpu_vec_avx2 = {
     /* .rot_pairs = */ v_rot_pairs,
     /* .dots = */ v_dots,
     /* .wsum = */ v_wsum,
+    /* .dots2 = */ v_dots2,
+    /* .wsum2 = */ v_wsum2,
     /* .f16_to_f32 = */ v_f16_to_f32,
     /* .f32_to_f16 = */ v_f32_to_f16,
 };
