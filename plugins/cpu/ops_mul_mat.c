@@ -28,7 +28,7 @@ static int64_t gemm_min_n(int32_t type) {
 
 typedef struct mm_plan {
     int use_gemm;
-    int qgemm;          /* integer GEMM over 8-row panels: q4_0 (q8_0 activations + block sums), q4_K (q8_K), q8_0 (q8_0) */
+    int qgemm;          /* integer GEMM over 8-row panels: q4_0 (q8_0 activations + block sums), q4_K and q6_K (q8_K), q8_0 (q8_0) */
     int aux;            /* phase 1 also writes per-block float scales and sums of the q8_0 rows */
     int generic;        /* src0 rows strided or without vec_dot: load rows as f32, f32 dot */
     int32_t vdt;        /* type the src1 rows are converted to */
@@ -54,11 +54,13 @@ static mm_plan mm_choose(const pyg_tensor *node, int simd, int reference) {
     p.use_gemm = simd && !reference && rows_contig && s1->ne[1] >= gemm_min_n(s0->type);
 #ifdef QUANT_HAVE_X86
     p.qgemm = simd && !reference && !p.generic &&
-              (s0->type == PYG_TYPE_Q4_0 || s0->type == PYG_TYPE_Q4_K || s0->type == PYG_TYPE_Q8_0) &&
+              (s0->type == PYG_TYPE_Q4_0 || s0->type == PYG_TYPE_Q4_K || s0->type == PYG_TYPE_Q8_0 ||
+               s0->type == PYG_TYPE_Q6_K) &&
               s1->ne[1] >= QGEMM_MIN_N && s0->ne[1] >= 8;
     if (p.qgemm) p.use_gemm = 0;
-    /* the q4_0 8-row kernels (GEMM, and mat-vec over repacked weights) read the block sums */
-    p.aux = simd && !reference && !p.generic && s0->type == PYG_TYPE_Q4_0;
+    /* the q4_0 8-row kernels (GEMM, and mat-vec over repacked weights) and the VNNI q8_0 GEMM read
+     * the activation blocks' sums */
+    p.aux = simd && !reference && !p.generic && (s0->type == PYG_TYPE_Q4_0 || (p.qgemm && s0->type == PYG_TYPE_Q8_0));
 #endif
     p.vdt = (p.use_gemm || p.generic) ? PYG_TYPE_F32 : tf0->vec_dot_type;
     p.convert = !(p.vdt == PYG_TYPE_F32 && s1->type == PYG_TYPE_F32 && s1->nb[0] == 4);
@@ -79,24 +81,31 @@ size_t cpu_mul_mat_thread_size(const pyg_tensor *node, int simd, int reference) 
     if (p.use_gemm) s += cpu_gemm_wsize();
 #ifdef QUANT_HAVE_X86
     if (p.qgemm)
-        s += node->src[0]->type == PYG_TYPE_Q4_K   ? (size_t)(node->src[0]->ne[0] / QK_SUPER) * QUANT_Q4_KX8_BLOCK + 64
-             : node->src[0]->type == PYG_TYPE_Q8_0 ? (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q8_0X8_BLOCK + 64
-                                                   : (size_t)(node->src[0]->ne[0] / QK_32) * QUANT_Q4_0X8_BLOCK + 64;
+    {
+        const int32_t t = node->src[0]->type;
+        const int64_t K = node->src[0]->ne[0];
+        s += t == PYG_TYPE_Q4_K   ? (size_t)(K / QK_SUPER) * QUANT_Q4_KX8_BLOCK + 64
+             : t == PYG_TYPE_Q6_K ? (size_t)(K / QK_SUPER) * QUANT_Q6_KX8_BLOCK + 64
+             : t == PYG_TYPE_Q8_0 ? (size_t)(K / QK_32) * QUANT_Q8_0X8_BLOCK + 64
+                                  : (size_t)(K / QK_32) * QUANT_Q4_0X8_BLOCK + 64;
+        if (t != PYG_TYPE_Q6_K) /* the VNNI tiles' expanded panel, past the panel */
+            s += quant_x8_expand_bytes(t, K / (t == PYG_TYPE_Q4_K ? QK_SUPER : QK_32)) + 64;
+    }
 #endif
     return s;
 }
 
 #ifdef QUANT_HAVE_X86
-/* q4_0 / q4_K / q8_0 prefill: work items are (batch, panel of 8 weight rows); a panel is the weight's
+/* q4_0 / q4_K / q8_0 / q6_K prefill: work items are (batch, panel of 8 weight rows); a panel is the weight's
  * repacked copy (repack.c; q4_0, q4_K) or repacked here once into this thread's scratch, and is met by every
- * activation row, 4 at a time. Rows past the last full panel (M % 8) go through the multi-row
+ * activation row, 4 at a time (8 with the AVX512-VNNI tiles of q4_K and q6_K). Rows past the last full panel (M % 8) go through the multi-row
  * kernel. Which kernel computes an output depends only on its position, so results do not depend
  * on the thread count. */
 static void mul_mat_x8_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan *p, const cpu_rows *b) {
     const pyg_tensor *s0 = node->src[0], *s1 = node->src[1];
-    const int q4k = s0->type == PYG_TYPE_Q4_K, q8 = s0->type == PYG_TYPE_Q8_0;
-    const int64_t K = s0->ne[0], M = s0->ne[1], nb = K / (q4k ? QK_SUPER : QK_32);
-    const size_t gb = q4k ? QUANT_Q4_KX8_BLOCK : q8 ? QUANT_Q8_0X8_BLOCK : QUANT_Q4_0X8_BLOCK;
+    const int q4k = s0->type == PYG_TYPE_Q4_K, q8 = s0->type == PYG_TYPE_Q8_0, q6k = s0->type == PYG_TYPE_Q6_K;
+    const int64_t K = s0->ne[0], M = s0->ne[1], nb = K / (q4k || q6k ? QK_SUPER : QK_32);
+    const size_t gb = q4k ? QUANT_Q4_KX8_BLOCK : q6k ? QUANT_Q6_KX8_BLOCK : q8 ? QUANT_Q8_0X8_BLOCK : QUANT_Q4_0X8_BLOCK;
     const int64_t N = s1->ne[1], B2 = s1->ne[2], B3 = s1->ne[3];
     const int64_t r2 = B2 / s0->ne[2], r3 = B3 / s0->ne[3];
     const int64_t npc = (M + 7) / 8, nchunks = npc * B2 * B3;
@@ -104,6 +113,9 @@ static void mul_mat_x8_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan 
     char *panel = (char *)(((uintptr_t)ctx->wdata + (size_t)(K + 16) * sizeof(float) * 2 + 63) & ~(uintptr_t)63);
     quant_mm_kernels qk;
     quant_mm_kernels_get(s0->type, QUANT_ISA_AVX2, &qk);
+    /* AVX512-VNNI tiles take 8 activation rows at a time (same panels, same results) */
+    const int vnni = ctx->isa >= QUANT_ISA_AVX512 && quant_cpu_has_avx512() >= 2;
+    const int ncol = vnni ? QUANT_GEMM_VNNI_NC : 4;
     for (int64_t c = cpu_next_chunk(ctx); c < nchunks; c = cpu_next_chunk(ctx)) {
         const int64_t bi = c / npc, m0 = (c % npc) * 8;
         const int64_t i2 = bi % B2, i3 = bi / B2, j2 = i2 / r2, j3 = i3 / r3;
@@ -112,30 +124,45 @@ static void mul_mat_x8_gemm(const pyg_tensor *node, cpu_ctx *ctx, const mm_plan 
         const int64_t rbase = N * (i2 + B2 * i3); /* activation row index of column 0 (aux) */
         if (m0 + 8 <= M) {
             const char *pa = panel;
-            if (ctx->repack && !q8) /* the weight's cached copy (src0 then has one batch) */
+            if (ctx->repack && !q8 && !q6k) /* the weight's cached copy (src0 then has one batch) */
                 pa = (const char *)ctx->repack + (size_t)(m0 / 8) * (size_t)nb * gb;
+            else if (q6k)
+                quant_q6_K_repack8(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             else if (q8)
                 quant_q8_0_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             else if (q4k)
                 quant_q4_K_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
             else
                 quant_q4_0_repack8_avx2(cpu_row_ptr(s0, m0, j2, j3), (size_t)s0->nb[1], nb, panel);
-            for (int64_t n = 0; n < N; n += 4) {
-                const int nc = N - n < 4 ? (int)(N - n) : 4;
-                const void *y[4];
-                const float *dy[4];
-                const int32_t *s8[4];
-                float *dst[4];
+            if (vnni && !q6k) { /* the values as bytes, once per panel (past the panel in the scratch) */
+                char *ex = (char *)(((uintptr_t)panel + (size_t)nb * gb + 63) & ~(uintptr_t)63);
+                if (q4k) quant_q4_Kx8_expand_vnni(nb, pa, ex);
+                else if (q8) quant_q8_0x8_expand_vnni(nb, pa, ex);
+                else quant_q4_0x8_expand_vnni(nb, pa, ex);
+                pa = ex;
+            }
+            for (int64_t n = 0; n < N; n += ncol) {
+                const int nc = N - n < ncol ? (int)(N - n) : ncol;
+                const void *y[QUANT_GEMM_VNNI_NC];
+                const float *dy[QUANT_GEMM_VNNI_NC];
+                const int32_t *s8[QUANT_GEMM_VNNI_NC];
+                float *dst[QUANT_GEMM_VNNI_NC];
                 for (int k = 0; k < nc; k++) {
                     y[k] = ybase + (size_t)(n + k) * b->s1;
                     dst[k] = (float *)(dbase + (n + k) * (int64_t)node->nb[1]) + m0;
-                    if (!q4k && !q8) {
+                    if (!q4k && !q6k && (!q8 || vnni)) {
                         dy[k] = aux + (size_t)(rbase + n + k) * nb * 2;
                         s8[k] = (const int32_t *)(dy[k] + nb);
                     }
                 }
-                if (q4k)
+                if (vnni) {
+                    if (q4k) quant_q4_Kx8_gemm8_vnni(nb, pa, y, dst, nc);
+                    else if (q6k) quant_q6_Kx8_gemm8_vnni(nb, pa, y, dst, nc);
+                    else quant_q_x8_gemm8_vnni(s0->type, nb, pa, y, dy, s8, dst, nc); /* q4_0, q8_0 */
+                } else if (q4k)
                     quant_q4_Kx8_gemm4_avx2(nb, pa, y, dst, nc);
+                else if (q6k)
+                    quant_q6_Kx8_gemm4_avx2(nb, pa, y, dst, nc);
                 else if (q8)
                     quant_q8_0x8_gemm4_avx2(nb, pa, y, dst, nc);
                 else

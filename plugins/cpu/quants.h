@@ -195,6 +195,24 @@ void quant_q4_K_repack8_avx2(const void *x, size_t row_stride, int64_t nb, void 
 void quant_q4_Kx8_gemv_avx2(int64_t nb, const void *panel, const void *y, float *dst);
 void quant_q4_Kx8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc);
 void quant_q8_0_block_sums_avx2(const void *y, int64_t nb, float *dy, int32_t *s8);
+/* The same tiles for up to 8 activation rows with AVX512-VNNI (gemm_vnni.c; only where
+ * quant_cpu_has_avx512() == 2): the same panels and activation rows, the same floats out. */
+#define QUANT_GEMM_VNNI_NC 8
+void quant_q4_Kx8_gemm8_vnni(int64_t nb, const void *expanded_panel, const void *const *y, float *const *dst, int nc);
+/* the q4_Kx8 / q4_0x8 / q8_0x8 panels with their values as unsigned bytes, which the gemm8 tiles
+ * read (gemm_vnni.c); quant_x8_expand_bytes: the expanded size of nb blocks of a type */
+void quant_q4_Kx8_expand_vnni(int64_t nb, const void *panel, void *dst);
+void quant_q4_0x8_expand_vnni(int64_t nb, const void *panel, void *dst);
+void quant_q8_0x8_expand_vnni(int64_t nb, const void *panel, void *dst);
+size_t quant_x8_expand_bytes(int32_t type, int64_t nb);
+/* q4_0 / q8_0 (type) over expanded panels; dy / s8 as for quant_q4_0x8_gemm4_avx2 (q8_0 too) */
+void quant_q_x8_gemm8_vnni(int32_t type, int64_t nb, const void *expanded, const void *const *y,
+                           const float *const *dy, const int32_t *const *s8, float *const *dst, int nc);
+/* q6_K with 8 rows interleaved (layout in gemm_q6k.c; values decoded to bytes); activations q8_K. */
+#define QUANT_Q6_KX8_BLOCK 2448
+void quant_q6_K_repack8(const void *x, size_t row_stride, int64_t nb, void *dst);
+void quant_q6_Kx8_gemm4_avx2(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc);
+void quant_q6_Kx8_gemm8_vnni(int64_t nb, const void *panel, const void *const *y, float *const *dst, int nc);
 #endif
 /* 1 when the AVX-512 F/BW/VL/DQ (+F16C, FMA) kernels may run; 2 when AVX512-VNNI is there too. */
 int quant_cpu_has_avx512(void);
