@@ -10,6 +10,7 @@
 
 #define FA_KB 64 /* keys per block */
 #define FA_QT 8  /* queries per task: a block's K/V rows are converted once for all of them */
+#define FA_PREFETCH 16 /* keys ahead whose K/V rows are prefetched */
 
 static inline int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
@@ -35,6 +36,7 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
     const int k_f16 = k->type == PYG_TYPE_F16 && k->nb[0] == 2, k_f32 = k->type == PYG_TYPE_F32 && k->nb[0] == 4;
     const int v_f16 = v->type == PYG_TYPE_F16 && v->nb[0] == 2, v_f32 = v->type == PYG_TYPE_F32 && v->nb[0] == 4;
     const int mask_per_head = mask && mask->ne[2] > 1;
+    const int64_t krow_bytes = D * (int64_t)k->nb[0], vrow_bytes = Dv * (int64_t)v->nb[0];
     const int64_t rows_max = group * FA_QT; /* (query of the tile, head of the group) rows per task */
 
     /* scratch, per row: q, accumulator, block scores, mask row, max, sum; then a block of K and V */
@@ -94,6 +96,12 @@ void cpu_op_flash_attn(const pyg_tensor *node, cpu_ctx *ctx) {
                 live++;
                 const int64_t j = j0 + jj;
                 const char *kp = cpu_row_ptr(k, j, hk, bk), *vp = cpu_row_ptr(v, j, hk, bv);
+                if (j + FA_PREFETCH < n_kv) { /* rows of one head lie a whole cache row apart: the hardware
+                                               * prefetchers miss them, the next ones are asked for here */
+                    const char *kn = cpu_row_ptr(k, j + FA_PREFETCH, hk, bk), *vn = cpu_row_ptr(v, j + FA_PREFETCH, hk, bv);
+                    for (int64_t o = 0; o < krow_bytes; o += 64) __builtin_prefetch(kn + o);
+                    for (int64_t o = 0; o < vrow_bytes; o += 64) __builtin_prefetch(vn + o);
+                }
                 if (k_f32) krow[jj] = (const float *)kp;
                 else if (k_f16) vo->f16_to_f32((const uint16_t *)kp, kblk + jj * pad16(D), D), krow[jj] = kblk + jj * pad16(D);
                 else krow[jj] = cpu_load_row(k, j, hk, bk, kblk + jj * pad16(D));
