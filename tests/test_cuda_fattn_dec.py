@@ -4,12 +4,19 @@ folded merge) and is checked against a double-precision reference by plugins/cud
 fattn_dec_host.cpp, over head sizes, grouped-query widths, split counts (the multiprocessor count
 sets them), masks with holes (hidden cells hold NaN, so reading one fails), the sparse path, softcap,
 ALiBi, several query rows and batches, and the int8 activations it writes for the next mat-vec.
-On a GPU the same kernel is checked by the op suite and test_cuda_build.py."""
+On a CUDA device (skipped without one) the kernel and the older split + merge kernels it replaces are
+checked with each setting of the device options fa_decode and fa_sparse: the op over K/V views of a
+model-like cache whose cells past the view hold NaN, and a model's logits at depth against the
+float64 reference (the op suite's threshold, 5e-4)."""
+import contextlib
 import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
+
+from _cuda import cuda_device as _cuda_device, nmse as _nmse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -68,3 +75,96 @@ def test_unsupported_shapes_are_left_to_the_other_kernels(harness):
     assert rc == 3 and "not usable" in out
     rc, out = _run(harness, 64, 3, 2, 1, 1, 100, 128, "none", 0, 132)     # 3 heads per kv head
     assert rc == 3
+
+
+# ---------------------------------------------------------------- on a CUDA device
+
+FA_OPTIONS = [(1, 0), (1, 1), (0, 0), (0, 1)]          # (fa_decode, fa_sparse); the defaults are (1, 0)
+
+
+@contextlib.contextmanager
+def _fa_options(pg, dev, fa_decode, fa_sparse):
+    """The options for plans made inside the block (a new Scheduler per run makes new plans)."""
+    d = pg.get_device(dev)
+    try:
+        d.set_option("fa_decode", str(fa_decode))
+        d.set_option("fa_sparse", str(fa_sparse))
+        yield
+    finally:
+        d.set_option("fa_decode", "1")
+        d.set_option("fa_sparse", "0")
+
+
+def _mask(rng, kind, n_q, n_kv):
+    m = np.zeros((1, 1, n_q, n_kv), np.float32)
+    if kind.startswith("prefix:"):                      # the filled cells, causal over the query rows
+        p = int(kind.split(":")[1])
+        for i in range(n_q):
+            m[0, 0, i, p - n_q + 1 + i:] = -np.inf
+    else:                                               # holes:F
+        m[rng.random(m.shape) < float(kind.split(":")[1])] = -np.inf
+        m[..., 0] = 0.0
+    return m.astype(np.float16)
+
+
+@pytest.mark.parametrize("fa_decode,fa_sparse", FA_OPTIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize("D,H,Hkv,n_q,n_kv,n_ctx,kind", [
+    (64, 32, 8, 1, 4096, 4352, "prefix:4000"),          # the 1b layout at depth
+    (128, 32, 32, 1, 1024, 1280, "prefix:1000"),        # the 7b layout
+    (128, 8, 2, 1, 3000, 3072, "holes:0.7"),            # holes: the sparse path's case
+    (64, 8, 2, 4, 640, 768, "prefix:600"),              # several query rows
+    (128, 4, 4, 1, 8192, 8192, "prefix:8100"),          # past the sparse path's 4096 cells
+])
+def test_decode_flash_attention_on_cuda(fa_decode, fa_sparse, D, H, Hkv, n_q, n_kv, n_ctx, kind):
+    pg, dev = _cuda_device()
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D + H + n_kv)
+    kc = rng.standard_normal((n_ctx, Hkv * D)).astype(np.float16)
+    vc = rng.standard_normal((n_ctx, Hkv * D)).astype(np.float16)
+    kc[n_kv:] = vc[n_kv:] = np.nan                      # past the view: never read
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    mv = _mask(rng, kind, n_q, n_kv)
+    g = pg.Graph()
+    q, ks, vs, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kc), ("v", vc), ("m", mv)))
+    st = (n_kv * Hkv * D * 2, D * 2, Hkv * D * 2, 2)
+    k, v = pg.view(ks, (1, Hkv, n_kv, D), st), pg.view(vs, (1, Hkv, n_kv, D), st)
+    scale = 1.0 / np.sqrt(D)
+    y = pg.flash_attn_ext(q, k, v, m, scale=scale)
+    with _fa_options(pg, dev, fa_decode, fa_sparse):
+        out = pg.Scheduler([dev]).compute(y, {"q": qv, "k": kc, "v": vc, "m": mv})
+    k64 = kc[:n_kv].astype(np.float64).reshape(n_kv, Hkv, D).transpose(1, 0, 2)[None]
+    v64 = vc[:n_kv].astype(np.float64).reshape(n_kv, Hkv, D).transpose(1, 0, 2)[None]
+    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv.astype(np.float64), scale, 0.0, 0.0)
+    assert np.isfinite(out).all()
+    assert _nmse(out, ref) < 5e-4
+
+
+@pytest.fixture(scope="module")
+def depth_model(tmp_path_factory):
+    """A model with 64-wide heads (the decode kernel's), 1040 tokens and their float64 logits."""
+    from test_llama import _weights64, reference_logits, write_custom_model
+    path = write_custom_model(str(tmp_path_factory.mktemp("fattn_model") / "c.gguf"), seed=11, d=256, H=4, Hkv=2,
+                              ff=256, nv=300, qk_std=0.2)
+    toks = [int(t) for t in np.random.default_rng(11).integers(0, 300, 1040)]
+    meta, W = _weights64(path)
+    return path, toks, reference_logits(meta, W, toks)
+
+
+@pytest.mark.parametrize("fa_decode,fa_sparse", FA_OPTIONS, ids=lambda v: str(v))
+def test_model_decode_at_depth_on_cuda(depth_model, fa_decode, fa_sparse):
+    """The model prefilled to 1000 cells, then decoding across the next extent: every step's logits
+    against the float64 reference, with each option setting (q/k weights of std 0.2: peaked
+    attention; on the CPU this model stays under 7e-5)."""
+    pg, dev = _cuda_device()
+    import pyggml.models as models
+    from test_llama import NMSE_LIMIT, nmse
+    path, toks, ref = depth_model
+    with _fa_options(pg, dev, fa_decode, fa_sparse):
+        m = models.load(path, devices=[dev, "cpu"], n_ctx=1280, progress=False)
+        try:
+            errs = [nmse(m.prefill(toks[:1000]), ref[999])]
+            errs += [nmse(m.decode(t), ref[1000 + j]) for j, t in enumerate(toks[1000:])]   # extents 1024, 1280
+            assert {k[2] for k in m._forwards if k[0] == 1} >= {1024, 1280}
+        finally:
+            m.close()
+    assert max(errs) < NMSE_LIMIT, ["%.1e" % e for e in errs]
