@@ -11,7 +11,7 @@ import pytest
 
 import pyggml as pg
 from pyggml import models
-from pyggml.models import placement
+from pyggml.models import llama, placement
 
 from test_llama import write_custom_model
 
@@ -79,6 +79,31 @@ def test_partial_offload_and_tensor_split(tdm, model_path, cpu_logits):
     assert layers == ["tdm:0", "tdm:1", "tdm:1", "tdm:1"]
     for g, want in zip(got, cpu_logits):
         assert np.array_equal(g, want)
+
+
+def test_split_attends_the_filled_cells_only(tdm, model_path, monkeypatch):
+    """Small extents (KV_PAD 8) in a 128-cell context: the 40-token prompt's five 8-token micro-batches
+    run through one forward attending the 64 cells its last chunk needs (the mask fed to both
+    devices), decode crosses the 48-, 56- and 64-cell extents; the split gives the CPU's logits bit
+    for bit, with the same forwards."""
+    monkeypatch.setattr(llama, "KV_PAD", 8)
+    rng = np.random.default_rng(4)
+    toks = [int(t) for t in rng.integers(0, 300, 60)]
+
+    def run(devices):
+        m = models.load(model_path, devices=devices, n_ctx=128, n_batch=8, progress=False, n_threads=THREADS)
+        try:
+            return [m.prefill(toks[:40])] + [m.decode(t) for t in toks[40:]], sorted(m._forwards)
+        finally:
+            m.close()
+
+    want, fw = run(["cpu"])
+    got, fw_split = run(["tdm:0", "tdm:1"])
+    assert fw == fw_split and [k for k in fw if k[0] == 8] == [(8, False, 64)]
+    assert {k[2] for k in fw if k[0] == 1} >= {48, 56, 64}
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    assert tb.sanitizer_report(tdm.devices[0]) == ""
 
 
 def test_plan_places_layers_caches_and_output(tdm, model_path):

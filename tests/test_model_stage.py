@@ -31,11 +31,18 @@ def _through(stages, x, all_logits=False):
     return x
 
 
-@pytest.mark.parametrize("cuts", [(0, 2, 4), (0, 1, 3, 4), (0, 4)])
-def test_chained_stages_give_the_model_logits(path, cuts):
+@pytest.mark.parametrize("cuts,kv_pad", [((0, 2, 4), None), ((0, 1, 3, 4), None), ((0, 4), None), ((0, 2, 4), 8)])
+def test_chained_stages_give_the_model_logits(path, cuts, kv_pad, monkeypatch):
+    """kv_pad 8 in a 128-cell context: the model attends 32 cells for its two 16-token chunks (one
+    pipelined group), a stage 16 then 32 for them (one at a time), decode 48: the same bits."""
+    kw = dict(KW)
+    if kv_pad:
+        from pyggml.models import llama
+        monkeypatch.setattr(llama, "KV_PAD", kv_pad)
+        kw["n_ctx"] = 128
     toks = [int(t) for t in np.random.default_rng(0).integers(0, 512, 43)]
-    m = models.load(path, **KW)
-    stages = [models.load(path, layers=(a, b), **KW) for a, b in zip(cuts, cuts[1:])]
+    m = models.load(path, **kw)
+    stages = [models.load(path, layers=(a, b), **kw) for a, b in zip(cuts, cuts[1:])]
     try:
         want = [m.prefill(toks[:40], all_logits=True)] + [m.decode(t) for t in toks[40:]]
         got, i = [], 0
@@ -47,6 +54,10 @@ def test_chained_stages_give_the_model_logits(path, cuts):
         got += [_through(stages, np.array([t]))[0] for t in toks[40:]]
         for g, w in zip(got, want):
             assert np.array_equal(g, w)
+        if kv_pad:
+            assert sorted(k for k in m._forwards if k[0] > 1) == [(8, True, 64), (16, True, 32)]
+            assert sorted(k for k in stages[-1]._forwards if k[0] > 1) == [(8, True, 64), (16, True, 16),
+                                                                          (16, True, 32)]
         assert sum(s.weight_bytes for s in stages) == m.weight_bytes       # each weight in one stage
         assert [s.n_past for s in stages] == [43] * len(stages)
     finally:
