@@ -11,8 +11,9 @@ timed). Every test: one warm-up run, then `reps` timed runs; mean ± sd of token
 medians. The model loads once with n_ctx = max(D + max(P, N)) padded to 256 (or --n-ctx) and the
 context goes back to its D depth tokens before each run (the cells past D are dropped, as
 llama.cpp's eval drops the cells past n_tokens). With the in-process peer the two engines
-alternate run by run (warm-ups first), so both see the same load on a shared machine. Also measured: the load (time and peak resident
-memory against the file size: weights go from the mmap to the device buffers without a host copy),
+alternate run by run (warm-ups first), so both see the same load on a shared machine. Also
+measured: the load (time and peak resident memory against the file size: weights go from the mmap
+to the device buffers without a host copy),
 time to first token (cold: the first prefill after load, with its planning; warm: a prefill of P
 tokens with its last-token logits read back), host synchronizations and host time per decoded token
 (Scheduler.last_run), and the overall peak RSS.
@@ -20,6 +21,10 @@ The llama.cpp peer runs the same tests on the same file: on the CPU through llam
 same process (same thread count and n_ctx, flash attention on) when it is importable; anywhere
 through a llama-bench binary given with --llama-bench (`-fa 1`, `-ngl 99` for GPU devices, `-d` for
 depth; its own n_ctx per test, as llama-bench sizes it).
+Several devices: the layers split by free memory or -ts, prefill micro-batches of -ub tokens pipelined
+over them; the layer ranges and each device's memory are reported. -O DEVICE:KEY=VALUE (the CLI's)
+sets device options before anything runs; the JSON records them. --ray ADDRESS: the model as
+pipeline stages (pyggml/dist/bench.py; one -p, one -n, no --depth).
 Results: a Markdown table on stdout, a JSON file under bench/results/ (machine and commit included).
 """
 from __future__ import annotations
