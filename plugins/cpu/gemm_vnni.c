@@ -5,18 +5,26 @@
  * registers of AVX-512 hold eight activation rows' accumulators at once, so each weight vector
  * loaded serves eight columns instead of four.
  *
- * Panels are the AVX2 kernels' (quants_avx2.c), q4_Kx8 with its nibbles split into bytes once per
+ * Panels are the AVX2 kernels' (quants_avx2_x8.c), q4_Kx8 with its nibbles split into bytes once per
  * panel (the tile then only loads and multiplies). The integer sums are exact and combined with
  * the scales in the AVX2 kernels' order, so a tile gives the same floats as the AVX2 one. Compiled for the baseline target: each function carries its
  * target attribute and runs only where quant_cpu_has_avx512() == 2.
  */
 #include "quants.h"
+#include "quants_avx2.h" /* q4_Kx8_block_acc: the AVX2 tile's tail */
 
 #ifdef QUANT_HAVE_X86
 #include <immintrin.h>
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define BCAST32(p) ({ int32_t v_; memcpy(&v_, (p), 4); _mm256_set1_epi32(v_); })
+
+/* the 64 nibbles of the 32 bytes at src as bytes 0..15: the low ones to lo, the high ones to hi */
+VNNI static inline void split_nibbles(const char *src, char *lo, char *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0xf), t = _mm256_loadu_si256((const __m256i *)src);
+    _mm256_storeu_si256((__m256i *)lo, _mm256_and_si256(t, m4));
+    _mm256_storeu_si256((__m256i *)hi, _mm256_and_si256(_mm256_srli_epi16(t, 4), m4));
+}
 
 /* ------------------------------------------------------------------ q4_K */
 /* The tile reads a panel of bytes: the q4_Kx8 panel's 160-byte head (d, dmin, scales, mins), then
@@ -25,18 +33,13 @@
 #define Q4_KX8B_BLOCK (160 + 2048)
 
 VNNI void quant_q4_Kx8_expand_vnni(int64_t nb, const void *panel, void *dst) {
-    const __m256i m4 = _mm256_set1_epi8(0xf);
     const char *pa = panel;
     char *o = dst;
     for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_KX8_BLOCK, o += Q4_KX8B_BLOCK) {
         memcpy(o, pa, 160);
         for (int c = 0; c < 4; c++)
-            for (int g = 0; g < 8; g++) {
-                const __m256i t = _mm256_loadu_si256((const __m256i *)(pa + 160 + 32 * (8 * c + g)));
-                _mm256_storeu_si256((__m256i *)(o + 160 + 32 * (16 * c + g)), _mm256_and_si256(t, m4));
-                _mm256_storeu_si256((__m256i *)(o + 160 + 32 * (16 * c + 8 + g)),
-                                    _mm256_and_si256(_mm256_srli_epi16(t, 4), m4));
-            }
+            for (int g = 0; g < 8; g++)
+                split_nibbles(pa + 160 + 32 * (8 * c + g), o + 160 + 32 * (16 * c + g), o + 160 + 32 * (16 * c + 8 + g));
     }
 }
 
@@ -58,20 +61,7 @@ __attribute__((always_inline)) VNNI static inline void q4_Kx8_tile_vnni(int64_t 
         }
         const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pa));
         const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pa + 16)));
-        for (int k = 0; k < NC; k++) {
-            /* the mins against the sub-blocks' activation sums, as the AVX2 tile computes them */
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yc[k][b].bsums),
-                                              _mm_loadu_si128((const __m128i *)(yc[k][b].bsums + 8)));
-            __m256i msum = _mm256_setzero_si256();
-            for (int pp = 0; pp < 4; pp++) {
-                const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(pa + 96 + 16 * pp)));
-                const __m256i w = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(bs), _mm256_set1_epi32(pp));
-                msum = _mm256_dpwssd_epi32(msum, mn, w);
-            }
-            const __m256 dy = _mm256_set1_ps(yc[k][b].d);
-            acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d8, dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(m8, dy), _mm256_cvtepi32_ps(msum), acc[k]);
-        }
+        for (int k = 0; k < NC; k++) acc[k] = q4_Kx8_block_acc(acc[k], pa, d8, m8, isum[k], &yc[k][b]); /* AVX2's tail */
     }
 }
 
@@ -97,16 +87,11 @@ VNNI void quant_q4_Kx8_gemm8_vnni(int64_t nb, const void *panel, const void *con
 #define Q8_0X8B_BLOCK (32 + 256)
 
 VNNI void quant_q4_0x8_expand_vnni(int64_t nb, const void *panel, void *dst) {
-    const __m256i m4 = _mm256_set1_epi8(0xf);
     const char *pa = panel;
     char *o = dst;
     for (int64_t b = 0; b < nb; b++, pa += QUANT_Q4_0X8_BLOCK, o += Q4_0X8B_BLOCK) {
         memcpy(o, pa, 16);
-        for (int j = 0; j < 4; j++) {
-            const __m256i t = _mm256_loadu_si256((const __m256i *)(pa + 16 + 32 * j));
-            _mm256_storeu_si256((__m256i *)(o + 16 + 32 * j), _mm256_and_si256(t, m4));
-            _mm256_storeu_si256((__m256i *)(o + 16 + 32 * (4 + j)), _mm256_and_si256(_mm256_srli_epi16(t, 4), m4));
-        }
+        for (int j = 0; j < 4; j++) split_nibbles(pa + 16 + 32 * j, o + 16 + 32 * j, o + 16 + 32 * (4 + j));
     }
 }
 

@@ -31,5 +31,25 @@ AVX2 static inline __m256i q4_0_unpack(const uint8_t *qs) {
     const __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xf)), _mm256_set1_epi8(8));
 }
+/* A q4_Kx8 panel block's contribution to one activation column: acc + d dy isum - dmin dy (the
+ * 8 rows' sub-block mins against the activation block's sub-block sums). pa: the block's head (8 d
+ * as f16, 8 dmin as f16, ..., at 96 the mins of sub-blocks 2p, 2p+1 for the 8 rows); d8, dmin8: its
+ * d and dmin as floats; isum: the rows' integer dot sums already scaled by the sub-block scales.
+ * The AVX2 tile (quants_avx2_x8.c) and the VNNI one (gemm_vnni.c) both end with it: the same floats. */
+AVX2 static inline __m256 q4_Kx8_block_acc(__m256 acc, const char *pa, __m256 d8, __m256 dmin8, __m256i isum,
+                                           const blk_q8_K *yb) {
+    /* sums of the 8 sub-blocks' activations, pairwise as 32-bit words (2p, 2p+1) */
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yb->bsums),
+                                      _mm_loadu_si128((const __m128i *)(yb->bsums + 8)));
+    __m256i msum = _mm256_setzero_si256();
+    for (int pp = 0; pp < 4; pp++) {
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(pa + 96 + 16 * pp)));
+        const __m256i w = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(bs), _mm256_set1_epi32(pp));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn, w));
+    }
+    const __m256 dy = _mm256_set1_ps(yb->d);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d8, dy), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin8, dy), _mm256_cvtepi32_ps(msum), acc);
+}
 #endif /* QUANT_HAVE_X86 */
 #endif

@@ -228,20 +228,7 @@ __attribute__((always_inline)) AVX2 static inline void q4_Kx8_tile(int64_t nb, c
         }
         const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pa));
         const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pa + 16)));
-        for (int k = 0; k < NC; k++) {
-            /* sums of the 8 sub-blocks' activations, pairwise as 32-bit words (2p, 2p+1) */
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yc[k][b].bsums),
-                                              _mm_loadu_si128((const __m128i *)(yc[k][b].bsums + 8)));
-            __m256i msum = _mm256_setzero_si256();
-            for (int pp = 0; pp < 4; pp++) {
-                const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(pa + 96 + 16 * pp)));
-                const __m256i w = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(bs), _mm256_set1_epi32(pp));
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn, w));
-            }
-            const __m256 dy = _mm256_set1_ps(yc[k][b].d);
-            acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d8, dy), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(m8, dy), _mm256_cvtepi32_ps(msum), acc[k]);
-        }
+        for (int k = 0; k < NC; k++) acc[k] = q4_Kx8_block_acc(acc[k], pa, d8, m8, isum[k], &yc[k][b]);
     }
 }
 #undef QKX8_BCAST
