@@ -15,7 +15,7 @@
 # (the NVIDIA ICD is libGLX_nvidia, which needs glvnd's dispatch libraries: without them the loader
 # reports VK_ERROR_INCOMPATIBLE_DRIVER, "no Vulkan driver (ICD) installed")
 #   cp pyggml/plugins/libpyggml-vulkan.so .gl/ && git rev-parse --short HEAD >.gl/COMMIT
-# then through the device tool (nvidia-h200): command "bash scripts/gpu_vulkan.sh", carry [".gl"],
+# then through the device tool (nvidia-h200): command "GPU_CHECK_COMMIT=<sha> bash scripts/gpu_vulkan.sh", carry [".gl"],
 # timeout_s 600. The .so must be built from the commit that runs (the script compares .gl/COMMIT
 # with the tree's own when .git travels, and records both).
 #
@@ -47,7 +47,9 @@ if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nv
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .gl/COMMIT 2>/dev/null || echo unknown)
+# the tree on the GPU machine may carry a stale .git: the caller's GPU_CHECK_COMMIT, else the carried
+# plugin's commit, names the tree
+COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
 export GPU_VK_COMMIT=$COMMIT
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
