@@ -196,6 +196,34 @@ static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m
 /* The workgroup-per-row variant (norm_mul_wg.comp), option norm_wg. */
 static int norm_wg_on(const pyg_device *d) { return auto_on(d, d->opts.norm_wg); }
 
+/* The fused norm's shader: the subgroup-per-row kernel, or where norm_wg is on the register kernel
+ * (norm_v=2, rows up to 8192 = 256 invocations x 8 groups of 4: NV in norm_mul_reg.comp) or the
+ * earlier workgroup kernel. */
+static int norm_shader(const pyg_device *d, const pyg_tensor *n, int add) {
+    if (!norm_wg_on(d)) return add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL;
+    if (d->opts.norm_v == 2 && n->ne[0] <= 8192) return add ? VKP_SH_NORM_MUL_REG_ADD : VKP_SH_NORM_MUL_REG;
+    return add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG;
+}
+
+/* norm_mul_reg.comp's vec4 path (extra word 1): every tensor of the dispatch f32 with unit stride,
+ * its rows 16-byte aligned (binding starts are: align), the weight row as wide as the norm's, and
+ * the row a whole number of vec4s. Reads the parameter block as filled (slots, the add's extras). */
+static uint32_t norm_vec4_ok(const uint32_t *p, int add, uint64_t align) {
+    static const int slots[4] = { 0, 1, 3, VKP_SLOT_DST };
+    if (align % 16 || p[4] % 4 || p[16 + 4] != p[4]) return 0;
+    for (int i = 0; i < 5; i++) {
+        int s = i < 4 ? slots[i] : 2;
+        if (i == 4 && !add) break;
+        const uint32_t *t = &p[16 * s];
+        if (t[1] != PYG_TYPE_F32 || t[0] % 16 || t[8] != 4 || t[9] % 16 || t[10] % 16 || t[11] % 16) return 0;
+    }
+    if (add) {   /* the add's output: offset, type, nb[0..3] in the extras 2..7 */
+        const uint32_t *a = &p[96];
+        if (a[2] % 16 || a[3] != PYG_TYPE_F32 || a[4] != 4 || a[5] % 16 || a[6] % 16 || a[7] % 16) return 0;
+    }
+    return 1;
+}
+
 static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_tensor *m, dispatch *dp, uint32_t *p) {
     memset(dp->slot, 0, sizeof dp->slot);
     dp->slot[0] = n->src[0];
@@ -392,7 +420,7 @@ static int profile_label(const dispatch *dp) {
     case VKP_SH_FLASH_ATTN:
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
         break;
-    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD:
+    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD:
         snprintf(buf, sizeof buf, "add+%s", sh);
         break;
     case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
@@ -465,8 +493,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if (add || fusable(d, n, next)) {
             build_fused_norm_mul(d, n, next, &dps[nd], p);
             uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
-            dps[nd].shader = norm_wg_on(d) ? (add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG)
-                                           : (add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL);
+            dps[nd].shader = norm_shader(d, n, add != NULL);
             if (add) {   /* x = add's operands; the add's output at binding 6, described in the extras */
                 dps[nd].slot[0] = add->src[0];
                 dps[nd].slot[2] = add->src[1];
@@ -496,6 +523,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[96 + 3] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[96 + 4 + k] = (uint32_t)t->nb[k];
         }
+        if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
+            p[96 + 1] = norm_vec4_ok(p, dps[nd].add_out != NULL, align);
+        if (dps[nd].writes_slot3 && dps[nd].op == PYG_OP_RMS_NORM)   /* which kernel (tests read it) */
+            vkp_log(PYG_LOG_DEBUG, "rms_norm '%s' (fused%s): %s%s", dps[nd].slot[3]->name, dps[nd].add_out ? " with add" : "",
+                    vkp_shader_name(dps[nd].shader), dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD
+                    ? (p[96 + 1] ? " vec4" : " scalar") : "");
         nd++;
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
             dispatch *a = &dps[nd - 1], *c = &dps[nd];

@@ -83,6 +83,12 @@ VKP_SPV(norm_mul_add)
 VKP_SPV(norm_mul_wg_add)
 #include "norm_mul_wg_add.spv.h"
 ;
+VKP_SPV(norm_mul_reg)
+#include "norm_mul_reg.spv.h"
+;
+VKP_SPV(norm_mul_reg_add)
+#include "norm_mul_reg_add.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -113,6 +119,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
     VKP_CASE(VKP_SH_NORM_MUL_WG_ADD, norm_mul_wg_add)
+    VKP_CASE(VKP_SH_NORM_MUL_REG, norm_mul_reg)
+    VKP_CASE(VKP_SH_NORM_MUL_REG_ADD, norm_mul_reg_add)
     default: *bytes = 0; return NULL;
     }
 #undef VKP_CASE
@@ -131,7 +139,8 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_NORM_MUL_WG_ADD] = "norm_mul_wg", [VKP_SH_MUL_MAT_CM128] = "mul_mat_cm128",
         [VKP_SH_MUL_MAT_CM128_EMU] = "mul_mat_cm128_emu", [VKP_SH_MUL_MAT_CM2] = "mul_mat_cm2",
         [VKP_SH_MUL_MAT_CM2_EMU] = "mul_mat_cm2_emu", [VKP_SH_MUL_MAT_CM2_128] = "mul_mat_cm2_128",
-        [VKP_SH_MUL_MAT_CM2_128_EMU] = "mul_mat_cm2_128_emu",
+        [VKP_SH_MUL_MAT_CM2_128_EMU] = "mul_mat_cm2_128_emu", [VKP_SH_NORM_MUL_REG] = "norm_mul_reg",
+        [VKP_SH_NORM_MUL_REG_ADD] = "norm_mul_reg",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

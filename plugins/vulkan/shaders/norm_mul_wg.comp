@@ -2,7 +2,8 @@
 // norm_mul.comp with one 256-invocation workgroup per row: on GPUs a decode step has one row, and
 // one subgroup walking 2048 elements is a long chain of dependent loads; here each invocation
 // takes a few elements and the subgroup sums meet in shared memory (one barrier). Not used on
-// CPU devices (lavapipe runs barrier workgroups as coroutines); PYGGML_VULKAN_NORM_WG=0/1 forces.
+// CPU devices (lavapipe runs barrier workgroups as coroutines); option norm_wg=off/on forces. Kept
+// as norm_v=1 next to norm_mul_reg.comp (the default workgroup kernel) until GPUs confirm that one.
 #include "common.glsl"
 #include "norm_add.glsl"
 #extension GL_KHR_shader_subgroup_arithmetic : require
