@@ -5,12 +5,13 @@
 
 bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml bench`) on
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
-old: matvec=1 gemm=tiled fa=scalar, the kernels before issue 18; rows1/rows4: mul_mat_vec2's rows
-per subgroup; tile64: the GEMM's smaller tile), and the Vulkan / CUDA ratios. The add+norm fusion
-follows the device option fuse (on by default).
+old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1: the earlier
+workgroup layer norm; rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
+tile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
-(device option profile=1, set here before the models load), side by side per token.
+(device option profile=1, set here before the models load), side by side per token; Vulkan once
+per --variants entry (default: new only; key "vulkan" for new, "vulkan_<variant>" for the others).
 Each writes one JSON file into --out and prints a summary."""
 import argparse
 import json
@@ -24,14 +25,16 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar"},
+VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "norm_v": "1"},
+            # the earlier workgroup-per-row layer norm (norm_mul_wg.comp; the default is norm_mul_reg.comp)
+            "norm1": {"norm_v": "1"},
             "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"},
             "tile128": {"gemm_tile": "128"},
             # the coopmat GEMM as it ran at 74f8754 (earlier build, 128x128 from 128 tokens)
             "gemm1": {"gemm_v": "1", "gemm_tile": "128"},
             # cooperative-matrix flash attention (fa=auto keeps the scalar kernel until it is confirmed)
             "facm": {"fa": "coopmat"}}
-DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto"}
+DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):
@@ -136,8 +139,12 @@ def profile(a, save):
     for spec in a.models:
         path = resolve_model(spec, quiet=True)
         entry = {"model": spec}
-        for name, devs in (("cuda", ["cuda:0", "cpu"]), ("vulkan", ["vulkan:0", "cpu"])):
+        runs = [("cuda", ["cuda:0", "cpu"], None)] + [("vulkan" if v == "new" else f"vulkan_{v}", ["vulkan:0", "cpu"], v)
+                                                    for v in a.variants]
+        for name, devs, variant in runs:
             try:
+                if variant:
+                    _set_vk(pg, VARIANTS[variant])
                 m = models.load(path, devices=devs, n_ctx=640, progress=False)
                 rng = np.random.default_rng(0)
                 prompt = rng.integers(3, m.hp.n_vocab, 512).tolist()
@@ -155,7 +162,7 @@ def profile(a, save):
                 m.reset()
                 m.prefill(prompt[:64])
                 def timed(run, n):
-                    return _cuda_kernels(run, n) if name == "cuda" else _vk_shaders(pg, lines, run, n)
+                    return _cuda_kernels(run, n) if variant is None else _vk_shaders(pg, lines, run, n)
                 t0 = time.perf_counter()
                 d = timed(dec, a.steps)
                 wall_dec = (time.perf_counter() - t0) / a.steps * 1e6
@@ -172,6 +179,7 @@ def profile(a, save):
             for phase in ("decode", "prefill512"):
                 for k, v in list(entry[name].get(phase, {}).items())[:12]:
                     print(f"   {phase:10s} {v['us_per_call']:10.1f} us  {k[:90]}", flush=True)
+        _set_vk(pg, {})
         res.append(entry)
         save({"kind": "vulkan-vs-cuda-kernels", "steps": a.steps, "models": res, "partial": True})
     return {"kind": "vulkan-vs-cuda-kernels", "steps": a.steps, "models": res,
@@ -185,12 +193,14 @@ def main(argv=None):
     ap.add_argument("mode", choices=("bench", "profile"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--models", nargs="+", default=["synth:1b:q4_0", "synth:1b:q4_K", "synth:7b:q4_0", "synth:7b:q4_K"])
-    ap.add_argument("--variants", nargs="+", default=["new", "old"], choices=sorted(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=None, choices=sorted(VARIANTS),
+                    help="Vulkan option sets (default: bench new old, profile new)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
     ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
     a = ap.parse_args(argv)
+    a.variants = a.variants or (["new", "old"] if a.mode == "bench" else ["new"])
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"vulkan-vs-cuda-{a.mode}-{time.strftime('%Y%m%dT%H%M%S')}.json")
 
