@@ -30,17 +30,22 @@ def _validation_clean():
         pg.get_device(VK).set_option("validation_check", "1")
 
 
-@pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
-def test_kernels_under_validation_layer():
-    """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1."""
+def _rerun_under_validation(test_file):
+    """Runs test_file in a child process with PYGGML_VULKAN_VALIDATION=1; every test must pass."""
     from test_vulkan_multi import _layer_present
     if not _layer_present():
         pytest.skip("VK_LAYER_KHRONOS_validation is not installed (.ci/apt-vulkan.sh: vulkan-validationlayers)")
     env = dict(os.environ, PYGGML_VULKAN_VALIDATION="1", PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", os.path.abspath(__file__)],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", os.path.abspath(test_file)],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     tail = (r.stdout + r.stderr)[-6000:]
     assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout, tail
+
+
+@pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
+def test_kernels_under_validation_layer():
+    """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1."""
+    _rerun_under_validation(__file__)
 
 TYPES = ("f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q6_K")
 
@@ -90,7 +95,7 @@ def _compute(y, feeds, options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2")):
+                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "2")):
             dev.set_option(key, value)
     return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
 

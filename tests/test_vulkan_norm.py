@@ -4,70 +4,26 @@ workgroup-per-row kernel (norm_wg=on norm_v=1) and the register kernel (norm_wg=
 GPUs run by default), at model widths, against float64 numpy. The plugin's debug log names the
 kernel of each fused norm (and, for the register kernel, its vec4 or scalar path), so a case also
 fails when the wanted kernel did not run."""
-import logging
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
+from test_vulkan_kernels import _compute, _rerun_under_validation, _validation_clean  # noqa: F401 (an autouse fixture)
 
 VK = next((str(d) for d in pg.devices() if d.plugin.name == "vulkan"), None)
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALIDATING = os.environ.get("PYGGML_VULKAN_VALIDATION", "") not in ("", "0")
-
 KERNELS = {"sg": ({"norm_wg": "off"}, "norm_mul"), "wg": ({"norm_wg": "on", "norm_v": "1"}, "norm_mul_wg"),
            "reg": ({"norm_wg": "on", "norm_v": "2"}, "norm_mul_reg")}
-DEFAULTS = {"norm_wg": "auto", "norm_v": "2"}
-
-
-@pytest.fixture(autouse=True)
-def _validation_clean():
-    """Under the validation layer (with synchronization validation) every test ends clean."""
-    yield
-    if VALIDATING and VK is not None:
-        pg.get_device(VK).set_option("validation_check", "1")
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
 def test_norm_kernels_under_validation_layer():
     """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1."""
-    from test_vulkan_multi import _layer_present
-    if not _layer_present():
-        pytest.skip("VK_LAYER_KHRONOS_validation is not installed (.ci/apt-vulkan.sh: vulkan-validationlayers)")
-    env = dict(os.environ, PYGGML_VULKAN_VALIDATION="1", PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", os.path.abspath(__file__)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
-    tail = (r.stdout + r.stderr)[-6000:]
-    assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout, tail
-
-
-def _compute(outs, feeds, options):
-    """outs on VK with device `options` set (then the defaults again); returns (results, the
-    "rms_norm '...'" kernel log lines)."""
-    dev, records = pg.get_device(VK), []
-
-    class H(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h, log = H(level=logging.DEBUG), logging.getLogger("pyggml")
-    old = log.level
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
-    try:
-        for key, value in options.items():
-            dev.set_option(key, value)
-        got = pg.Scheduler([VK], poison=True).compute(outs, feeds)
-    finally:
-        log.removeHandler(h)
-        log.setLevel(old)
-        for key, value in DEFAULTS.items():
-            dev.set_option(key, value)
-    return got, [m for m in records if "rms_norm '" in m]
+    _rerun_under_validation(__file__)
 
 
 def _ref(s, w, eps):
@@ -92,7 +48,8 @@ def test_layer_norm_kernels(kernel, add, rows, n0):
     a = pg.add(x, y) if add else x
     nrm = pg.rms_norm(a, eps=eps)
     m = pg.mul(nrm, w)
-    got, log = _compute([a, nrm, m] if add else [nrm, m], {"x": xv, "y": yv, "w": wv} if add else {"x": xv, "w": wv}, options)
+    got, log = _compute([a, nrm, m] if add else [nrm, m], {"x": xv, "y": yv, "w": wv} if add else {"x": xv, "w": wv}, options,
+                        "(fused with add)" if add else "(fused)")
     s = xv.astype(np.float64) + (yv if add else 0)
     ref_n, ref_m = _ref(s, wv, eps)
     if add:
@@ -100,7 +57,7 @@ def test_layer_norm_kernels(kernel, add, rows, n0):
         got = got[1:]
     assert nmse(got[0], ref_n) <= 1e-7 and nmse(got[1], ref_m) <= 1e-7
     path = (" vec4" if n0 % 4 == 0 else " scalar") if kernel == "reg" else ""
-    assert log and log[-1].endswith(": " + name + path) and ("with add" in log[-1]) == add, log
+    assert log == [name + path], log
 
 
 @pytest.mark.parametrize("kernel", ["wg", "reg"])
@@ -118,11 +75,11 @@ def test_layer_norm_in_place_chain(kernel):
     wa, wb = g.input("wa", w1.shape), g.input("wb", w2.shape)
     h = pg.mul(pg.rms_norm(pg.add(x, y), eps=1e-5), wa)
     out = pg.mul(pg.rms_norm(pg.add(h, z), eps=1e-5), wb)
-    got, log = _compute(out, {"x": xv, "y": yv, "z": zv, "wa": w1, "wb": w2}, options)
+    got, log = _compute(out, {"x": xv, "y": yv, "z": zv, "wa": w1, "wb": w2}, options, "rms_norm '")
     _, h64 = _ref(xv.astype(np.float64) + yv, w1, 1e-5)
     _, ref = _ref(h64 + zv, w2, 1e-5)
     assert nmse(got, ref) <= 1e-7
-    assert len(log) == 2 and all(m.endswith(": " + name + (" vec4" if kernel == "reg" else "")) for m in log), log
+    assert log == [name + (" vec4" if kernel == "reg" else "")] * 2, log
 
 
 @pytest.mark.parametrize("case", ["f16 weight", "broadcast weight", "unaligned weight"])
@@ -148,11 +105,11 @@ def test_layer_norm_register_kernel_scalar_path(case):
         feeds["w"] = wv
     nrm = pg.rms_norm(x, eps=1e-5)
     m = pg.mul(nrm, w)
-    got, log = _compute([nrm, m], feeds, KERNELS["reg"][0])
+    got, log = _compute([nrm, m], feeds, KERNELS["reg"][0], "rms_norm '")
     wfull = np.tile(wv.astype(np.float64), n0 // wv.shape[0])
     ref_n, ref_m = _ref(xv.astype(np.float64), wfull, 1e-5)
     assert nmse(got[0], ref_n) <= 1e-7 and nmse(got[1], ref_m) <= 1e-7
-    assert log and log[-1].endswith(": norm_mul_reg scalar"), log
+    assert log == ["norm_mul_reg scalar"], log
 
 
 def test_norm_v_option_values():
