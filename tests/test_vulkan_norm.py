@@ -1,7 +1,7 @@
 """The fused layer norm's kernels (rms_norm -> mul(w), with the residual add before it or not) on the
 Vulkan device: the subgroup-per-row kernel (norm_wg=off, lavapipe's default), the earlier
-workgroup-per-row kernel (norm_wg=on norm_v=1) and the register kernel (norm_wg=on norm_v=2, what
-GPUs run by default), at model widths, against float64 numpy. The plugin's debug log names the
+workgroup-per-row kernel (norm_wg=on norm_v=1) and the register kernel (norm_wg=on norm_v=2, GPUs'
+default once a GPU run confirms it), at model widths, against float64 numpy. The plugin's debug log names the
 kernel of each fused norm (and, for the register kernel, its vec4 or scalar path), so a case also
 fails when the wanted kernel did not run."""
 import os

@@ -14,9 +14,10 @@
  *   gemm_v       the cooperative-matrix GEMM's build: 2 (default) mul_mat_cm2*: two shared-memory
  *                stages (the next step loaded while this one multiplies), unrolled fragment loops;
  *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one)
- *   norm_v       the workgroup-per-row norm+mul kernel (where norm_wg is on: GPUs): 2 (default)
- *                norm_mul_reg.comp, a row read once into registers (rows up to 8192; wider ones
- *                get norm_mul_wg.comp), 1 the earlier norm_mul_wg.comp (kept until GPUs confirm)
+ *   norm_v       the workgroup-per-row norm+mul kernel (where norm_wg is on: GPUs): 1 (default)
+ *                norm_mul_wg.comp, the kernel measured on the H200; 2 norm_mul_reg.comp, a row read
+ *                once into registers (rows up to 8192; wider ones get norm_mul_wg.comp), tested on
+ *                lavapipe, not yet run on a GPU: it becomes the default once a GPU run confirms it
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto is scalar for now (vk_attn.c says why) */
 #include <string.h>
@@ -27,7 +28,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 2;
-    d->opts.norm_v = 2;
+    d->opts.norm_v = 1;
     d->opts.fa = VKP_GEMM_AUTO;
 }
 
