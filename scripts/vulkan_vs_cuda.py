@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import statistics
 import sys
 import time
 
