@@ -148,6 +148,41 @@ def test_matvec_batched(wdt):
     assert kernels == ["mul_mat_vec2"]
 
 
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
+                                   (4096, 4096, 1), (1000, 11008, 3), (32000, 2048, 1)])
+def test_matvec3(wdt, m, k, n):
+    """matvec=3: mul_mat_vec3 (activations staged in shared memory, 16 rows per workgroup, K in
+    256-element units and chunks of 8 units) at the models' K (2048, 4096, 5632: a partial last
+    chunk, 11008: 43 units), M not a multiple of the 16 rows, 32000 rows (the vocabulary), N up to 4."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "3"}, seed=m + k + n)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec3"]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+def test_matvec3_batched(wdt):
+    """mul_mat_vec3 with the weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
+    e, kernels = _run(wdt, (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": "3"}, seed=11)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec3"]
+
+
+@pytest.mark.parametrize("wdt,k", [("q4_0", 224), ("q8_0", 288), ("q4_K", 512), ("f16", 256)])
+def test_matvec3_falls_back(wdt, k):
+    """matvec=3 on what mul_mat_vec3 does not cover (K not a multiple of 256, other types): mul_mat_vec2."""
+    e, kernels = _run(wdt, (37, k), (1, k), {"matvec": "3"}, seed=13)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec2"]
+
+
+def test_matvec3_unaligned_activations():
+    """Activation rows not on 16 bytes: neither wide-load kernel; the earlier one runs."""
+    e, kernels = _run("q4_0", (19, 256), (2, 256), {"matvec": "3"}, x_offset=1, seed=17)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec"]
+
+
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f32"])
 def test_matvec_unaligned_activations(wdt):
     """Activation rows that do not start on 16 bytes are outside mul_mat_vec2's layout: the earlier
@@ -171,7 +206,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "3"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "3")):
+    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "3")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 

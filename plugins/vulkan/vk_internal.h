@@ -44,7 +44,8 @@ enum {
     VKP_SH_MUL_MAT_VEC2, VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU,
     VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD,
     VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU,
-    VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD, VKP_SH_COUNT
+    VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
+    VKP_SH_MUL_MAT_VEC3, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -73,7 +74,7 @@ typedef struct vkp_options {
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
     int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
     /* kernel choices (vk_options.c) */
-    int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp */
+    int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp, 3: mul_mat_vec3.comp for q4_0/q8_0 */
     int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
@@ -110,7 +111,7 @@ struct pyg_device {
     /* optional device features (vk_caps.c) */
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
     int float16;                    /* shaderFloat16 enabled */
-    int mv2_broken, cm_broken, fa_cm_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, cm_broken, fa_cm_broken;   /* the driver refused that pipeline: not chosen again */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;

@@ -1,7 +1,9 @@
 /* plugins/vulkan/vk_matmul.c — which kernel runs a MUL_MAT node.
  *
- *   N <= 4 (decode)   mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
- *                     default, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
+ *   N <= 4 (decode)   mul_mat_vec3.comp for q4_0/q8_0 (option matvec=3, where its layout conditions
+ *                     hold: activations staged in shared memory, 16 rows per workgroup), else
+ *                     mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
+ *                     default, and 3, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
  *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile; pipelined
  *                     build mul_mat_cm2*: gemm_v) on the tensor cores where the device
  *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
@@ -12,16 +14,35 @@
 #include <string.h>
 #include "vk_internal.h"
 
-/* mul_mat_vec2.comp's layout conditions: rows contiguous, f32 activations whose rows start on 16
- * bytes, weights whose rows start on 16 bytes where they are read as 16-byte words (q4_K, plain
- * types), K a whole number of the kernel's units. */
-static int mv2_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1) {
-    const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o0 = 0, o1 = 0;
+/* mul_mat_vec3.comp's rows per workgroup (8, 16 or 32: its 128 invocations take 128 / this units of
+ * 256 elements per chunk, 1 KiB of shared activations each) */
+#define VKP_MV3_ROWS 16u
+
+/* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
+ * bytes; *o0 is the weights' offset in their binding. */
+static int mv_layout_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1, uint64_t *o0) {
+    const pyg_buffer *b0 = NULL, *b1 = NULL; uint64_t o1 = 0;
     uint64_t align = d->props.limits.minStorageBufferOffsetAlignment;
     if (align % 16 && 16 % align) return 0;   /* binding starts must keep 16-byte offsets 16-byte aligned */
-    if (!vkp_resolve(s0, &b0, &o0) || !vkp_resolve(s1, &b1, &o1)) return 0;
+    if (!vkp_resolve(s0, &b0, o0) || !vkp_resolve(s1, &b1, &o1)) return 0;
     if (s1->type != PYG_TYPE_F32 || s1->nb[0] != 4 || o1 % 16 || s1->nb[1] % 16 || s1->nb[2] % 16 || s1->nb[3] % 16) return 0;
-    if (!pyg_tensor_rows_contiguous(s0)) return 0;
+    return pyg_tensor_rows_contiguous(s0);
+}
+
+/* mul_mat_vec3.comp's: q4_0 or q8_0, K a multiple of its 256-element units (then a row is whole
+ * 16-byte words), weight rows starting on 16 bytes. */
+static int mv3_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1) {
+    uint64_t o0 = 0;
+    if ((s0->type != PYG_TYPE_Q4_0 && s0->type != PYG_TYPE_Q8_0) || s0->ne[0] % 256) return 0;
+    if (!mv_layout_ok(d, s0, s1, &o0)) return 0;
+    return o0 % 16 == 0 && s0->nb[1] % 16 == 0 && s0->nb[2] % 16 == 0 && s0->nb[3] % 16 == 0;
+}
+
+/* mul_mat_vec2.comp's layout conditions: the shared ones, weights whose rows start on 16 bytes where
+ * they are read as 16-byte words (q4_K, plain types), K a whole number of the kernel's units. */
+static int mv2_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1) {
+    uint64_t o0 = 0;
+    if (!mv_layout_ok(d, s0, s1, &o0)) return 0;
     int64_t K = s0->ne[0];
     switch (s0->type) {
     case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0: case PYG_TYPE_Q6_K:
@@ -88,7 +109,16 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                                       : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM));
     /* shared memory: the f16 weight and activation tiles (two stages in mul_mat_cm2*) and 4 KiB of staging */
     uint64_t cm_shared = (v2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
-    if (N <= 4 && d->subgroup_arith && d->opts.matvec == 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
+    uint32_t mv3_spec[2] = { (uint32_t)s0->type | VKP_MV3_ROWS << 8, 1 };
+    if (N <= 4 && d->opts.matvec == 3 && !d->mv3_broken && mv3_ok(d, s0, s1) &&
+        vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC3, mv3_spec, &d->mv3_broken)) {
+        *shader = VKP_SH_MUL_MAT_VEC3;
+        spec[0] = mv3_spec[0];
+        spec[1] = mv3_spec[1];
+        *work = (M + VKP_MV3_ROWS - 1) / VKP_MV3_ROWS * N * B;   /* one workgroup per row group and column */
+        ex[0] = (uint32_t)*work;
+        kind = "mul_mat_vec3";
+    } else if (N <= 4 && d->subgroup_arith && d->opts.matvec >= 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;
         *shader = VKP_SH_MUL_MAT_VEC2;

@@ -47,6 +47,9 @@ VKP_SPV(norm_mul_wg)
 VKP_SPV(mul_mat_vec2)
 #include "mul_mat_vec2.spv.h"
 ;
+VKP_SPV(mul_mat_vec3)
+#include "mul_mat_vec3.spv.h"
+;
 VKP_SPV(mul_mat_cm)
 #include "mul_mat_cm.spv.h"
 ;
@@ -107,6 +110,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_NORM_MUL, norm_mul)
     VKP_CASE(VKP_SH_NORM_MUL_WG, norm_mul_wg)
     VKP_CASE(VKP_SH_MUL_MAT_VEC2, mul_mat_vec2)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3, mul_mat_vec3)
     VKP_CASE(VKP_SH_MUL_MAT_CM, mul_mat_cm)
     VKP_CASE(VKP_SH_MUL_MAT_CM_EMU, mul_mat_cm_emu)
     VKP_CASE(VKP_SH_MUL_MAT_CM128, mul_mat_cm128)
@@ -140,7 +144,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_CM128_EMU] = "mul_mat_cm128_emu", [VKP_SH_MUL_MAT_CM2] = "mul_mat_cm2",
         [VKP_SH_MUL_MAT_CM2_EMU] = "mul_mat_cm2_emu", [VKP_SH_MUL_MAT_CM2_128] = "mul_mat_cm2_128",
         [VKP_SH_MUL_MAT_CM2_128_EMU] = "mul_mat_cm2_128_emu", [VKP_SH_NORM_MUL_REG] = "norm_mul_reg",
-        [VKP_SH_NORM_MUL_REG_ADD] = "norm_mul_reg",
+        [VKP_SH_NORM_MUL_REG_ADD] = "norm_mul_reg", [VKP_SH_MUL_MAT_VEC3] = "mul_mat_vec3",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

@@ -1,0 +1,102 @@
+#version 450
+// Mat-vec (N <= 4) for q4_0 and q8_0 weights with the activation row staged in shared memory
+// (option matvec=3). A workgroup of 128 invocations computes RW neighbouring rows of one output
+// column. K is cut into "units" of 8 blocks (256 elements: 144 bytes of q4_0, 272 of q8_0, whole
+// 16-byte words when the row starts on 16 bytes); invocation t takes row t % RW and unit t / RW of
+// each chunk of UC = 128 / RW units. Per chunk the workgroup first issues its weight loads (9 or
+// 17 16-byte words per invocation, kept in registers: 144 or 272 bytes in flight each), then copies
+// the chunk's activations (UC * 1 KiB, read from global memory once per workgroup instead of once
+// per row group) into shared memory, and after one barrier each invocation dots its unit's 8
+// blocks: the RW invocations of one unit read the same shared words (a broadcast). Block headers
+// and quants are realigned from the registers (q4_0/q8_0 blocks are 2-byte aligned). The row sums
+// meet in shared memory (one barrier), one write per row. No subgroup operations. The host picks
+// it for rows it covers (vk_matmul.c: mv3_ok: K a multiple of 256, 16-byte aligned weight rows and
+// activation rows); other layouts and types keep mul_mat_vec2.comp / mul_mat_vec.comp.
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgroup << 8
+const uint TY = SPEC & 255u;
+const uint RW = SPEC >> 8;                      // 8, 16 or 32 (the host's choice)
+const uint UC = 128u / RW;                      // units per chunk
+const uint NW = TY == TY_Q4_0 ? 9u : 17u;       // 16-byte words per unit
+layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
+layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
+
+shared vec4 ys[UC * 64u];   // the chunk's activations: 64 vec4 per unit
+shared float red[128];
+
+vec4 nib_lo(uint q) { return vec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 15u); }
+vec4 nib_hi(uint q) { return vec4((uvec4(q) >> uvec4(4u, 12u, 20u, 28u)) & 15u); }
+vec4 sbytes(uint q) { return vec4(ivec4(uvec4(q) << uvec4(24u, 16u, 8u, 0u)) >> 24); }
+
+// word i (32 bits) of the unit in registers
+#define WD(i) wv[(i) >> 2][(i) & 3u]
+
+// the unit's 8 blocks dotted with the shared activations from vec4 index y0
+float dot_unit(uvec4 wv[17], uint y0) {
+    float acc = 0.0;
+    [[unroll]] for (uint b = 0u; b < 8u; b++) {
+        uint o = (TY == TY_Q4_0 ? 18u : 34u) * b, wi = o >> 2;   // block start in bytes, its word
+        bool odd = (b & 1u) != 0u;                               // 18b and 34b are 2 mod 4 for odd b
+        float d = unpackHalf2x16(odd ? WD(wi) >> 16 : WD(wi)).x;
+        uint yb = y0 + 8u * b;
+        if (TY == TY_Q4_0) {
+            float s = 0.0;
+            vec4 ysum = vec4(0.0);
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                vec4 ya = ys[yb + k], yc = ys[yb + 4u + k];
+                s += dot(nib_lo(q), ya) + dot(nib_hi(q), yc);
+                ysum += ya + yc;
+            }
+            acc += d * (s - 8.0 * (ysum.x + ysum.y + ysum.z + ysum.w));
+        } else {
+            float s = 0.0;
+            [[unroll]] for (uint k = 0u; k < 8u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                s += dot(sbytes(q), ys[yb + k]);
+            }
+            acc += d * s;
+        }
+    }
+    return acc;
+}
+
+void main() {
+    uint w = wg_linear();
+    if (w >= ex_u(0u)) return;   // uniform per workgroup: before any barrier
+    uint M = t_ne(0u, 1u), N = t_ne(1u, 1u), B2 = t_ne(1u, 2u), K = t_ne(0u, 0u);
+    uint MG = (M + RW - 1u) / RW;
+    uint m0 = (w % MG) * RW; w /= MG;
+    uint n = w % N; w /= N;
+    uint i12 = w % B2, i13 = w / B2;
+    uint i02 = i12 / (B2 / t_ne(0u, 2u)), i03 = i13 / (t_ne(1u, 3u) / t_ne(0u, 3u));
+    uint t = gl_LocalInvocationIndex, r = t % RW, uc = t / RW;
+    bool live = m0 + r < M;
+    uint rq = t_row(0u, live ? m0 + r : m0, i02, i03) >> 4;   // the host checked 16-byte alignment
+    uint yb = t_row(1u, n, i12, i13) >> 4;
+    uint nunits = K >> 8;
+    float acc = 0.0;
+    for (uint c0 = 0u; c0 < nunits; c0 += UC) {
+        uint u = c0 + uc;
+        bool busy = live && u < nunits;
+        uvec4 wv[17];
+        [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
+        if (busy) {
+            [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
+        }
+        barrier();   // the previous chunk's readers are done with ys
+        uint nv = min(UC, nunits - c0) * 64u;
+        for (uint i = t; i < nv; i += 128u) ys[i] = s1v[yb + 64u * c0 + i];
+        barrier();
+        if (busy) acc += dot_unit(wv, 64u * uc);
+    }
+    red[t] = acc;
+    barrier();
+    if (t < RW && m0 + t < M) {
+        float v = 0.0;
+        for (uint j = 0u; j < UC; j++) v += red[t + RW * j];
+        stf(t_at(4u, m0 + t, n, i12, i13), t_type(4u), v);
+    }
+}
