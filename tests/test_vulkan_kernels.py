@@ -5,6 +5,7 @@ the dequantized weights; the plugin's debug log says which kernel each mul_mat g
 fails when the wanted kernel was not the one that ran. On lavapipe the cooperative-matrix GEMM is
 absent: `gemm=coopmat` must be refused, `auto` must choose the tiled kernel (the GPU script runs the
 same tests on the NVIDIA driver, where `auto` must choose mul_mat_cm)."""
+import contextlib
 import logging
 import os
 import subprocess
@@ -73,11 +74,12 @@ def _weight(g, rng, wdt, wshape):
             pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape))
 
 
-def _compute(y, feeds, options, what):
-    """y on VK with device `options` set (then back to the defaults); returns (result, the kernels
-    the plugin's debug log named for nodes whose log line contains `what`)."""
+@contextlib.contextmanager
+def _options_logged(options, what):
+    """Device `options` set on VK for the block (then back to the defaults); yields the list that
+    collects the kernels the plugin's debug log names for nodes whose log line contains `what`."""
     dev = pg.get_device(VK)
-    records = []
+    records, kernels = [], []
 
     class H(logging.Handler):
         def emit(self, r):
@@ -90,14 +92,22 @@ def _compute(y, feeds, options, what):
     try:
         for key, value in options.items():
             dev.set_option(key, value)
-        out = pg.Scheduler([VK], poison=True).compute(y, feeds)
+        yield kernels
     finally:
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "2")):
+                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1")):
             dev.set_option(key, value)
-    return out, [m.rsplit(": ", 1)[1] for m in records if what in m]
+        kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
+
+
+def _compute(y, feeds, options, what):
+    """y on VK with device `options` set (then back to the defaults); returns (result, the kernels
+    the plugin's debug log named for nodes whose log line contains `what`)."""
+    with _options_logged(options, what) as kernels:
+        out = pg.Scheduler([VK], poison=True).compute(y, feeds)
+    return out, kernels
 
 
 def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
@@ -340,3 +350,28 @@ def test_add_rms_norm_mul_fusion(rows, n0, wg):
     ref_n = s / np.sqrt(np.mean(s ** 2, axis=-1, keepdims=True) + 1e-5)
     assert nmse(got[0], s) <= 1e-7 and nmse(got[1], ref_n) <= 1e-7 and nmse(got[2], ref_n * wv) <= 1e-7
     assert plans[-1].startswith("1 dispatches"), plans
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+def test_matvec3_model_decode(wdt, tmp_path):
+    """A small synthetic LLaMA (n_embd 512, n_ff 1536: K multiples of 256) decodes with matvec=3 to
+    the logits matvec=2 gives (every step), and its decode graph ran mul_mat_vec3."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / f"m-{wdt}.gguf")
+    write_synth_model(path, dict(n_embd=512, n_layer=2, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=4096), wdt,
+                      seed=3, progress=False)
+
+    def logits(matvec):
+        with _options_logged({"matvec": matvec}, "mul_mat '") as kernels:
+            m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
+            try:
+                got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
+            finally:
+                m.close()
+        return got, set(kernels)
+    new, k3 = logits("3")
+    old, k2 = logits("2")
+    assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
+    for step, (a, b) in enumerate(zip(new, old)):
+        assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
