@@ -7,7 +7,8 @@ bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml b
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
 old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1: the earlier
 workgroup layer norm (the default); norm2: the register layer norm (awaiting a GPU run); mv3: matvec=3, the
-q4_0/q8_0 decode mat-vec with shared-memory activations (awaiting a GPU run); rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
+q4_0/q8_0 decode mat-vec with shared-memory activations (awaiting a GPU run; mv3r8 / mv3r32: 8 / 32
+rows per workgroup instead of 16); rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
 tile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
@@ -29,7 +30,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the earlier workgroup-per-row layer norm (norm_mul_wg.comp; the default is norm_mul_reg.comp)
             "norm1": {"norm_v": "1"}, "norm2": {"norm_v": "2"},
             # the q4_0/q8_0 decode mat-vec with the activations staged in shared memory (mul_mat_vec3.comp)
-            "mv3": {"matvec": "3"},
+            "mv3": {"matvec": "3"}, "mv3r8": {"matvec": "3", "matvec_rows": "1"}, "mv3r32": {"matvec": "3", "matvec_rows": "4"},
             "rows1": {"matvec_rows": "1"}, "rows4": {"matvec_rows": "4"}, "tile64": {"gemm_tile": "64"},
             "tile128": {"gemm_tile": "128"},
             # the coopmat GEMM as it ran at 74f8754 (earlier build, 128x128 from 128 tokens)

@@ -161,11 +161,12 @@ def test_matvec_batched(wdt):
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
                                    (4096, 4096, 1), (1000, 11008, 3), (32000, 2048, 1)])
-def test_matvec3(wdt, m, k, n):
-    """matvec=3: mul_mat_vec3 (activations staged in shared memory, 16 rows per workgroup, K in
-    256-element units and chunks of 8 units) at the models' K (2048, 4096, 5632: a partial last
-    chunk, 11008: 43 units), M not a multiple of the 16 rows, 32000 rows (the vocabulary), N up to 4."""
-    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "3"}, seed=m + k + n)
+@pytest.mark.parametrize("rows", ["1", "2", "4"])
+def test_matvec3(wdt, m, k, n, rows):
+    """matvec=3: mul_mat_vec3 (activations staged in shared memory, 8/16/32 rows per workgroup, K in
+    256-element units and chunks of 16/8/4 units) at the models' K (2048, 4096, 5632 and 11008:
+    partial last chunks), M not a multiple of the rows, 32000 rows (the vocabulary), N up to 4."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "3", "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels == ["mul_mat_vec3"]
 

@@ -1,7 +1,8 @@
 /* plugins/vulkan/vk_matmul.c — which kernel runs a MUL_MAT node.
  *
  *   N <= 4 (decode)   mul_mat_vec3.comp for q4_0/q8_0 (option matvec=3, where its layout conditions
- *                     hold: activations staged in shared memory, 16 rows per workgroup), else
+ *                     hold: activations staged in shared memory, 8 << matvec_rows rows per
+ *                     workgroup: 16 by default), else
  *                     mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
  *                     default, and 3, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
  *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile; pipelined
@@ -14,9 +15,6 @@
 #include <string.h>
 #include "vk_internal.h"
 
-/* mul_mat_vec3.comp's rows per workgroup (8, 16 or 32: its 128 invocations take 128 / this units of
- * 256 elements per chunk, 1 KiB of shared activations each) */
-#define VKP_MV3_ROWS 16u
 
 /* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
  * bytes; *o0 is the weights' offset in their binding. */
@@ -109,13 +107,17 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                                       : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM));
     /* shared memory: the f16 weight and activation tiles (two stages in mul_mat_cm2*) and 4 KiB of staging */
     uint64_t cm_shared = (v2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
-    uint32_t mv3_spec[2] = { (uint32_t)s0->type | VKP_MV3_ROWS << 8, 1 };
+    /* mul_mat_vec3.comp: 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
+     * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
+    uint32_t rw = 8u << d->opts.matvec_rows, mv3_spec[2] = { (uint32_t)s0->type | rw << 8, 1 };
+    uint64_t mv3_shared = 128u / rw * 1024u + 512u;
     if (N <= 4 && d->opts.matvec == 3 && !d->mv3_broken && mv3_ok(d, s0, s1) &&
+        mv3_shared <= d->props.limits.maxComputeSharedMemorySize &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC3, mv3_spec, &d->mv3_broken)) {
         *shader = VKP_SH_MUL_MAT_VEC3;
         spec[0] = mv3_spec[0];
         spec[1] = mv3_spec[1];
-        *work = (M + VKP_MV3_ROWS - 1) / VKP_MV3_ROWS * N * B;   /* one workgroup per row group and column */
+        *work = (M + rw - 1) / rw * N * B;   /* one workgroup per row group and column */
         ex[0] = (uint32_t)*work;
         kind = "mul_mat_vec3";
     } else if (N <= 4 && d->subgroup_arith && d->opts.matvec >= 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&

@@ -3,9 +3,10 @@
  * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
  *   matvec       2 (default) mul_mat_vec2.comp for N <= 4 where its layout conditions hold, 1 the
  *                earlier mul_mat_vec.comp everywhere (kept until GPUs confirm the new one), 3
- *                mul_mat_vec3.comp (activations staged in shared memory, 16 rows per workgroup) for
+ *                mul_mat_vec3.comp (activations staged in shared memory, matvec_rows below) for
  *                q4_0/q8_0 rows it covers, else as 2: tested on lavapipe, not yet run on a GPU
- *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp
+ *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
+ *                rows per workgroup in mul_mat_vec3.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
  *                one; tiled: always the tiled one; coopmat: the cooperative-matrix one, refused on a
  *                device without the extension; cm_emulated: the same kernel with its matrix

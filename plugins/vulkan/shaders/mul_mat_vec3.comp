@@ -1,7 +1,7 @@
 #version 450
 // Mat-vec (N <= 4) for q4_0 and q8_0 weights with the activation row staged in shared memory
-// (option matvec=3). A workgroup of 128 invocations computes RW neighbouring rows of one output
-// column. K is cut into "units" of 8 blocks (256 elements: 144 bytes of q4_0, 272 of q8_0, whole
+// (option matvec=3). A workgroup of 128 invocations computes RW (8, 16 or 32: option matvec_rows)
+// neighbouring rows of one output column. K is cut into "units" of 8 blocks (256 elements: 144 bytes of q4_0, 272 of q8_0, whole
 // 16-byte words when the row starts on 16 bytes); invocation t takes row t % RW and unit t / RW of
 // each chunk of UC = 128 / RW units. Per chunk the workgroup first issues its weight loads (9 or
 // 17 16-byte words per invocation, kept in registers: 144 or 272 bytes in flight each), then copies
@@ -17,7 +17,7 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgroup << 8
 const uint TY = SPEC & 255u;
-const uint RW = SPEC >> 8;                      // 8, 16 or 32 (the host's choice)
+const uint RW = SPEC >> 8;                      // 8, 16 or 32
 const uint UC = 128u / RW;                      // units per chunk
 const uint NW = TY == TY_Q4_0 ? 9u : 17u;       // 16-byte words per unit
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
