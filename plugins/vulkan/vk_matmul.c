@@ -15,7 +15,6 @@
 #include <string.h>
 #include "vk_internal.h"
 
-
 /* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
  * bytes; *o0 is the weights' offset in their binding. */
 static int mv_layout_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1, uint64_t *o0) {
