@@ -2,7 +2,7 @@
 # scripts/gpu_vulkan.sh — issue 18 on the GPU machine (NVIDIA driver, no glslc, no network): the
 # Vulkan op suite and kernel tests on the NVIDIA driver, the same under the validation layer with
 # synchronization validation, per-kernel GPU times of Vulkan next to CUDA, and the pp512 / tg128
-# benchmarks of 1b/7b q4_0 and q4_K on Vulkan (new kernels and the old ones) next to CUDA.
+# benchmarks of 1b/7b q4_0 and q4_K on Vulkan (the defaults and the variants under test) next to CUDA.
 # Writes JSON into $OUT (when set; else bench/results/tmp) in about 4-5 minutes (8 at most): summary.json,
 # the two vulkan-vs-cuda-*.json files, pytest logs, and everything packed into results.tar.gz.
 #
