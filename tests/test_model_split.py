@@ -3,23 +3,19 @@ each layer's KV cache with its layer, the output with the last range, partial of
 long prompts prefilled as micro-batches pipelined over the devices, decode through the devices in
 order with one host sync per token. Run on two devices of the GPU-like test plugin (CPU kernels:
 the logits must equal a CPU-only run bit for bit) with its sanitizer on."""
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 
 import pyggml as pg
+from testdev_ctypes import load_builder
 from pyggml import models
 from pyggml.models import llama, placement
 
 from test_llama import write_custom_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("testdev_build", os.path.join(ROOT, "tests", "plugins", "testdev",
-                                                                             "testdev_build.py"))
-tb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tb)
+tb = load_builder()
 THREADS = os.cpu_count()
 
 

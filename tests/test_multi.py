@@ -2,7 +2,6 @@
 to a CPU-only run under every policy, slot count and device set; the sanitizer catches a dropped
 wait; sync patterns and declared quirks. Three independent copies of the test plugin are loaded:
 tds (default caps), tdq (HIP/MUSA quirks declared), tdr (a second plugin: no peer path to tds)."""
-import importlib.util
 import os
 import random
 
@@ -13,19 +12,11 @@ import pyggml as pg
 from pyggml.conformance import CASES
 
 from _graphs import chain as _chain, random_graph as _random_graph
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _tb():
-    spec = importlib.util.spec_from_file_location(
-        "testdev_build", os.path.join(ROOT, "tests", "plugins", "testdev", "testdev_build.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from testdev_ctypes import load_builder
 
 
-tb = _tb()
+
+tb = load_builder()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ output read blocked the host until the last GPU finished it). Both are reproduce
 micro-batch must equal the CPU's under every policy, slot count and device count, with the
 sanitizer silent; and the devices' queues must overlap.
 """
-import importlib.util
 import json
 import os
 
@@ -17,12 +16,9 @@ import numpy as np
 import pytest
 
 import pyggml as pg
+from testdev_ctypes import load_builder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("testdev_build", os.path.join(ROOT, "tests", "plugins", "testdev",
-                                                                             "testdev_build.py"))
-tb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tb)
+tb = load_builder()
 
 LAYERS = 6
 ROWS, K = 520, 512          # an input of 1.0 MiB + : beyond the modelled staging buffer

@@ -186,7 +186,9 @@ class Plugin:
 
 # ---------------------------------------------------------------- fixtures
 
-def _load_builder():
+def load_builder():
+    """tests/plugins/testdev/testdev_build.py as a module (build_testdev(names=...) builds the plugin
+    under those names); the one loader of it for every test that builds the test plugin."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "testdev_build", os.path.join(ROOT, "tests", "plugins", "testdev", "testdev_build.py"))
@@ -202,7 +204,7 @@ def libdir():
         return pre
     if not shutil.which("cc") or not shutil.which("make"):
         pytest.skip("no C compiler or make to build the test plugin")
-    return _load_builder().build_testdev(names=("testdev", "testdevb"))
+    return load_builder().build_testdev(names=("testdev", "testdevb"))
 
 
 @pytest.fixture(scope="session")
