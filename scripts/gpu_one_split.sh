@@ -12,22 +12,12 @@
 # Results in $OUT: one-split.tar.gz (logs, probe JSON, check JSON) and one-split-summary.log.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-W=$(mktemp -d /tmp/gpu-one.XXXXXX)
-OUTD=${OUT:-$(pwd)/bench/results/tmp}
-mkdir -p "$OUTD"
-export PYTHONUNBUFFERED=1 GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-unknown}
-export PYGGML_MODEL_CACHE=${PYGGML_MODEL_CACHE:-$HOME/.cache/pyggml/models}
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-PY=${PYTHON:-python3}
-say() { echo "== one-split [$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/summary.log"; }
-pack() { tar czf "$OUTD/one-split.tar.gz" -C "$W" . 2>/dev/null; cp "$W/summary.log" "$OUTD/one-split-summary.log"; true; }
-left() { echo $(( ${GPU_ONE_BUDGET:-250} - ($(date +%s) - T0) )); }
+GPU_TAG=one-split GPU_BUDGET_S=${GPU_ONE_BUDGET:-250} GPU_SUMMARY=one-split-summary.log GPU_SAY=one-split
+. scripts/gpu_prelude.sh
 
 say "$(nvidia-smi --query-gpu=index,name --format=csv,noheader | tr '\n' ';') commit $GPU_CHECK_COMMIT"
 if ls .whl/*.whl >/dev/null 2>&1; then   # carried wheels (cffi for pyggml check)
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    install_wheels
 fi
 touch .stamp-deps
 make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-musa.so \

@@ -15,25 +15,13 @@
 # logits.json (date, GPUs, commit and command are in each JSON).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-T0=$(date +%s)
-W=$(mktemp -d /tmp/gpu-ray.XXXXXX)
-OUTD=${OUT:-$ROOT/bench/results/tmp}
-mkdir -p "$OUTD"
-export PYTHONUNBUFFERED=1 GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-unknown}
-export PYGGML_MODEL_CACHE=${PYGGML_MODEL_CACHE:-$HOME/.cache/pyggml/models}
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-PY=${PYTHON:-python3}
-say() { echo "== [$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/summary.log"; }
-pack() { tar czf "$OUTD/ray-gpu.tar.gz" -C "$W" . 2>/dev/null; cp "$W/summary.log" "$OUTD/" 2>/dev/null; true; }
-left() { echo $(( ${GPU_RAY_BUDGET:-345} - ($(date +%s) - T0) )); }
+GPU_TAG=ray-gpu GPU_BUDGET_S=${GPU_RAY_BUDGET:-345}
+. scripts/gpu_prelude.sh
 
 say "$(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') commit $GPU_CHECK_COMMIT"
 if ! $PY -c "import ray" 2>/dev/null; then
     ls .whl/ray-*.whl >/dev/null 2>&1 || { say "no Ray: run bash scripts/ray_wheels.sh here and carry .whl"; pack; exit 1; }
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        > "$W/pip.log" 2>&1 || { say "wheel install failed"; tail -5 "$W/pip.log"; pack; exit 1; }
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    install_wheels > "$W/pip.log" 2>&1 || { say "wheel install failed"; tail -5 "$W/pip.log"; pack; exit 1; }
 fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}       # Ray's workers import this checkout's pyggml
 say "ray $($PY -c 'import ray; print(ray.__version__)' 2>&1 | tail -1)"

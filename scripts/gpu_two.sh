@@ -11,18 +11,8 @@
 # Results: $OUT/two-gpu.tar.gz (all logs and JSON) plus the probe JSON and a summary log.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-T0=$(date +%s)
-W=$(mktemp -d /tmp/gpu-two.XXXXXX)
-OUTD=${OUT:-$ROOT/bench/results/tmp}
-mkdir -p "$OUTD"
-export PYTHONUNBUFFERED=1 GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-unknown}
-export PYGGML_MODEL_CACHE=${PYGGML_MODEL_CACHE:-$HOME/.cache/pyggml/models}
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-PY=${PYTHON:-python3}
-say() { echo "== [$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/summary.log"; }
-pack() { tar czf "$OUTD/two-gpu.tar.gz" -C "$W" . 2>/dev/null; cp "$W/summary.log" "$OUTD/" 2>/dev/null; true; }
-left() { echo $(( ${GPU_TWO_BUDGET:-560} - ($(date +%s) - T0) )); }
+GPU_TAG=two-gpu GPU_BUDGET_S=${GPU_TWO_BUDGET:-560}
+. scripts/gpu_prelude.sh
 
 say "$(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') commit $GPU_CHECK_COMMIT"
 nvidia-smi topo -m > "$W/topo.txt" 2>&1
@@ -31,8 +21,7 @@ if [ -x .peer/build.sh ] && [ ! -x "$HOME/llama-peer/bin/llama-bench" ]; then
     say "llama-bench build started in the background"
 fi
 if ls .whl/*.whl >/dev/null 2>&1; then   # carried wheels (cffi for pyggml check; ray for the Ray stages)
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    install_wheels
 fi
 touch .stamp-deps
 make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so > "$W/build.log" 2>&1 || { say "build of the core failed"; tail -30 "$W/build.log"; pack; exit 1; }
