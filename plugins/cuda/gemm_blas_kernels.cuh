@@ -1,8 +1,8 @@
 /* plugins/cuda/gemm_blas_kernels.cuh — the conversion kernels of the cuBLAS GEMM path, included
- * once by gemm_blas.cu after its plan types and GB_ constants (and by its host test through it): max|x| partials and the scaled f16/bf16
- * conversion of the activations, the weights dequantized 32 at a time into f16 rows, plain-type
- * weights converted, staged results copied into dst. Element functions are PYG_HD so the host test
- * runs them as loops. */
+ * once by gemm_blas.cu after its plan types and GB_ constants (and by its host test through it):
+ * max|x| partials and the scaled f16/bf16 conversion of the activations, the weights dequantized
+ * 32 at a time into f16 rows, plain-type weights converted, staged results copied into dst.
+ * Element functions are PYG_HD so the host test runs them as loops. */
 #pragma once
 
 /* src1 (f32, any strides) read in groups of 8 consecutive k; group g = kg + KG * column. */
