@@ -230,7 +230,7 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 }
 
 /* ALiBi slope of head h of n_head (ggml's rule); 1 when max_bias == 0. */
-__device__ __forceinline__ float alibi_slope(float max_bias, int h, int n_head) {
+PYG_HD float alibi_slope(float max_bias, int h, int n_head) {
     if (max_bias <= 0.0f) return 1.0f;
     int n_log2 = 1;
     while (n_log2 * 2 <= n_head) n_log2 *= 2;

@@ -8,10 +8,11 @@
  * the device side; a __global__ wrapper builds one and calls the body.
  *
  * Members (both sides): tid, lane, warp, nthreads; bx, by (blockIdx.x/.y); sync(); shfl_xor(v, m)
- * for float and int; mma16832 / mma16816 (int8 tensor-core products, only where
- * PYG_GPU_HAS_INT8_MMA); cp16 / cp_commit / cp_wait<N> (16-byte copies global -> shared, cp.async on
- * sm_80+); grid_wait() (programmatic dependent launch: returns once the grid before this one in the
- * stream has finished and its writes are visible; a no-op without PDL).
+ * for float and int; any(v) (warp vote); mma16832 / mma16816 (int8 tensor-core products) and
+ * mma_f16 (m16n8k16, f16 operands, f32 accumulators), ldsm4 / ldsm4t (ldmatrix .x4, plain and
+ * .trans), only where PYG_GPU_HAS_INT8_MMA; cp16 / cp_commit / cp_wait<N> (16-byte copies global ->
+ * shared, cp.async on sm_80+); grid_wait() (programmatic dependent launch: returns once the grid
+ * before this one in the stream has finished and its writes are visible; a no-op without PDL).
  */
 #ifndef PYG_CUDA_SIMT_CUH
 #define PYG_CUDA_SIMT_CUH
@@ -32,6 +33,47 @@ struct DevThr {
     __device__ __forceinline__ float shfl_xor(float v, int m) const { return gpu_shfl_xor(v, m); }
     __device__ __forceinline__ int shfl_xor(int v, int m) const { return gpu_shfl_xor(v, m); }
 #ifdef PYG_GPU_HAS_INT8_MMA
+    __device__ __forceinline__ bool any(bool v) const { return __any_sync(0xffffffffu, v) != 0; }
+    /* d = A(16x16 f16, row) * B(16x8 f16, col) + c, f32 accumulators; words hold two halves, the
+     * lower column (A) or row (B) in the low half: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..],
+     * a[2] = A[g][8+2t..], a[3] = A[g+8][8+2t..]; b0 = B[2t..2t+1][g], b1 = B[8+2t..][g]; d[0] =
+     * D[g][2t], d[1] = D[g][2t+1], d[2] = D[g+8][2t], d[3] = D[g+8][2t+1] (g = lane / 4, t = lane % 4). */
+    __device__ __forceinline__ void mma_f16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                            const float c[4]) const {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%11,%12,%13};"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+                       "f"(c[2]), "f"(c[3]));
+#else
+        (void)d, (void)a, (void)b0, (void)b1, (void)c;
+        __trap();
+#endif
+    }
+    /* ldmatrix .x4 from shared memory: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes
+     * each) of matrix i; r[i] = M_i[lane / 4][2 (lane % 4) .. +1] (plain) or M_i[2 (lane % 4) .. +1]
+     * [lane / 4] (.trans, the two halves from consecutive rows). */
+    __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *row) const {
+#if __CUDA_ARCH__ >= 800
+        const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
+#else
+        (void)r, (void)row;
+        __trap();
+#endif
+    }
+    __device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *row) const {
+#if __CUDA_ARCH__ >= 800
+        const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
+#else
+        (void)r, (void)row;
+        __trap();
+#endif
+    }
     /* d = A(16x32 s8, row) * B(32x8 s8, col) + c: a[0] = A[g][4t..4t+3], a[1] = A[g+8][4t..], a[2] =
      * A[g][16+4t..], a[3] = A[g+8][16+4t..]; b0 = B[4t..4t+3][g], b1 = B[16+4t..][g]; d[0] = D[g][2t],
      * d[1] = D[g][2t+1], d[2] = D[g+8][2t], d[3] = D[g+8][2t+1] (g = lane / 4, t = lane % 4); c like d. */

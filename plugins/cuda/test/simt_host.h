@@ -4,8 +4,9 @@
  * shuffles and the int8 mma, and synchronous copies for cp16. Slow, but every lane computes what the
  * GPU lane would, so indexing, fragment layouts and reductions are checked without a GPU.
  *
- * The mma fragment layouts follow the PTX ISA (mma.m16n8k32 / m16n8k16 with .s8 operands), written
- * out independently of the kernels that use them: see mma_ref below.
+ * The mma fragment layouts follow the PTX ISA (mma.m16n8k32 / m16n8k16 with .s8 operands, m16n8k16
+ * with .f16 operands, ldmatrix .x4 with and without .trans), written out independently of the
+ * kernels that use them: see mma_ref, mma_f16_ref and ldsm below.
  *
  * Include after defining PYG_SIMT_HOST (before any plugin header).
  */
@@ -16,6 +17,9 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 
@@ -77,6 +81,41 @@ inline void mma_ref(int K, const uint32_t a[32][4], const uint32_t b[32][2], int
     }
 }
 
+/* an IEEE half's bits as a float (written out here, apart from the plugin's own conversion) */
+inline float host_half(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float s = (h & 0x8000) ? -1.0f : 1.0f;
+    if (e == 0) return s * (float)m * (1.0f / 16777216.0f);
+    if (e == 31) return m ? NAN : s * INFINITY;
+    return s * ldexpf(1.0f + (float)m / 1024.0f, e - 15);
+}
+
+/* D (16x8 f32) += A (16x16 f16, row-major) * B (16x8 f16, col-major), f16 fragments as the PTX ISA
+ * lays them out for m16n8k16 (g = lane/4, t = lane%4; a word's low half is the lower column of A or
+ * the lower row of B): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][8+2t..], a3 = A[g+8][8+2t..];
+ * b0 = B[2t..2t+1][g], b1 = B[8+2t..][g]; d0 = D[g][2t], d1 = D[g][2t+1], d2 = D[g+8][2t], d3 = D[g+8][2t+1] */
+inline void mma_f16_ref(const uint32_t a[32][4], const uint32_t b[32][2], int lane, float d[4]) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = host_half((uint16_t)(a[l][0] >> (16 * h)));
+            A[g + 8][2 * t + h] = host_half((uint16_t)(a[l][1] >> (16 * h)));
+            A[g][8 + 2 * t + h] = host_half((uint16_t)(a[l][2] >> (16 * h)));
+            A[g + 8][8 + 2 * t + h] = host_half((uint16_t)(a[l][3] >> (16 * h)));
+            B[2 * t + h][g] = host_half((uint16_t)(b[l][0] >> (16 * h)));
+            B[8 + 2 * t + h][g] = host_half((uint16_t)(b[l][1] >> (16 * h)));
+        }
+    }
+    const int g = lane / 4, t = lane % 4;
+    const int rows[4] = { g, g, g + 8, g + 8 }, cols[4] = { 2 * t, 2 * t + 1, 2 * t, 2 * t + 1 };
+    for (int i = 0; i < 4; i++) {
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[rows[i]][k] * B[k][cols[i]];
+        d[i] = s;
+    }
+}
+
 struct HostThr {
     int tid, lane, warp, nthreads;
     int64_t bx, by;
@@ -124,6 +163,57 @@ struct HostThr {
         const int cc[4] = { c[0], c[1], c[2], c[3] };
         mma(16, d, a, b, cc);
     }
+    bool any(bool v) const {
+        HostWarp &hw = w();
+        hw.x[lane][0] = v ? 1u : 0u;
+        hw.bar.wait();
+        bool r = false;
+        for (int l = 0; l < 32; l++) r = r || hw.x[l][0] != 0;
+        hw.bar.wait();
+        return r;
+    }
+    void mma_f16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const float c[4]) const {
+        HostWarp &hw = w();
+        for (int i = 0; i < 4; i++) hw.x[lane][i] = a[i];
+        hw.x[lane][4] = b0;
+        hw.x[lane][5] = b1;
+        hw.bar.wait();
+        uint32_t A[32][4], B[32][2];
+        for (int l = 0; l < 32; l++) {
+            for (int i = 0; i < 4; i++) A[l][i] = hw.x[l][i];
+            for (int i = 0; i < 2; i++) B[l][i] = hw.x[l][4 + i];
+        }
+        hw.bar.wait();
+        float dd[4] = { c[0], c[1], c[2], c[3] }; /* d may alias c */
+        mma_f16_ref(A, B, lane, dd);
+        for (int i = 0; i < 4; i++) d[i] = dd[i];
+    }
+    /* ldmatrix .x4: lanes 8i..8i+7 address the rows of matrix i (16 bytes each); plain: r[i] =
+     * M_i[lane/4][2(lane%4)..+1]; trans: r[i] = (M_i[2(lane%4)][lane/4], M_i[2(lane%4)+1][lane/4]) */
+    void ldsm(uint32_t r[4], const void *row, bool trans) const {
+        HostWarp &hw = w();
+        const uint64_t p = (uint64_t)(uintptr_t)row;
+        if (p % 16) { fprintf(stderr, "ldmatrix: row address not 16-byte aligned\n"); abort(); }
+        hw.x[lane][0] = (uint32_t)p;
+        hw.x[lane][1] = (uint32_t)(p >> 32);
+        hw.bar.wait();
+        const unsigned char *rows[32];
+        for (int l = 0; l < 32; l++) rows[l] = (const unsigned char *)(uintptr_t)((uint64_t)hw.x[l][0] | ((uint64_t)hw.x[l][1] << 32));
+        const int g = lane / 4, t = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            if (!trans) {
+                memcpy(&r[i], rows[8 * i + g] + 4 * t, 4);
+            } else {
+                uint16_t lo, hi;
+                memcpy(&lo, rows[8 * i + 2 * t] + 2 * g, 2);
+                memcpy(&hi, rows[8 * i + 2 * t + 1] + 2 * g, 2);
+                r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+            }
+        }
+        hw.bar.wait();
+    }
+    void ldsm4(uint32_t r[4], const void *row) const { ldsm(r, row, false); }
+    void ldsm4t(uint32_t r[4], const void *row) const { ldsm(r, row, true); }
     void cp16(void *dst, const void *src, bool valid) const {
         if (valid) memcpy(dst, src, 16);
         else memset(dst, 0, 16);
