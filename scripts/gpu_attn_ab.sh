@@ -19,6 +19,7 @@ say "GPU ${GPU:-none}; commit $GPU_CHECK_COMMIT"
 $PY -c "import sys; sys.path.insert(0, '.'); from pyggml.bench_model import resolve_model
 for m in sys.argv[1:]: print(m, resolve_model(m, quiet=True), flush=True)" synth:1b:q4_0 synth:7b:q4_0 >"$W/models.log" 2>&1 &
 PREP=$!
+$PY -c "import numpy, Cython, pytest" 2>/dev/null && touch .stamp-deps   # no network there: the deps are installed
 make -j"$(nproc)" ext pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-cpu.so >"$W/build.log" 2>&1 \
     || { say "build failed"; tail -30 "$W/build.log" | tee -a "$W/summary.log"; pack; exit 1; }
 say "built"
