@@ -37,7 +37,7 @@ bench() {   # name, timeout, args...
     mkdir -p "$W/$name"
     timeout "$to" $PY -m pyggml bench -d cuda:0,cpu -r 3 --no-peer -o "$W/$name" "$@" >"$W/$name.txt" 2>"$W/$name.err"
     say "$name rc=$?: $*"
-    grep -E "^\| *(pp|tg)" "$W/$name.txt" | tee -a "$W/summary.log"
+    grep -E "^\| synth" "$W/$name.txt" | tee -a "$W/summary.log"
     pack
 }
 bench 1b_fa2 70 -m synth:1b:q4_0 -p 512 -n 128 --depth 0,4096,16384 -O cuda:fa_mma=2

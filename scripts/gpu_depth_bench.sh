@@ -18,15 +18,18 @@
 #      fa_sparse 0/1 (the op over model-like K/V views, a model's logits at depth against float64:
 #      tests/test_cuda_fattn_dec.py, also its host-emulated cases), the CUDA flash-attention paths
 #      and the op suite's flash cases, the model at depth across extents (tests/test_llama_depth.py);
-#      if they fail, the benches run with -O cuda:fa_decode=0 (the older kernels) and the summary
-#      says so;
+#      the prefill flash attention with fa_mma 0/1/2 and a model's prefill at depth
+#      (tests/test_cuda_fattn_mma.py); if they fail, the benches run with -O cuda:fa_decode=0 -O
+#      cuda:fa_mma=1 (the older kernels) and the summary says so;
 #   3. while llama-bench still builds (these runs are marked during_peer_build in the summary: the
-#      compile loads the CPU; with llama-bench built already they run after step 4, time left): tg128 at depth 0 with n_ctx 512 and 16896 (the n_ctx cost), the older
-#      decode kernels (-O cuda:fa_decode=0) and the sparse path (-O cuda:fa_sparse=1), 1b q4_0;
+#      compile loads the CPU; with llama-bench built already they run after step 4, time left): tg128 at depth 0 with n_ctx 512 and 16896 (the n_ctx cost),
+#      and the earlier prefill flash attention (-O cuda:fa_mma=1, the two-pass WMMA kernel) for pp512 at
+#      each depth (1b q4_0) and at 0 and 16384 (7b q4_0);
 #   4. once llama-bench is there (or at the latest when DEPTH_BENCH_PEER_WAIT_S, default 360 s, have
 #      passed: then without the llama.cpp column; on a warm machine it is built already), the decode-at-depth table:
 #      `pyggml bench --depth 0,4096,16384 -p 512 -n 128 --llama-bench PATH` for 1b q4_0, 7b q4_0 and
-#      1b q4_K: tg128 and pp512 at each depth, both engines, ratios on medians;
+#      1b q4_K: tg128 and pp512 at each depth, both engines, ratios on medians; then pp4096 (the long
+#      prompt) of 1b and 7b q4_0;
 #   5. one summary JSON (date, GPU, commit, command, every figure, the table) in $OUT and bench/results/.
 # Env: LLAMA_BENCH (default ~/llama-peer/bin/llama-bench), DEPTH_BENCH_REPS (3), DEPTH_BENCH_BUDGET_S
 # (510), DEPTH_BENCH_PEER_WAIT_S (360); for a smoke run elsewhere: DEPTH_BENCH_DEVICES (cuda:0,cpu),
@@ -92,15 +95,15 @@ say "build rc=$BUILD_RC"
 
 # 2. correctness
 say "tests: the decode flash attention (fa_decode x fa_sparse), the flash-attention paths, the model at depth"
-timeout 200 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_fattn_dec.py tests/test_llama_depth.py \
+timeout 200 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_fattn_dec.py tests/test_cuda_fattn_mma.py tests/test_llama_depth.py \
     tests/test_ops.py tests/test_cuda_build.py -k "flash or fattn or depth or extent" >"$OUT_DIR/pytest.log" 2>&1
 TEST_RC=$?
 tail -15 "$OUT_DIR/pytest.log" | tee -a "$LOG"
 TEST_SUMMARY=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT_DIR/pytest.log" | tail -1)
 DEVOPT=()
 if [ $TEST_RC -ne 0 ]; then
-    DEVOPT=(-O "$OPTDEV:fa_decode=0")
-    say "TESTS FAILED (rc=$TEST_RC): the benches run with the older decode kernels (fa_decode=0)"
+    DEVOPT=(-O "$OPTDEV:fa_decode=0" -O "$OPTDEV:fa_mma=1")
+    say "TESTS FAILED (rc=$TEST_RC): the benches run with the older kernels (fa_decode=0, fa_mma=1)"
 fi
 pack
 
@@ -134,11 +137,8 @@ diagnostics() {
     DIAG_DONE=1
     bench 1b_q4_0_nctx512 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 512 --no-peer "${DEVOPT[@]}"
     bench 1b_q4_0_nctx16896 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 16896 --no-peer "${DEVOPT[@]}"
-    bench 1b_q4_0_old_kernels 60 $S:q4_0 -p 0 -n 128 --depth $DEPTHS --no-peer -O "$OPTDEV:fa_decode=0"
-    if [ $TEST_RC -eq 0 ]; then
-        bench 1b_q4_0_sparse_off 40 $S:q4_0 -p 0 -n 128 --depth 0,2048,3840 --no-peer
-        bench 1b_q4_0_sparse_on 40 $S:q4_0 -p 0 -n 128 --depth 0,2048,3840 --no-peer -O "$OPTDEV:fa_sparse=1"
-    fi
+    bench 1b_q4_0_fa_mma1 60 $S:q4_0 -p 512 -n 0 --depth $DEPTHS --no-peer -O "$OPTDEV:fa_mma=1"
+    bench 7b_q4_0_fa_mma1 60 $L:q4_0 -p 512 -n 0 --depth 0,16384 --no-peer -O "$OPTDEV:fa_mma=1"
 }
 peer_building && diagnostics
 while peer_building && [ "$(elapsed)" -lt "$PEER_WAIT" ]; do sleep 3; done
@@ -158,6 +158,8 @@ PEER=(--no-peer)
 bench 1b_q4_0_depth 110 $S:q4_0 -p 512 -n 128 --depth $DEPTHS "${PEER[@]}" "${DEVOPT[@]}"
 bench 7b_q4_0_depth 150 $L:q4_0 -p 512 -n 128 --depth $DEPTHS "${PEER[@]}" "${DEVOPT[@]}"
 bench 1b_q4_K_depth 110 $S:q4_K -p 512 -n 128 --depth $DEPTHS "${PEER[@]}" "${DEVOPT[@]}"
+bench 1b_q4_0_pp4096 50 $S:q4_0 -p 4096 -n 0 "${PEER[@]}" "${DEVOPT[@]}"
+bench 7b_q4_0_pp4096 70 $L:q4_0 -p 4096 -n 0 "${PEER[@]}" "${DEVOPT[@]}"
 # with time left and not done yet: what the figures mean
 [ $DIAG_DONE -eq 0 ] && [ "$(left)" -gt 60 ] && diagnostics
 
@@ -175,8 +177,8 @@ for line in open(os.path.join(out_dir, "index.txt")):
         p, l = t["pyggml"], t["llama_cpp"]
         rows[t["test"]] = {"pyggml_median": p["median"] if p else None, "llama_cpp_median": l["median"] if l else None,
                            "ratio_median": t.get("ratio_median")}
-        if name.endswith("_depth"):
-            table.append({"model": name[:-len("_depth")], **{"test": t["test"]}, **rows[t["test"]]})
+        if name.endswith(("_depth", "_pp4096")):
+            table.append({"model": name.rsplit("_", 1)[0], **{"test": t["test"]}, **rows[t["test"]]})
     runs[name] = {"file": f, "n_ctx": doc["n_ctx"], "device_options": doc.get("device_options"), "tests": rows,
                   "during_peer_build": during == "1", "peer": (doc.get("llama_cpp") or {}).get("command"),
                   "forwards": (doc.get("pyggml") or {}).get("forwards")}
@@ -193,7 +195,7 @@ for r in table:
     lc = f"{r['llama_cpp_median']:.1f}" if r["llama_cpp_median"] else "-"
     print(f"| {r['model']} | {r['test']} | {r['pyggml_median'] or 0:.1f} | {lc} | {ratio} |")
 for name, r in runs.items():
-    if name.endswith("_depth"):
+    if name.endswith(("_depth", "_pp4096")):
         continue
     for t, v in r["tests"].items():
         print(f"{name:28s} {t:16s} pyggml {v['pyggml_median'] or 0:10.1f}" + (" (during the peer build)" if r["during_peer_build"] else ""))
