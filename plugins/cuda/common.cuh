@@ -229,15 +229,6 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
     return warp_max(v);
 }
 
-/* A hint that the bytes at p will be read soon: fetched into L2 (CUDA devices; a no-op elsewhere). */
-PYG_HD void prefetch_l2(const void *p) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
 /* ALiBi slope of head h of n_head (ggml's rule); 1 when max_bias == 0. */
 PYG_HD float alibi_slope(float max_bias, int h, int n_head) {
     if (max_bias <= 0.0f) return 1.0f;

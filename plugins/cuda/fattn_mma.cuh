@@ -2,11 +2,10 @@
  * (device option fa_mma=2): mma.sync m16n8k16 (f16 operands, f32 accumulators), whose fragment
  * layouts the PTX ISA documents, so the scores, the softmax and P.V stay in registers.
  *
- * A block takes 64 rows of one batch: 64 / pk consecutive queries of pk query heads that share one
- * K/V head (pk = the grouped-query width up to 8 where the mask is one for all heads, else 1), 16
- * rows per warp, and walks the kv range in tiles of FA2_KT = 64 cells through a two-stage cp.async
- * pipeline: while a warp works on tile i, tile i+1's K rows, V rows and mask rows are on their way
- * into the other stage. Per tile and warp:
+ * A block takes FA2_QB = 64 consecutive queries of one (head, batch), 16 per warp, and walks the kv
+ * range in tiles of FA2_KT = 64 cells through a two-stage cp.async pipeline: while a warp works on
+ * tile i, tile i+1's K rows, V rows and mask rows are on their way into the other stage. Per tile and
+ * warp:
  *   S = Q K^T    Q's fragments were loaded once (ldmatrix), K's come by ldmatrix from the stage;
  *                S is 16 x 64 floats, 32 per lane (rows g and g+8 of the warp's 16, g = lane / 4);
  *   softmax      scale, softcap, the mask (ALiBi slope times its value; -inf hides a cell, as do cells
@@ -26,9 +25,9 @@
 #define PYG_CUDA_FATTN_MMA_CUH
 #include "simt.cuh"
 
-#define FA2_QB 64    /* rows (query, head) per block */
+#define FA2_QB 64    /* queries per block */
 #define FA2_KT 64    /* kv cells per tile */
-#define FA2_WARPS 4  /* 16 rows each */
+#define FA2_WARPS 4  /* 16 queries each */
 #define FA2_THREADS (FA2_WARPS * 32)
 #define FA2_NEG_INF_H 0xfc00u /* f16 -inf */
 
@@ -40,7 +39,6 @@ struct fa2_args {
     int64_t m_nb1, m_nb2, m_nb3;
     int64_t d_nb1, d_nb2, d_nb3;
     int n_q, n_kv, H, gqa, k_ne3, v_ne3, m_ne0, m_ne2, m_ne3, nqb;
-    int pk; /* query heads per block row group: 1, or gqa (<= 8) where the mask is one for all heads */
     float scale, max_bias, softcap;
 };
 
@@ -82,7 +80,7 @@ PYG_KB void fa2_load_tile(const Thr &t, const fa2_args &a, unsigned char *stage,
     }
     if (mb) {
         uint16_t *Ms = (uint16_t *)(stage + 2 * L::KV_BYTES);
-        for (int i = t.tid; i < FA2_QB / a.pk * (FA2_KT / 8); i += FA2_THREADS) {
+        for (int i = t.tid; i < FA2_QB * (FA2_KT / 8); i += FA2_THREADS) {
             const int r = i / (FA2_KT / 8), c = i % (FA2_KT / 8), iq = q0 + r, p = t0 + c * 8;
             uint16_t *dst = Ms + r * L::LDM + c * 8;
             const char *src = mb + (int64_t)(iq < a.n_q ? iq : 0) * a.m_nb1 + (int64_t)p * 2;
@@ -103,17 +101,13 @@ template <int D, class Thr>
 PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     typedef fa2_smem<D> L;
     constexpr float LOG2E = 1.4426950408889634f;
-    /* block rows r = 0..63: query q0 + r / pk of head h0 + r % pk (pk heads share the K/V head and
-     * the mask rows, so a tile's K, V and mask are read once for all of them) */
-    const int pk = a.pk, h0 = (int)t.bx * pk, qb = (int)(t.by % a.nqb), b = (int)(t.by / a.nqb);
-    const int q0 = qb * (FA2_QB / pk), hk = h0 / a.gqa;
+    const int h = (int)t.bx, qb = (int)(t.by % a.nqb), b = (int)(t.by / a.nqb);
+    const int q0 = qb * FA2_QB, hk = h / a.gqa;
     const int lane = t.lane, warp = t.warp, g = lane / 4, tq = lane % 4;
-    const int r0 = warp * 16 + g, r1 = r0 + 8; /* this lane's two rows */
     const char *kb = a.k + (int64_t)hk * a.k_nb2 + (int64_t)(b % a.k_ne3) * a.k_nb3;
     const char *vb = a.v + (int64_t)hk * a.v_nb2 + (int64_t)(b % a.v_ne3) * a.v_nb3;
-    const char *mb = a.mask ? a.mask + (int64_t)(h0 % a.m_ne2) * a.m_nb2 + (int64_t)(b % a.m_ne3) * a.m_nb3 : NULL;
-    const float slope0 = a.mask ? alibi_slope(a.max_bias, h0 + r0 % pk, a.H) : 0.0f;
-    const float slope1 = a.mask ? alibi_slope(a.max_bias, h0 + r1 % pk, a.H) : 0.0f;
+    const char *mb = a.mask ? a.mask + (int64_t)(h % a.m_ne2) * a.m_nb2 + (int64_t)(b % a.m_ne3) * a.m_nb3 : NULL;
+    const float slope = a.mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
     gpu_half *Qs = (gpu_half *)smem;
     const int ntiles = (a.n_kv + FA2_KT - 1) / FA2_KT;
 
@@ -123,9 +117,9 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
         float x[8];
         #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int i = i0 + u * FA2_THREADS, r = i / D, d = i % D, iq = q0 + r / pk;
+            const int i = i0 + u * FA2_THREADS, r = i / D, d = i % D, iq = q0 + r;
             x[u] = i < FA2_QB * D && iq < a.n_q
-                       ? *(const float *)(a.q + (int64_t)d * 4 + (int64_t)iq * a.q_nb1 + (int64_t)(h0 + r % pk) * a.q_nb2 +
+                       ? *(const float *)(a.q + (int64_t)d * 4 + (int64_t)iq * a.q_nb1 + (int64_t)h * a.q_nb2 +
                                           (int64_t)b * a.q_nb3)
                        : 0.0f;
         }
@@ -159,7 +153,7 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
         t.sync();
         const unsigned char *st = smem + L::Q_BYTES + (it & 1) * L::STAGE;
         const gpu_half *Ks = (const gpu_half *)st, *Vs = (const gpu_half *)(st + L::KV_BYTES);
-        const uint16_t *Ms = (const uint16_t *)(st + 2 * L::KV_BYTES);
+        const uint16_t *Mw = (const uint16_t *)(st + 2 * L::KV_BYTES) + warp * 16 * L::LDM;
         const int t0 = it * FA2_KT;
 
         /* this lane's mask words: rows g, g + 8; cells 8j + 2tq, +1 (j = 0..7) */
@@ -171,7 +165,7 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
             for (int r = 0; r < 2; r++) {
                 const int c = 8 * j + 2 * tq;
                 uint32_t w = 0;
-                if (mb) memcpy(&w, Ms + ((r ? r1 : r0) / pk) * L::LDM + c, 4);
+                if (mb) memcpy(&w, Mw + (g + 8 * r) * L::LDM + c, 4);
                 if (t0 + c >= a.n_kv) w = (w & 0xffff0000u) | FA2_NEG_INF_H;
                 if (t0 + c + 1 >= a.n_kv) w = (w & 0x0000ffffu) | (FA2_NEG_INF_H << 16);
                 mk[r][j] = w;
@@ -200,7 +194,7 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
                     const uint16_t mh = (uint16_t)(mk[e >> 1][j] >> (16 * (e & 1)));
                     float x = s[j][e] * a.scale;
                     if (a.softcap != 0.0f) x = a.softcap * tanhf(x / a.softcap);
-                    x = mh == FA2_NEG_INF_H ? -INFINITY : (x + (e < 2 ? slope0 : slope1) * f16_bits_to_f32(mh)) * LOG2E;
+                    x = mh == FA2_NEG_INF_H ? -INFINITY : (x + slope * f16_bits_to_f32(mh)) * LOG2E;
                     s[j][e] = x;
                 }
                 mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
@@ -257,10 +251,10 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     l1 += t.shfl_xor(l1, 2);
     #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int row = r ? r1 : r0, iq = q0 + row / pk;
+        const int iq = q0 + warp * 16 + g + 8 * r;
         if (iq >= a.n_q) continue;
         const float l = r ? l1 : l0, inv = l > 0.0f ? 1.0f / l : 0.0f;
-        char *orow = a.dst + (int64_t)(h0 + row % pk) * a.d_nb1 + (int64_t)iq * a.d_nb2 + (int64_t)b * a.d_nb3;
+        char *orow = a.dst + (int64_t)h * a.d_nb1 + (int64_t)iq * a.d_nb2 + (int64_t)b * a.d_nb3;
         #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             float *p = (float *)(orow + (int64_t)(8 * j + 2 * tq) * 4);

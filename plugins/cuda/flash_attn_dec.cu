@@ -11,8 +11,7 @@
  * and keeps its own online softmax state (max, sum, 8 output dims per head): no per-tile
  * block-wide reductions. The row groups of a warp, then the 4 warps (shared memory), then the
  * splits are merged at the end. A cell whose mask is -inf is not read: the mask of the next step is
- * loaded one step ahead, so K/V loads wait for nothing, and a masked region costs its mask values;
- * the K/V rows two steps ahead are prefetched into L2, so a step's loads wait for L2, not memory.
+ * loaded one step ahead, so K/V loads wait for nothing, and a masked region costs its mask values.
  *
  * Splits: as many as fill the device once (blocks per multiprocessor at the kernel's launch bounds)
  * but at least 64 cells each, so the split count follows n_kv: a decode step over the filled cells
@@ -157,10 +156,6 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
     for (int u = 0; u < U; u++) {
         const int p = base + u * RPW + sub;
         mnext[u] = p < c1 ? (SPARSE ? 0.0f : fd_mask_at(a, mrow, p)) : -INFINITY;
-        if (!SPARSE && p + BSTEP < c1) { /* the second step into L2 (the loop prefetches two ahead) */
-            prefetch_l2(kb + (int64_t)(p + BSTEP) * a.k_nb1);
-            prefetch_l2(vb + (int64_t)(p + BSTEP) * a.v_nb1);
-        }
     }
     for (; base < c1; base += BSTEP) {
         float mv[U];
@@ -184,12 +179,6 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
             for (int u = 0; u < U; u++) {
                 const int p = base + BSTEP + u * RPW + sub;
                 mnext[u] = p < c1 ? fd_mask_at(a, mrow, p) : -INFINITY;
-                /* the step after next into L2: its loads then wait for L2, not memory */
-                const int p2 = p + BSTEP;
-                if (p2 < c1) {
-                    prefetch_l2(kb + (int64_t)p2 * a.k_nb1);
-                    prefetch_l2(vb + (int64_t)p2 * a.v_nb1);
-                }
             }
         } else {
 #pragma unroll

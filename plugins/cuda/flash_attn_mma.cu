@@ -287,7 +287,7 @@ static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
         }
         attr_set[c->device] = 1;
     }
-    k_fattn_mma2<D><<<dim3((unsigned)(a.H / a.pk), (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
+    k_fattn_mma2<D><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
     return check_launch(c, "flash_attn_ext (tensor cores, online softmax)");
 }
 
@@ -300,9 +300,7 @@ static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
     if (m && (m->type != PYG_TYPE_F16 || m->nb[0] != 2 || ((uintptr_t)m->data | m->nb[1] | m->nb[2] | m->nb[3]) & 15 ||
               m->ne[0] < k->ne[1] || m->ne[1] < q->ne[1]))
         return PYG_ERR_UNSUPPORTED;
-    const int64_t gqa = q->ne[2] / k->ne[2];
-    const int pk = (gqa == 2 || gqa == 4 || gqa == 8) && (!m || m->ne[2] == 1) ? (int)gqa : 1;
-    const int64_t nqb = (q->ne[1] + FA2_QB / pk - 1) / (FA2_QB / pk);
+    const int64_t nqb = (q->ne[1] + FA2_QB - 1) / FA2_QB;
     if (nqb * q->ne[3] > 65535 || q->ne[2] > 65535) return PYG_ERR_UNSUPPORTED;
     fa2_args a;
     memset(&a, 0, sizeof a);
@@ -322,8 +320,7 @@ static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
     a.n_q = (int)q->ne[1];
     a.n_kv = (int)k->ne[1];
     a.H = (int)q->ne[2];
-    a.gqa = (int)gqa;
-    a.pk = pk;
+    a.gqa = (int)(q->ne[2] / k->ne[2]);
     a.k_ne3 = (int)k->ne[3];
     a.v_ne3 = (int)v->ne[3];
     a.nqb = (int)nqb;
