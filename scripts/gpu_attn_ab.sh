@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu_attn_ab.sh — the attention kernels of issue 14 on one NVIDIA GPU, ours only (no
 # llama.cpp build: scripts/gpu_depth_bench.sh is the same-call comparison): builds the extension and
-# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2 and a
-# model's prefill at depth; decode: the split kernel with its folded merge), then benchmarks the
-# prefill kernels against each other (-O cuda:fa_mma=1 and =2: pp512 at depth 0, 4096 and 16384 for
-# 1b q4_0, at 0 and 16384 for 7b q4_0) and decode at depth (tg128), and profiles a 1b prefill at
-# depth 8192 by kernel. About 6 minutes on one H200 (GPU_BUDGET_S, default 420).
+# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2/3 and a
+# model's prefill at depth; decode: the split kernel with its folded merge, fa_decode 0/1/2), then
+# benchmarks each kernel against its variant under measurement (-O cuda:fa_mma=2 and =3: pp512 at
+# depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0; -O cuda:fa_decode=1 and =2:
+# tg128 at the same depths for 1b q4_0). About 5 minutes on one H200 (GPU_BUDGET_S, default 420).
 #
 #   one device call, kind nvidia-h200, from the repo root, timeout_s 600:
 #   GPU_CHECK_COMMIT=<sha> bash scripts/gpu_attn_ab.sh
@@ -40,14 +40,11 @@ bench() {   # name, timeout, args...
     grep -E "^\| synth" "$W/$name.txt" | tee -a "$W/summary.log"
     pack
 }
-bench 1b_fa2 70 -m synth:1b:q4_0 -p 512 -n 128 --depth 0,4096,16384 -O cuda:fa_mma=2
-bench 1b_fa1 70 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O cuda:fa_mma=1
-bench 7b_fa2 80 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=2
-bench 7b_fa1 80 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=1
-if [ "$(left)" -gt 40 ]; then
-    timeout 40 $PY scripts/profile_decode.py synth:1b:q4_0 --depth 8192 --prefill 512 --steps 2 >"$W/profile-pp-d8192.log" 2>&1
-    say "profile (fa_mma default) of a 1b prefill of 512 after 8192:"
-    grep -E "^ *(void |k_|Self CUDA)" "$W/profile-pp-d8192.log" | head -8 | cut -c1-60,150-175 | tee -a "$W/summary.log"
-fi
+bench 1b_pp_fa2 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O cuda:fa_mma=2
+bench 1b_pp_fa3 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O cuda:fa_mma=3
+bench 1b_tg_dec1 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O cuda:fa_decode=1
+bench 1b_tg_dec2 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O cuda:fa_decode=2
+bench 7b_pp_fa2 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=2
+bench 7b_pp_fa3 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=3
 pack
 say "done"

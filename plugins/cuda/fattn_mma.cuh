@@ -44,15 +44,26 @@ struct fa2_args {
 
 /* Shared memory: Q (f16), then two stages of K, V (f16 rows) and the mask tile (f16). Row pitches
  * are 16 bytes more than the data so that the 8 rows an ldmatrix reads fall in distinct banks. */
-template <int D> struct fa2_smem {
+template <int D, int NS = 2> struct fa2_smem {
     static constexpr int LDH = D + 8;       /* Q, K, V row pitch (halves) */
     static constexpr int LDM = FA2_KT + 8;  /* mask row pitch (halves) */
     static constexpr size_t Q_BYTES = (size_t)FA2_QB * LDH * 2;
     static constexpr size_t KV_BYTES = (size_t)FA2_KT * LDH * 2;
     static constexpr size_t M_BYTES = (size_t)FA2_QB * LDM * 2;
     static constexpr size_t STAGE = 2 * KV_BYTES + M_BYTES;
-    static constexpr size_t BYTES = Q_BYTES + 2 * STAGE;
+    static constexpr size_t BYTES = Q_BYTES + NS * STAGE; /* NS pipeline stages */
 };
+
+/* 2^x; x = -inf gives 0 (the device's ex2.approx: 2 ulp, the result is rounded to f16 anyway) */
+PYG_HD float fa2_exp2(float x) {
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
 
 PYG_HD uint32_t fa2_pack_h2(float lo, float hi) {
     const gpu_half a = gpu_float2half(lo), b = gpu_float2half(hi);
@@ -97,9 +108,12 @@ PYG_KB void fa2_load_tile(const Thr &t, const fa2_args &a, unsigned char *stage,
     }
 }
 
-template <int D, class Thr>
+/* V3: the variant under measurement (fa_mma=3): NS = 3 stages with one barrier per tile (tile i+2 is
+ * issued after the barrier that ends everyone's tile i-1, into that tile's stage), the score scale
+ * folded with log2(e), exp2 by ex2.approx. */
+template <int D, bool V3, class Thr>
 PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
-    typedef fa2_smem<D> L;
+    typedef fa2_smem<D, V3 ? 3 : 2> L;
     constexpr float LOG2E = 1.4426950408889634f;
     const int h = (int)t.bx, qb = (int)(t.by % a.nqb), b = (int)(t.by / a.nqb);
     const int q0 = qb * FA2_QB, hk = h / a.gqa;
@@ -108,11 +122,16 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     const char *vb = a.v + (int64_t)hk * a.v_nb2 + (int64_t)(b % a.v_ne3) * a.v_nb3;
     const char *mb = a.mask ? a.mask + (int64_t)(h % a.m_ne2) * a.m_nb2 + (int64_t)(b % a.m_ne3) * a.m_nb3 : NULL;
     const float slope = a.mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
+    const float sl2 = a.scale * LOG2E, slope2 = slope * LOG2E;
     gpu_half *Qs = (gpu_half *)smem;
     const int ntiles = (a.n_kv + FA2_KT - 1) / FA2_KT;
 
     fa2_load_tile<D>(t, a, smem + L::Q_BYTES, kb, vb, mb, q0, 0); /* tile 0 travels while Q is converted */
     t.cp_commit();
+    if (V3 && ntiles > 1) {
+        fa2_load_tile<D>(t, a, smem + L::Q_BYTES + L::STAGE, kb, vb, mb, q0, 1);
+        t.cp_commit();
+    }
     for (int i0 = t.tid; i0 < FA2_QB * D; i0 += 8 * FA2_THREADS) { /* Q -> f16, 8 loads in flight */
         float x[8];
         #pragma unroll
@@ -143,15 +162,25 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g and g + 8 */
 
     for (int it = 0; it < ntiles; it++) {
-        if (it + 1 < ntiles) {
-            fa2_load_tile<D>(t, a, smem + L::Q_BYTES + ((it + 1) & 1) * L::STAGE, kb, vb, mb, q0, it + 1);
-            t.cp_commit();
-            t.template cp_wait<1>();
+        if (V3) {
+            if (it + 1 < ntiles) t.template cp_wait<1>();
+            else t.template cp_wait<0>();
+            t.sync();
+            if (it + 2 < ntiles) {
+                fa2_load_tile<D>(t, a, smem + L::Q_BYTES + ((it + 2) % 3) * L::STAGE, kb, vb, mb, q0, it + 2);
+                t.cp_commit();
+            }
         } else {
-            t.template cp_wait<0>();
+            if (it + 1 < ntiles) {
+                fa2_load_tile<D>(t, a, smem + L::Q_BYTES + ((it + 1) & 1) * L::STAGE, kb, vb, mb, q0, it + 1);
+                t.cp_commit();
+                t.template cp_wait<1>();
+            } else {
+                t.template cp_wait<0>();
+            }
+            t.sync();
         }
-        t.sync();
-        const unsigned char *st = smem + L::Q_BYTES + (it & 1) * L::STAGE;
+        const unsigned char *st = smem + L::Q_BYTES + (V3 ? it % 3 : it & 1) * L::STAGE;
         const gpu_half *Ks = (const gpu_half *)st, *Vs = (const gpu_half *)(st + L::KV_BYTES);
         const uint16_t *Mw = (const uint16_t *)(st + 2 * L::KV_BYTES) + warp * 16 * L::LDM;
         const int t0 = it * FA2_KT;
@@ -192,10 +221,15 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const uint16_t mh = (uint16_t)(mk[e >> 1][j] >> (16 * (e & 1)));
-                    float x = s[j][e] * a.scale;
-                    if (a.softcap != 0.0f) x = a.softcap * tanhf(x / a.softcap);
-                    x = mh == FA2_NEG_INF_H ? -INFINITY : (x + slope * f16_bits_to_f32(mh)) * LOG2E;
-                    s[j][e] = x;
+                    float x;
+                    if (V3 && a.softcap == 0.0f) {
+                        x = s[j][e] * sl2 + slope2 * f16_bits_to_f32(mh);
+                    } else {
+                        x = s[j][e] * a.scale;
+                        if (a.softcap != 0.0f) x = a.softcap * tanhf(x / a.softcap);
+                        x = (x + slope * f16_bits_to_f32(mh)) * LOG2E;
+                    }
+                    s[j][e] = mh == FA2_NEG_INF_H ? -INFINITY : x;
                 }
                 mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
                 mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
@@ -218,12 +252,14 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
                 o[j][2] *= c1;
                 o[j][3] *= c1;
             }
+            const float mm0 = m0 == -INFINITY ? 0.0f : m0, mm1 = m1 == -INFINITY ? 0.0f : m1; /* -inf - mm: -inf */
             #pragma unroll
             for (int j = 0; j < FA2_KT / 8; j++) {
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float mm = e < 2 ? m0 : m1;
-                    const float p = s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - mm);
+                    const float p = V3 ? fa2_exp2(s[j][e] - (e < 2 ? mm0 : mm1))
+                                       : s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - mm);
                     s[j][e] = p;
                     if (e < 2) l0 += p;
                     else l1 += p;
