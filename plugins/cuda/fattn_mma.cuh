@@ -3,8 +3,9 @@
  * layouts the PTX ISA documents, so the scores, the softmax and P.V stay in registers.
  *
  * A block takes FA2_QB = 64 consecutive queries of one (head, batch), 16 per warp, and walks the kv
- * range in tiles of FA2_KT = 64 cells through a two-stage cp.async pipeline: while a warp works on
- * tile i, tile i+1's K rows, V rows and mask rows are on their way into the other stage. Per tile and
+ * range in tiles of FA2_KT = 64 cells through a cp.async pipeline of three stages (D = 64) or two
+ * (D = 128): while a warp works on tile i, the next tiles' K rows, V rows and mask rows are on their
+ * way into the other stages. Per tile and
  * warp:
  *   S = Q K^T    Q's fragments were loaded once (ldmatrix), K's come by ldmatrix from the stage;
  *                S is 16 x 64 floats, 32 per lane (rows g and g+8 of the warp's 16, g = lane / 4);
@@ -44,14 +45,15 @@ struct fa2_args {
 
 /* Shared memory: Q (f16), then two stages of K, V (f16 rows) and the mask tile (f16). Row pitches
  * are 16 bytes more than the data so that the 8 rows an ldmatrix reads fall in distinct banks. */
-template <int D, int NS = 2> struct fa2_smem {
+template <int D> struct fa2_smem {
+    static constexpr int NS = D == 64 ? 3 : 2; /* pipeline stages (see fa2_body) */
     static constexpr int LDH = D + 8;       /* Q, K, V row pitch (halves) */
     static constexpr int LDM = FA2_KT + 8;  /* mask row pitch (halves) */
     static constexpr size_t Q_BYTES = (size_t)FA2_QB * LDH * 2;
     static constexpr size_t KV_BYTES = (size_t)FA2_KT * LDH * 2;
     static constexpr size_t M_BYTES = (size_t)FA2_QB * LDM * 2;
     static constexpr size_t STAGE = 2 * KV_BYTES + M_BYTES;
-    static constexpr size_t BYTES = Q_BYTES + NS * STAGE; /* NS pipeline stages */
+    static constexpr size_t BYTES = Q_BYTES + NS * STAGE;
 };
 
 /* 2^x; x = -inf gives 0 (the device's ex2.approx: 2 ulp, the result is rounded to f16 anyway) */
@@ -108,12 +110,15 @@ PYG_KB void fa2_load_tile(const Thr &t, const fa2_args &a, unsigned char *stage,
     }
 }
 
-/* V3: the variant under measurement (fa_mma=3): NS = 3 stages with one barrier per tile (tile i+2 is
- * issued after the barrier that ends everyone's tile i-1, into that tile's stage), the score scale
- * folded with log2(e), exp2 by ex2.approx. */
-template <int D, bool V3, class Thr>
+/* D == 64 (V3): three stages with one barrier per tile (tile i+2 is issued after the barrier that
+ * ends everyone's tile i-1, into that tile's stage), the score scale folded with log2(e), exp2 by
+ * ex2.approx. D == 128: two stages, two barriers per tile (three stages leave one block per
+ * multiprocessor there). Measured on the H200 (bench/results/attn-ab-20261201T0625/): 1b pp512 @
+ * d16384 20.6k t/s with three stages against 18.6k with two; 7b 5.8k against 7.1k. */
+template <int D, class Thr>
 PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
-    typedef fa2_smem<D, V3 ? 3 : 2> L;
+    typedef fa2_smem<D> L;
+    constexpr bool V3 = L::NS == 3;
     constexpr float LOG2E = 1.4426950408889634f;
     const int h = (int)t.bx, qb = (int)(t.by % a.nqb), b = (int)(t.by / a.nqb);
     const int q0 = qb * FA2_QB, hk = h / a.gqa;

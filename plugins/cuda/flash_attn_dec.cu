@@ -77,9 +77,8 @@ __device__ __forceinline__ void fd_merge(float &m, float &l, float *acc, float m
 }
 
 /* D: head size (64, 128, 256); G: query heads per kv head; U: row loads in flight per lane. */
-/* MINB: blocks per multiprocessor the registers are sized for (fd_splits counts with the same) */
-template <int D, int G, int U, bool SPARSE, int MINB>
-__global__ void __launch_bounds__(FD_THREADS, MINB) k_fattn_dec(fd_args a) {
+template <int D, int G, int U, bool SPARSE>
+__global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_args a) {
     constexpr int LPR = D / 8, RPW = PYG_WARP_SIZE / LPR, WSTEP = U * RPW, BSTEP = FD_WARPS * WSTEP;
     const int lane = threadIdx.x % PYG_WARP_SIZE, w = threadIdx.x / PYG_WARP_SIZE;
     const int col = lane % LPR, sub = lane / LPR;
@@ -359,23 +358,12 @@ static int fd_sparse(const pyg_tensor *n) {
     return cuda_opts()->fa_sparse && n->src[3] && n->src[1]->ne[1] <= FD_SPARSE_MAX_KV;
 }
 
-/* fa_decode=2, the variant under measurement: four query heads per kv head read 4 rows per lane and
- * step (U = 4 instead of 2) with registers for 3 blocks per multiprocessor instead of 4. */
-static int fd_wide(const pyg_tensor *n) {
-    return cuda_opts()->fa_decode == 2 && n->src[0]->ne[2] == 4 * n->src[1]->ne[2] && !fd_sparse(n);
-}
-
-/* blocks per multiprocessor at the kernel's launch bounds */
-static int fd_minb(const pyg_tensor *n) {
-    const int64_t G = n->src[0]->ne[2] / n->src[1]->ne[2];
-    return fd_wide(n) ? 3 : G <= 4 ? 4 : 2;
-}
-
 /* Splits: blocks for one wave at the kernel's launch bounds, >= FD_MIN_KV_PER_SPLIT cells each. */
 static int fd_splits(const pyg_tensor *n, int n_sm, int *chunk) {
     const pyg_tensor *q = n->src[0], *k = n->src[1];
     const int64_t groups = k->ne[2] * q->ne[1] * q->ne[3], n_kv = k->ne[1];
-    const int64_t want = (int64_t)n_sm * fd_minb(n);
+    const int64_t G = q->ne[2] / k->ne[2];
+    const int64_t want = (int64_t)n_sm * (G <= 4 ? 4 : 2);
     int64_t s = want / groups;
     const int64_t by_kv = (n_kv + FD_MIN_KV_PER_SPLIT - 1) / FD_MIN_KV_PER_SPLIT;
     if (s > by_kv) s = by_kv;
@@ -407,24 +395,19 @@ size_t flash_attn_dec_sync_bytes(const pyg_tensor *n, int n_sm) {
 #endif
 
 template <int D, int G>
-static void fd_launch_dg(const fd_args &a, dim3 grid, bool sparse, bool wide, gpuStream_t st) {
-    constexpr int U = G <= 2 ? 4 : 2, MINB = G <= 4 ? 4 : 2;
-    void (*kern)(fd_args) = sparse ? k_fattn_dec<D, G, U, true, MINB> : k_fattn_dec<D, G, U, false, MINB>;
-    if constexpr (G == 4) {
-        if (wide) kern = k_fattn_dec<D, 4, 4, false, 3>;
-    } else {
-        (void)wide;
-    }
+static void fd_launch_dg(const fd_args &a, dim3 grid, bool sparse, gpuStream_t st) {
+    constexpr int U = G <= 2 ? 4 : 2;
+    void (*kern)(fd_args) = sparse ? k_fattn_dec<D, G, U, true> : k_fattn_dec<D, G, U, false>;
     FD_LAUNCH(kern, grid, a, st);
 }
 
 template <int D>
-static void fd_launch_d(const fd_args &a, int G, dim3 grid, bool sparse, bool wide, gpuStream_t st) {
+static void fd_launch_d(const fd_args &a, int G, dim3 grid, bool sparse, gpuStream_t st) {
     switch (G) {
-    case 1: fd_launch_dg<D, 1>(a, grid, sparse, wide, st); break;
-    case 2: fd_launch_dg<D, 2>(a, grid, sparse, wide, st); break;
-    case 4: fd_launch_dg<D, 4>(a, grid, sparse, wide, st); break;
-    default: fd_launch_dg<D, 8>(a, grid, sparse, wide, st); break;
+    case 1: fd_launch_dg<D, 1>(a, grid, sparse, st); break;
+    case 2: fd_launch_dg<D, 2>(a, grid, sparse, st); break;
+    case 4: fd_launch_dg<D, 4>(a, grid, sparse, st); break;
+    default: fd_launch_dg<D, 8>(a, grid, sparse, st); break;
     }
 }
 
@@ -475,9 +458,9 @@ int flash_attn_dec_launch(const pyg_tensor *n, op_ctx *c) {
         mul_mat_quant_layout((char *)c->scratch + c->quant_off, (int64_t)a.H * D, &a.yq, &a.yds);
     }
     const dim3 grid((unsigned)k->ne[2], (unsigned)a.nsplit, (unsigned)(a.n_q * q->ne[3]));
-    const bool sparse = fd_sparse(n), wide = fd_wide(n);
-    if (D == 64) fd_launch_d<64>(a, G, grid, sparse, wide, c->stream);
-    else if (D == 128) fd_launch_d<128>(a, G, grid, sparse, wide, c->stream);
-    else fd_launch_d<256>(a, G, grid, sparse, wide, c->stream);
+    const bool sparse = fd_sparse(n);
+    if (D == 64) fd_launch_d<64>(a, G, grid, sparse, c->stream);
+    else if (D == 128) fd_launch_d<128>(a, G, grid, sparse, c->stream);
+    else fd_launch_d<256>(a, G, grid, sparse, c->stream);
     return check_launch(c, "flash_attn_ext (decode)");
 }

@@ -29,7 +29,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(cuda_options, mmvq, k_mmvq_words,
                       "int8 mat-vec for quantized weights: off (float), auto (not q6_K; default), all"),
     PYG_OPTION_BOOL(cuda_options, mma, "our tensor-core GEMMs where cuBLAS does not take a node (default 1)"),
-    PYG_OPTION_INT(cuda_options, fa_mma, 0, 3, "prefill flash attention on tensor cores: 2 mma.sync with an online softmax (default; sm_80+, f16 or no mask, else 1 runs), 3 its three-stage variant under measurement, 1 two-pass WMMA, 0 off (the FFMA kernel)"),
+    PYG_OPTION_INT(cuda_options, fa_mma, 0, 2, "prefill flash attention on tensor cores: 2 mma.sync with an online softmax (default; sm_80+, f16 or no mask, else 1 runs), 1 two-pass WMMA, 0 off (the FFMA kernel)"),
     PYG_OPTION_BOOL(cuda_options, blas, "prefill GEMMs through cuBLAS where it opens (default 1)"),
     PYG_OPTION_INT(cuda_options, blas_min_n, 1, INT32_MAX, "smallest N sent to the cuBLAS GEMM path (default 32)"),
     PYG_OPTION_INT(cuda_options, blas_chunk_mb, 1, 1 << 16, "converted weights per chunk, MiB (default 128)"),
@@ -38,7 +38,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(cuda_options, mmq, "mul_mat with N > 8 on the int8 GEMM over repacked weights (default 0: dequantize + cuBLAS, which measured 1.5-2.3x faster on the H200 at d007684)"),
     PYG_OPTION_BOOL(cuda_options, pdl, "repacked mat-vecs with programmatic dependent launch, sm_90 (default 1)"),
     PYG_OPTION_INT(cuda_options, mmv_nb, 0, 2, "groups of 8 rows per repacked mat-vec block (default 0: 1)"),
-    PYG_OPTION_INT(cuda_options, fa_decode, 0, 2, "decode flash attention on the split-kv kernel with the merge folded in (default 1; 2: its variant under measurement, 4 rows per lane and step where 4 query heads share a kv head; 0: the older split + merge kernels)"),
+    PYG_OPTION_BOOL(cuda_options, fa_decode, "decode flash attention on the split-kv kernel with the merge folded in (default 1; 0: the older split + merge kernels)"),
     PYG_OPTION_BOOL(cuda_options, fa_sparse, "that kernel's compacted-index path where n_kv <= 4096 (default 0)"),
 };
 

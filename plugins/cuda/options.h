@@ -30,7 +30,7 @@ struct cuda_options {
                               0: dequantize + cuBLAS (gemm_blas.cu) */
     int64_t pdl;           /* 1: the repacked mat-vecs launched with programmatic dependent launch (sm_90) */
     int64_t mmv_nb;        /* groups of 8 rows per repacked mat-vec block: 1 or 2; 0: the default (1) */
-    int64_t fa_decode;     /* 1: decode flash attention on the split-kv kernel of flash_attn_dec.cu (2: its U = 4 variant);
+    int64_t fa_decode;     /* 1: decode flash attention on the split-kv kernel of flash_attn_dec.cu;
                               0: the older split + merge kernels of flash_attn.cu */
     int64_t fa_sparse;     /* 1: that kernel's compacted-index path where n_kv <= 4096 */
 };

@@ -45,7 +45,6 @@ int main(int argc, char **argv) {
     const int sparse = atoi(argv[9]), n_sm = atoi(argv[10]);
     const float softcap = argc > 11 ? (float)atof(argv[11]) : 0.0f, max_bias = argc > 12 ? (float)atof(argv[12]) : 0.0f;
     const int quant = argc > 13 ? atoi(argv[13]) : 0, mask_f32 = argc > 14 ? atoi(argv[14]) : 0;
-    const int fa_decode = argc > 15 ? atoi(argv[15]) : 1;
     const int H = G * Hkv, kvd = Hkv * D;
     std::mt19937 rng(1234 + D + 7 * G + 13 * n_kv);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -114,7 +113,6 @@ int main(int argc, char **argv) {
 
     cuda_options opts = cuda_options_defaults; /* what a plan binds (options.h): fa_decode on */
     opts.fa_sparse = sparse;
-    opts.fa_decode = fa_decode;
     cuda_opts_scope bound(&opts);
     if (!flash_attn_dec_usable(&tn)) {
         printf("not usable\n");
