@@ -10,10 +10,10 @@
 #define FA_BQ 32
 #define FA_BKV 64
 
-/* flash_attn_cm.comp's shared memory: Q, K / V^T, S (f32), P, the chunk flag */
+/* flash_attn_cm.comp's shared memory: Q, K / V^T, S (f32), P, the chunk flag (16 bytes) */
 static uint64_t fa_cm_shared(uint32_t dmax) {
     uint64_t half = 2;
-    return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 4;
+    return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 16;
 }
 
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {

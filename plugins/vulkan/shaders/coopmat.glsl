@@ -8,6 +8,11 @@
 //    extension (the tests on lavapipe). Its "subgroups" are quarter workgroups, a lane holding the
 //    elements e = lane + i * SG_SIZE of a tile at (row, col) = (e % 16, e / 16); the 16-term dot
 //    products are unrolled because llvmpipe ends any loop after 65535 iterations of an invocation.
+// Alignment: a matrix load or store needs its start and stride 16-byte aligned. The driver places
+// the shared variables one after another in the module's order (glslang's order of first use), so
+// every shared variable of these shaders is a multiple of 16 bytes (a 4-byte flag before the K/V
+// tile put every later array 4 bytes off 16: flash_attn_cm's NMSE 1.16 on the H200). The emulation
+// has no such rule; tests/test_vulkan_spirv.py checks it on the built tensor-core modules.
 #extension GL_KHR_shader_subgroup_basic : require
 #ifndef CM_EMULATE
 #extension GL_NV_cooperative_matrix : require
