@@ -217,7 +217,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "3")):
+    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -245,23 +245,39 @@ def test_gemm(wdt, gemm):
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
 @pytest.mark.parametrize("tile", ["64", "128"])
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
-@pytest.mark.parametrize("ver", ["1", "2"])
+@pytest.mark.parametrize("ver", ["1", "2", "3"])
 def test_gemm_tiles(wdt, tile, gemm, ver):
-    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile) in both builds (gemm_v: 2 the
-    pipelined one, 1 the earlier), emulated everywhere and on the tensor cores where the device has
+    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile) in its three builds (gemm_v: 2 the
+    pipelined one, 1 the earlier, 3 mul_mat_cm3: tiles as 16-byte words), emulated everywhere and on the tensor cores where the device has
     them: M and N one past a tile and well inside one, weights broadcast over a batch axis; K = 256
     is 8 steps, so both shared-memory stages are written and read several times."""
     if gemm == "coopmat" and not _has_coopmat():
         pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
-    want = ("mul_mat_cm" + ("2" if ver == "2" else "") + ("_128" if ver == "2" and tile == "128" else "128" if tile == "128" else "")
+    want = ("mul_mat_cm" + ("" if ver == "1" else ver) + ("" if tile == "64" else "128" if ver == "1" else "_128")
             + ("_emu" if gemm == "cm_emulated" else ""))
     for wshape, xshape in (((129, 256), (130, 256)), ((3, 40, 256), (2, 3, 100, 256))):
         e, kernels = _run(wdt, wshape, xshape, {"gemm": gemm, "gemm_tile": tile, "gemm_v": ver}, seed=13)
         assert e <= 5e-4, f"NMSE {e:.3g} {wshape} {xshape}"
-        if ver == "2" and tile == "128" and gemm == "cm_emulated":   # 44 KiB of shared memory: not on lavapipe (32 KiB)
+        if ver != "1" and tile == "128" and gemm == "cm_emulated":   # 44 KiB of shared memory: not on lavapipe (32 KiB)
             assert kernels[0] in (want, "mul_mat")
         else:
             assert kernels == [want]
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+@pytest.mark.parametrize("x_offset", [0, 1])
+def test_gemm3_types(wdt, gemm, x_offset):
+    """gemm_v=3 (mul_mat_cm3.comp) over every weight type it dequantizes (q4_0 through its nibble
+    pairs, q8_0 and q4_K through 16-element registers, the rest element by element), with activation
+    rows read as 16-byte words (x_offset 0) and word by word (a view one float in: rows off 16 bytes)."""
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
+    k = _k(wdt)
+    shapes = ((70, k), (37, k)) if x_offset else ((2, 1, 70, k), (2, 3, 37, k))   # (the view helper is 2-D)
+    e, kernels = _run(wdt, *shapes, {"gemm": gemm, "gemm_v": "3", "gemm_tile": "64"}, x_offset=x_offset, seed=5)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_cm3" + ("_emu" if gemm == "cm_emulated" else "")]
 
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])

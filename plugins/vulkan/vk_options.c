@@ -16,7 +16,9 @@
  *                64 x 64), 64 or 128
  *   gemm_v       the cooperative-matrix GEMM's build: 2 (default) mul_mat_cm2*: two shared-memory
  *                stages (the next step loaded while this one multiplies), unrolled fragment loops;
- *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one)
+ *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one); 3 mul_mat_cm3*:
+ *                the pipelined kernel with its tiles stored as packed f16 in 16-byte words and the
+ *                activations read as 16-byte words where aligned (tested on lavapipe, not yet on a GPU)
  *   norm_v       the workgroup-per-row norm+mul kernel (where norm_wg is on: GPUs): 1 (default)
  *                norm_mul_wg.comp, the kernel measured on the H200; 2 norm_mul_reg.comp, a row read
  *                once into registers (rows up to 8192; wider ones get norm_mul_wg.comp), tested on

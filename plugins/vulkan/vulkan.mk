@@ -16,7 +16,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm2.spv.h $(VK_BUILD)/mul_mat_cm2_emu.spv.h $(VK_BUILD)/mul_mat_cm2_128.spv.h \
             $(VK_BUILD)/mul_mat_cm2_128_emu.spv.h $(VK_BUILD)/flash_attn_cm_emu.spv.h $(VK_BUILD)/norm_mul_add.spv.h $(VK_BUILD)/norm_mul_wg_add.spv.h \
-            $(VK_BUILD)/norm_mul_reg_add.spv.h
+            $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
+            $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/norm_add.glsl
@@ -46,6 +47,14 @@ $(eval $(call VK_CM2_RULE,mul_mat_cm2,))
 $(eval $(call VK_CM2_RULE,mul_mat_cm2_emu,-DCM_EMULATE))
 $(eval $(call VK_CM2_RULE,mul_mat_cm2_128,-DCM_TILE=128))
 $(eval $(call VK_CM2_RULE,mul_mat_cm2_128_emu,-DCM_TILE=128 -DCM_EMULATE))
+
+# mul_mat_cm3.comp with 128x128 tiles (gemm_v=3 gemm_tile=128); the 64-tile builds use the rules above
+$(VK_BUILD)/mul_mat_cm3_128.spv.h: $(VK_DIR)/shaders/mul_mat_cm3.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -mfmt=c -o $@ $<
+$(VK_BUILD)/mul_mat_cm3_128_emu.spv.h: $(VK_DIR)/shaders/mul_mat_cm3.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -DCM_EMULATE -mfmt=c -o $@ $<
 
 # the layer norms with the residual add before them folded in (norm_add.glsl)
 $(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl

@@ -33,6 +33,8 @@
     coopMatLoadNV(mb_, B_, bo, ldb, bcol); \
     acc = coopMatMulAddNV(ma_, mb_, acc); }
 #define CM_STORE(acc, C_, co, ldc, ccol) coopMatStoreNV(acc, C_, co, ldc, ccol)
+// the same with A_ and B_ uvec4 arrays of packed f16 (offsets and strides in 16-byte words: the uvec4 overloads)
+#define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol)
 #else
 #extension GL_EXT_control_flow_attributes : require
 #define HALF uint16_t                                // f16 bits
@@ -52,6 +54,16 @@ float hv(float f) { return f; }
         float s_ = acc.v[i_]; \
         [[unroll]] for (uint k_ = 0u; k_ < 16u; k_++) \
             s_ += hv(A_[(ao) + m_ * (lda) + k_]) * hv(B_[(bcol) ? (bo) + n_ * (ldb) + k_ : (bo) + k_ * (ldb) + n_]); \
+        acc.v[i_] = s_; } }
+// f16 number i of a uvec4 array of packed f16
+#define HV4(A_, i) unpackHalf2x16(A_[(i) >> 3][((i) >> 1) & 3u] >> (((i) & 1u) * 16u)).x
+#define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
+    [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
+        uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
+        float s_ = acc.v[i_]; \
+        [[unroll]] for (uint k_ = 0u; k_ < 16u; k_++) \
+            s_ += HV4(A_, 8u * ((ao) + m_ * (lda)) + k_) * \
+                  HV4(B_, (bcol) ? 8u * ((bo) + n_ * (ldb)) + k_ : 8u * ((bo) + k_ * (ldb)) + n_); \
         acc.v[i_] = s_; } }
 #define CM_STORE(acc, C_, co, ldc, ccol) { \
     [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
