@@ -3,7 +3,7 @@
     python3 scripts/vulkan_vs_cuda.py bench   --out DIR [--models synth:1b:q4_0 ...] [--reps 3]
     python3 scripts/vulkan_vs_cuda.py profile --out DIR [--models synth:1b:q4_0 ...] [--steps 32]
 
-bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml bench`) on
+bench: pp512 / tg128 (pyggml.bench_model.bench_models, the code behind `pyggml bench`) on
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
 old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1: the earlier
 workgroup layer norm (the default); norm2: the register layer norm (awaiting a GPU run); mv3: matvec=3, the
@@ -54,7 +54,8 @@ def _median(stats):
 
 def bench(a, save):
     import pyggml as pg
-    from pyggml.bench_model import bench_pyggml, resolve_model
+    from pyggml.bench_model import bench_models, default_n_ctx, make_tests, resolve_model
+    tests = make_tests([a.n_prompt], [a.n_gen], [0])
     rows = []
     for spec in a.models:
         path = resolve_model(spec, quiet=True)
@@ -65,7 +66,7 @@ def bench(a, save):
             try:
                 if variant:
                     _set_vk(pg, VARIANTS[variant])
-                r = bench_pyggml(path, devs.split(","), None, a.reps, a.n_prompt, a.n_gen, echo=lambda *x: None)
+                r, _ = bench_models(path, devs.split(","), None, a.reps, tests, default_n_ctx(tests), peer=False)
                 pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
                 row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),
