@@ -368,6 +368,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
             break;
         }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
+        spec1 = (uint32_t)d->opts.fa_kdot;   /* flash_attn.comp's KDOT: 1 one invocation per key, 2 eight */
         ex[0] = (uint32_t)rows;
         work = rows;
         /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
@@ -541,7 +542,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             uint32_t rows = p[96] / a->fa_split;
             pc[96] = rows;
             fold_groups(rows, c->groups);
-            uint32_t specs[2] = { 2, 1 };
+            uint32_t specs[2] = { 2, 1 };   /* (KDOT does not touch the merge) */
             c->spec0 = 2;
             if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
             nd++;

@@ -80,6 +80,7 @@ typedef struct vkp_options {
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
     int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 where that still fills the GPU, else 64), 1: 64, 2: 128 */
+    int64_t fa_kdot;                /* flash_attn.comp's scores: 1 one invocation per key (default), 2 eight per key */
     int64_t gemm_v;                 /* mul_mat_cm's build: 2 pipelined and unrolled (default), 1 the earlier one, 3 mul_mat_cm3 */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
 } vkp_options;

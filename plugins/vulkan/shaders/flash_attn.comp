@@ -6,14 +6,20 @@
 // MODE 1 (decode: few query rows, long KV): each workgroup takes one split of ex[3] keys and
 // writes its partial softmax state (max M, sum L, unnormalised acc[Dv]) to the plan's scratch;
 // MODE 2 merges a row's ex[2] partials into dst (one workgroup per row).
+// KDOT 2 (option fa_kdot=2): the chunk's 64 scores are computed by 8 invocations per key (each a
+// strided eighth of the row, so a subgroup's loads cover a few whole rows instead of one word of
+// each of 32 rows), summed through shared memory; KDOT 1 (default): one invocation per key.
 #include "common.glsl"
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint MODE = 0u;
+layout(constant_id = 1) const uint KDOT = 1u;
 layout(std430, binding = 6) buffer Scratch { float sc[]; };
 #define MAXD 512u
 shared float qs[MAXD];
 shared float ps[64];
 shared float red[64];
+shared float mvs[64];                                   // KDOT 2: the chunk's additive mask terms
+shared float part[512];                                 // KDOT 2: partial dots [key][eighth]
 
 float wg_reduce(float v, bool is_max) {
     uint t = gl_LocalInvocationID.x;
@@ -84,7 +90,36 @@ void main() {
         float s = NEG_INF;
         float mv = 0.0;
         if (j < jend && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
-        if (j < jend && mv != NEG_INF) {
+        if (KDOT == 2u) {
+            mvs[t] = j < jend ? mv : NEG_INF;
+            barrier();
+            uint l = t & 7u;
+            for (uint r = 0u; r < 8u; r++) {
+                uint kk = 8u * r + (t >> 3);
+                float pd = 0.0;
+                if (mvs[kk] != NEG_INF) {               // masked keys and keys past the end: no K reads
+                    uint kr = t_row(1u, j0 + kk, hk, bk);
+                    if (kf16) {
+                        uint w0 = kr >> 2;
+                        for (uint wd = l; wd < (D >> 1); wd += 8u) {
+                            vec2 kv = unpackHalf2x16(s1w[w0 + wd]);
+                            pd += qs[2u * wd] * kv.x + qs[2u * wd + 1u] * kv.y;
+                        }
+                    } else {
+                        for (uint d = l; d < D; d += 8u) pd += qs[d] * ldf(1u, kr + d * knb0, kty);
+                    }
+                }
+                part[8u * kk + l] = pd;
+            }
+            barrier();
+            if (mvs[t] != NEG_INF) {
+                float dot = 0.0;
+                for (uint i = 0u; i < 8u; i++) dot += part[8u * t + i];
+                s = dot * scale;
+                if (softcap != 0.0) s = softcap * tanh_s(s);
+                s += mv;
+            }
+        } else if (j < jend && mv != NEG_INF) {
             uint kr = t_row(1u, j, hk, bk);
             float dot = 0.0;
             if (kf16) {   // two halves per 32-bit load
