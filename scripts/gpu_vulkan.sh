@@ -27,7 +27,8 @@
 # pipelined GEMM with 128x128 tiles, facm = fa=coopmat (flash_attn_cm with its shared memory
 # 16-byte aligned; fa=auto keeps the scalar kernel until the tests here pass it and facm is faster),
 # gemm3 = gemm_v=3 (mul_mat_cm3.comp: the prefill GEMM with its tiles stored as 16-byte words),
-# fakd = fa_kdot=2 (decode attention scores by eight invocations per key), old = matvec=1 gemm=tiled fa=scalar norm_v=1; also rows1, rows4 for
+# fakd = fa_v=2 (flash_attn2: decode attention scores by eight invocations per key, subgroup
+# reductions), old = matvec=1 gemm=tiled fa=scalar norm_v=1; also rows1, rows4 for
 # mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
 # GPU_VK_PROFILE_VARIANTS ("new mv3": per-shader times of mul_mat_vec2 and mul_mat_vec3),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_BENCH=0 (skip benches and profiles).

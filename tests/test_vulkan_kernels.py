@@ -97,7 +97,7 @@ def _options_logged(options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1"), ("fa_kdot", "1")):
+                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1"), ("fa_v", "1")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -217,7 +217,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_kdot", "0"), ("fa_kdot", "3")):
+    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "3")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -394,13 +394,14 @@ def test_matvec3_model_decode(wdt, tmp_path):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
 
 
-@pytest.mark.parametrize("kdot", ["1", "2"])
+@pytest.mark.parametrize("ver", ["1", "2"])
 @pytest.mark.parametrize("split", ["off", "on"])
 @pytest.mark.parametrize("D,n_q,n_kv,kv_type,softcap", [(64, 1, 320, "f16", 0.0), (33, 2, 200, "f16", 0.0),
                                                          (128, 1, 130, "f32", 0.0), (64, 3, 100, "f16", 30.0)])
-def test_fa_kdot(kdot, split, D, n_q, n_kv, kv_type, softcap):
-    """flash_attn.comp's scores with one invocation per key (fa_kdot=1) and eight (fa_kdot=2: strided
-    eighths of the K row summed through shared memory), with and without the decode KV split: the
+def test_fa_v(ver, split, D, n_q, n_kv, kv_type, softcap):
+    """flash_attn.comp's two builds: one invocation per key (fa_v=1) and flash_attn2 (fa_v=2: strided
+    eighths of the K row summed through shared memory, subgroup reductions), with and without the
+    decode KV split: the
     16-bit K path (even D, f16), the element path (odd D, f32 K), softcap, ALiBi, GQA, masked keys
     (the cache past the visible cells; with several rows, one that sees one key) and a partial last chunk."""
     from pyggml.conformance import reference as R
@@ -424,8 +425,8 @@ def test_fa_kdot(kdot, split, D, n_q, n_kv, kv_type, softcap):
     dev = pg.get_device(VK)
     dev.set_option("fa_split", split)
     try:
-        got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa_kdot": kdot}, "flash_attn '")
+        got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa_v": ver}, "flash_attn '")
     finally:
         dev.set_option("fa_split", "auto")
-    assert kernels == ["flash_attn"]
+    assert kernels == ["flash_attn2" if ver == "2" else "flash_attn"]
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"

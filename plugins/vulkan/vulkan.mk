@@ -17,7 +17,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm2.spv.h $(VK_BUILD)/mul_mat_cm2_emu.spv.h $(VK_BUILD)/mul_mat_cm2_128.spv.h \
             $(VK_BUILD)/mul_mat_cm2_128_emu.spv.h $(VK_BUILD)/flash_attn_cm_emu.spv.h $(VK_BUILD)/norm_mul_add.spv.h $(VK_BUILD)/norm_mul_wg_add.spv.h \
             $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
-            $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h
+            $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/norm_add.glsl
@@ -55,6 +55,11 @@ $(VK_BUILD)/mul_mat_cm3_128.spv.h: $(VK_DIR)/shaders/mul_mat_cm3.comp $(VK_DIR)/
 $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h: $(VK_DIR)/shaders/mul_mat_cm3.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -DCM_EMULATE -mfmt=c -o $@ $<
+
+# flash_attn.comp's FA_V2 build (option fa_v=2)
+$(VK_BUILD)/flash_attn2.spv.h: $(VK_DIR)/shaders/flash_attn.comp $(VK_DIR)/shaders/common.glsl
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) --target-env=vulkan1.2 -O -DFA_V2 -mfmt=c -o $@ $<
 
 # the layer norms with the residual add before them folded in (norm_add.glsl)
 $(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl

@@ -6,22 +6,36 @@
 // MODE 1 (decode: few query rows, long KV): each workgroup takes one split of ex[3] keys and
 // writes its partial softmax state (max M, sum L, unnormalised acc[Dv]) to the plan's scratch;
 // MODE 2 merges a row's ex[2] partials into dst (one workgroup per row).
-// KDOT 2 (option fa_kdot=2): the chunk's 64 scores are computed by 8 invocations per key (each a
-// strided eighth of the row, so a subgroup's loads cover a few whole rows instead of one word of
-// each of 32 rows), summed through shared memory; KDOT 1 (default): one invocation per key.
+// Built with FA_V2 (flash_attn2, option fa_v=2, devices with subgroup arithmetic): the chunk's 64
+// scores by 8 invocations per key (each a strided eighth of the row, so a subgroup's loads cover a
+// few whole rows instead of one word of each of 32 rows), summed through shared memory, and the
+// softmax max / sum through subgroup reductions (2 barriers each instead of 7).
 #include "common.glsl"
+#ifdef FA_V2
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint MODE = 0u;
-layout(constant_id = 1) const uint KDOT = 1u;
 layout(std430, binding = 6) buffer Scratch { float sc[]; };
 #define MAXD 512u
 shared float qs[MAXD];
 shared float ps[64];
 shared float red[64];
-shared float mvs[64];                                   // KDOT 2: the chunk's additive mask terms
-shared float part[512];                                 // KDOT 2: partial dots [key][eighth]
+#ifdef FA_V2
+shared float mvs[64];                                   // the chunk's additive mask terms
+shared float part[512];                                 // partial dots [key][eighth]
+#endif
 
 float wg_reduce(float v, bool is_max) {
+#ifdef FA_V2   // subgroup partials, then every invocation folds them (the barriers also publish ps[])
+    float g = is_max ? subgroupMax(v) : subgroupAdd(v);
+    if (subgroupElect()) red[gl_SubgroupID] = g;
+    barrier();
+    g = red[0];
+    for (uint i = 1u; i < gl_NumSubgroups; i++) g = is_max ? max(g, red[i]) : g + red[i];
+    barrier();
+    return g;
+#else
     uint t = gl_LocalInvocationID.x;
     red[t] = v;
     barrier();
@@ -32,6 +46,7 @@ float wg_reduce(float v, bool is_max) {
     float r = red[0];
     barrier();
     return r;
+#endif
 }
 
 void main() {
@@ -90,7 +105,8 @@ void main() {
         float s = NEG_INF;
         float mv = 0.0;
         if (j < jend && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
-        if (KDOT == 2u) {
+#ifdef FA_V2
+        {
             mvs[t] = j < jend ? mv : NEG_INF;
             barrier();
             uint l = t & 7u;
@@ -119,7 +135,9 @@ void main() {
                 if (softcap != 0.0) s = softcap * tanh_s(s);
                 s += mv;
             }
-        } else if (j < jend && mv != NEG_INF) {
+        }
+#else
+        if (j < jend && mv != NEG_INF) {
             uint kr = t_row(1u, j, hk, bk);
             float dot = 0.0;
             if (kf16) {   // two halves per 32-bit load
@@ -135,6 +153,7 @@ void main() {
             if (softcap != 0.0) s = softcap * tanh_s(s);
             s += mv;
         }
+#endif
         float mc = wg_reduce(s, true);
         if (mc == NEG_INF) continue;   // uniform: every key of the chunk is masked out
         float mn = max(M, mc);
