@@ -10,7 +10,8 @@ workgroup layer norm (the default); norm2: the register layer norm (awaiting a G
 q4_0/q8_0 decode mat-vec with shared-memory activations (awaiting a GPU run; mv3r8 / mv3r32: 8 / 32
 rows per workgroup instead of 16); rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
 tile; facm: fa=coopmat, the tensor-core prefill attention; gemm3: gemm_v=3, mul_mat_cm3.comp; fakd:
-fa_v=2, flash_attn2: decode attention scores by eight invocations per key, subgroup reductions), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
+fa_v=2, flash_attn2: decode attention scores by eight invocations per key, subgroup reductions; next:
+facm + gemm3 + fakd, for the profile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
 (device option profile=1, set here before the models load), side by side per token; Vulkan once
@@ -41,7 +42,10 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the coopmat GEMM with its tiles stored as 16-byte words (mul_mat_cm3.comp; awaiting a GPU run)
             "gemm3": {"gemm_v": "3"},
             # decode attention by eight invocations per key, subgroup reductions (flash_attn2; awaiting a GPU run)
-            "fakd": {"fa_v": "2"}}
+            "fakd": {"fa_v": "2"},
+            # the three above at once: their kernels are separate shaders in a profile (mul_mat_cm3,
+            # flash_attn_cm for prefill, flash_attn2 for decode), so one pass times them all
+            "next": {"gemm_v": "3", "fa": "coopmat", "fa_v": "2"}}
 DEFAULTS = {"fa_v": "1", "matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto", "norm_v": "1"}
 
 
