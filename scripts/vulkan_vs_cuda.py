@@ -3,13 +3,15 @@
     python3 scripts/vulkan_vs_cuda.py bench   --out DIR [--models synth:1b:q4_0 ...] [--reps 3]
     python3 scripts/vulkan_vs_cuda.py profile --out DIR [--models synth:1b:q4_0 ...] [--steps 32]
 
-bench: pp512 / tg128 (pyggml.bench_model.bench_pyggml, the code behind `pyggml bench`) on
+bench: pp512 / tg128 (pyggml.bench_model.bench_models, the code behind `pyggml bench`) on
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
 old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1: the earlier
 workgroup layer norm (the default); norm2: the register layer norm (awaiting a GPU run); mv3: matvec=3, the
 q4_0/q8_0 decode mat-vec with shared-memory activations (awaiting a GPU run; mv3r8 / mv3r32: 8 / 32
 rows per workgroup instead of 16); rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
-tile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
+tile; facm: fa=coopmat, the tensor-core prefill attention; gemm3: gemm_v=3, mul_mat_cm3.comp; fakd:
+fa_v=2, flash_attn2: decode attention scores by eight invocations per key, subgroup reductions; next:
+facm + gemm3 + fakd, for the profile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
 (device option profile=1, set here before the models load), side by side per token; Vulkan once
@@ -36,8 +38,15 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the coopmat GEMM as it ran at 74f8754 (earlier build, 128x128 from 128 tokens)
             "gemm1": {"gemm_v": "1", "gemm_tile": "128"},
             # cooperative-matrix flash attention (fa=auto keeps the scalar kernel until it is confirmed)
-            "facm": {"fa": "coopmat"}}
-DEFAULTS = {"matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto", "norm_v": "1"}
+            "facm": {"fa": "coopmat"},
+            # the coopmat GEMM with its tiles stored as 16-byte words (mul_mat_cm3.comp; awaiting a GPU run)
+            "gemm3": {"gemm_v": "3"},
+            # decode attention by eight invocations per key, subgroup reductions (flash_attn2; awaiting a GPU run)
+            "fakd": {"fa_v": "2"},
+            # the three above at once: their kernels are separate shaders in a profile (mul_mat_cm3,
+            # flash_attn_cm for prefill, flash_attn2 for decode), so one pass times them all
+            "next": {"gemm_v": "3", "fa": "coopmat", "fa_v": "2"}}
+DEFAULTS = {"fa_v": "1", "matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto", "norm_v": "1"}
 
 
 def _set_vk(pg, opts):
@@ -52,7 +61,8 @@ def _median(stats):
 
 def bench(a, save):
     import pyggml as pg
-    from pyggml.bench_model import bench_pyggml, resolve_model
+    from pyggml.bench_model import bench_models, default_n_ctx, make_tests, resolve_model
+    tests = make_tests([a.n_prompt], [a.n_gen], [0])
     rows = []
     for spec in a.models:
         path = resolve_model(spec, quiet=True)
@@ -63,7 +73,7 @@ def bench(a, save):
             try:
                 if variant:
                     _set_vk(pg, VARIANTS[variant])
-                r = bench_pyggml(path, devs.split(","), None, a.reps, a.n_prompt, a.n_gen, echo=lambda *x: None)
+                r, _ = bench_models(path, devs.split(","), None, a.reps, tests, default_n_ctx(tests), peer=False)
                 pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
                 row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),

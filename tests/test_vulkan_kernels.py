@@ -97,7 +97,7 @@ def _options_logged(options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1")):
+                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1"), ("fa_v", "1")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -217,7 +217,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "3")):
+    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "3")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -245,23 +245,39 @@ def test_gemm(wdt, gemm):
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
 @pytest.mark.parametrize("tile", ["64", "128"])
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
-@pytest.mark.parametrize("ver", ["1", "2"])
+@pytest.mark.parametrize("ver", ["1", "2", "3"])
 def test_gemm_tiles(wdt, tile, gemm, ver):
-    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile) in both builds (gemm_v: 2 the
-    pipelined one, 1 the earlier), emulated everywhere and on the tensor cores where the device has
+    """The cooperative-matrix GEMM's two workgroup tiles (gemm_tile) in its three builds (gemm_v: 2 the
+    pipelined one, 1 the earlier, 3 mul_mat_cm3: tiles as 16-byte words), emulated everywhere and on the tensor cores where the device has
     them: M and N one past a tile and well inside one, weights broadcast over a batch axis; K = 256
     is 8 steps, so both shared-memory stages are written and read several times."""
     if gemm == "coopmat" and not _has_coopmat():
         pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
-    want = ("mul_mat_cm" + ("2" if ver == "2" else "") + ("_128" if ver == "2" and tile == "128" else "128" if tile == "128" else "")
+    want = ("mul_mat_cm" + ("" if ver == "1" else ver) + ("" if tile == "64" else "128" if ver == "1" else "_128")
             + ("_emu" if gemm == "cm_emulated" else ""))
     for wshape, xshape in (((129, 256), (130, 256)), ((3, 40, 256), (2, 3, 100, 256))):
         e, kernels = _run(wdt, wshape, xshape, {"gemm": gemm, "gemm_tile": tile, "gemm_v": ver}, seed=13)
         assert e <= 5e-4, f"NMSE {e:.3g} {wshape} {xshape}"
-        if ver == "2" and tile == "128" and gemm == "cm_emulated":   # 44 KiB of shared memory: not on lavapipe (32 KiB)
+        if ver != "1" and tile == "128" and gemm == "cm_emulated":   # 44 KiB of shared memory: not on lavapipe (32 KiB)
             assert kernels[0] in (want, "mul_mat")
         else:
             assert kernels == [want]
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+@pytest.mark.parametrize("x_offset", [0, 1])
+def test_gemm3_types(wdt, gemm, x_offset):
+    """gemm_v=3 (mul_mat_cm3.comp) over every weight type it dequantizes (q4_0 through its nibble
+    pairs, q8_0 and q4_K through 16-element registers, the rest element by element), with activation
+    rows read as 16-byte words (x_offset 0) and word by word (a view one float in: rows off 16 bytes)."""
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
+    k = _k(wdt)
+    shapes = ((70, k), (37, k)) if x_offset else ((2, 1, 70, k), (2, 3, 37, k))   # (the view helper is 2-D)
+    e, kernels = _run(wdt, *shapes, {"gemm": gemm, "gemm_v": "3", "gemm_tile": "64"}, x_offset=x_offset, seed=5)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_cm3" + ("_emu" if gemm == "cm_emulated" else "")]
 
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "auto"])
@@ -376,3 +392,41 @@ def test_matvec3_model_decode(wdt, tmp_path):
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
     for step, (a, b) in enumerate(zip(new, old)):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
+
+
+@pytest.mark.parametrize("ver", ["1", "2"])
+@pytest.mark.parametrize("split", ["off", "on"])
+@pytest.mark.parametrize("D,n_q,n_kv,kv_type,softcap", [(64, 1, 320, "f16", 0.0), (33, 2, 200, "f16", 0.0),
+                                                         (128, 1, 130, "f32", 0.0), (64, 3, 100, "f16", 30.0)])
+def test_fa_v(ver, split, D, n_q, n_kv, kv_type, softcap):
+    """flash_attn.comp's two builds: one invocation per key (fa_v=1) and flash_attn2 (fa_v=2: strided
+    eighths of the K row summed through shared memory, subgroup reductions), with and without the
+    decode KV split: the
+    16-bit K path (even D, f16), the element path (odd D, f32 K), softcap, ALiBi, GQA, masked keys
+    (the cache past the visible cells; with several rows, one that sees one key) and a partial last chunk."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D * 7 + n_kv + n_q)
+    H, Hk, max_bias = 4, 2, 2.0
+    visible = n_kv - 37
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    mv = np.full((1, 1, n_q, n_kv), -np.inf, np.float16)
+    mv[..., :visible] = 0
+    if n_q > 1:                              # the last row sees only key 5
+        mv[..., -1, :] = -np.inf
+        mv[..., -1, 5] = 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
+                       mv.astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
+    dev = pg.get_device(VK)
+    dev.set_option("fa_split", split)
+    try:
+        got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa_v": ver}, "flash_attn '")
+    finally:
+        dev.set_option("fa_split", "auto")
+    assert kernels == ["flash_attn2" if ver == "2" else "flash_attn"]
+    assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"

@@ -10,16 +10,22 @@
 #define FA_BQ 32
 #define FA_BKV 64
 
-/* flash_attn_cm.comp's shared memory: Q, K / V^T, S (f32), P, the chunk flag */
+/* flash_attn_cm.comp's shared memory: Q, K / V^T, S (f32), P, the chunk flag (16 bytes) */
 static uint64_t fa_cm_shared(uint32_t dmax) {
     uint64_t half = 2;
-    return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 4;
+    return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 16;
+}
+
+/* flash_attn.comp's build for the nodes flash_attn_cm does not take: fa_v=2 picks flash_attn2 where
+ * the device has subgroup arithmetic (its reductions) */
+int vkp_fa_scalar_shader(const pyg_device *d) {
+    return d->opts.fa_v == 2 && d->subgroup_arith ? VKP_SH_FLASH_ATTN2 : VKP_SH_FLASH_ATTN;
 }
 
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     const pyg_tensor *q = n->src[0], *v = n->src[2];
     int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
-    const char *kind = "flash_attn";
+    const char *kind = vkp_shader_name(vkp_fa_scalar_shader(d));
     int ok = 0;
     uint32_t dmax = emulated && q->ne[0] <= 64 ? 64 : 128;   /* the tensor-core build fixes 128 (literal strides) */
     float softcap = pyg_op_param_f32(n->op_params, 2);

@@ -368,6 +368,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
             break;
         }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
+        shader = vkp_fa_scalar_shader(d);   /* flash_attn.comp, or its FA_V2 build (fa_v=2) */
         ex[0] = (uint32_t)rows;
         work = rows;
         /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
@@ -543,6 +544,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             fold_groups(rows, c->groups);
             uint32_t specs[2] = { 2, 1 };
             c->spec0 = 2;
+            c->shader = VKP_SH_FLASH_ATTN;   /* (both builds' partials merge in flash_attn.comp) */
             if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
             nd++;
         }

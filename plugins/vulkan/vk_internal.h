@@ -45,7 +45,8 @@ enum {
     VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, VKP_SH_NORM_MUL_ADD, VKP_SH_NORM_MUL_WG_ADD,
     VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU,
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
-    VKP_SH_MUL_MAT_VEC3, VKP_SH_COUNT
+    VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
+    VKP_SH_FLASH_ATTN2, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -79,7 +80,8 @@ typedef struct vkp_options {
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
     int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 where that still fills the GPU, else 64), 1: 64, 2: 128 */
-    int64_t gemm_v;                 /* mul_mat_cm's build: 2 pipelined and unrolled (default), 1 the earlier one */
+    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions) */
+    int64_t gemm_v;                 /* mul_mat_cm's build: 2 pipelined and unrolled (default), 1 the earlier one, 3 mul_mat_cm3 */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
 } vkp_options;
 #define VKP_AUTO 0
@@ -289,6 +291,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm.comp (shader, spec, work, ex filled) */
+int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2 build (option fa_v) */
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);

@@ -6,7 +6,7 @@
  *                     mul_mat_vec2.comp: wide loads, NR rows per subgroup (option matvec=2, the
  *                     default, and 3, where its layout conditions hold), else mul_mat_vec.comp (matvec=1)
  *   N > 4 (prefill)   mul_mat_cm.comp: cooperative-matrix tiles (64 or 128 square: gemm_tile; pipelined
- *                     build mul_mat_cm2*: gemm_v) on the tensor cores where the device
+ *                     build mul_mat_cm2*, or mul_mat_cm3.comp's 16-byte tile stores: gemm_v) on the tensor cores where the device
  *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
  *                     or coopmat), else the 64x64 tiled mul_mat.comp (gemm=tiled, and every device
  *                     without the extension: lavapipe)
@@ -99,13 +99,16 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * 7b's 4096 x 512 projections give 128 at 128 x 128, fewer than an H200's 132 SMs) */
     uint64_t tiles128 = (M + 127) / 128 * ((N + 127) / 128) * B;
     uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 && tiles128 >= 512 ? 128 : 64;
-    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED, v2 = d->opts.gemm_v == 2;
-    int cm_shader = tile == 128 ? (v2 ? (emu ? VKP_SH_MUL_MAT_CM2_128_EMU : VKP_SH_MUL_MAT_CM2_128)
-                                      : (emu ? VKP_SH_MUL_MAT_CM128_EMU : VKP_SH_MUL_MAT_CM128))
-                                : (v2 ? (emu ? VKP_SH_MUL_MAT_CM2_EMU : VKP_SH_MUL_MAT_CM2)
-                                      : (emu ? VKP_SH_MUL_MAT_CM_EMU : VKP_SH_MUL_MAT_CM));
-    /* shared memory: the f16 weight and activation tiles (two stages in mul_mat_cm2*) and 4 KiB of staging */
-    uint64_t cm_shared = (v2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
+    int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED, v = (int)d->opts.gemm_v;
+    static const int cm_shaders[3][2][2] = {   /* [gemm_v - 1][tile 128][emulated] */
+        { { VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU }, { VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU } },
+        { { VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU }, { VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU } },
+        { { VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU }, { VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU } },
+    };
+    int cm_shader = cm_shaders[v >= 1 && v <= 3 ? v - 1 : 1][tile == 128][emu];
+    /* shared memory: the f16 weight and activation tiles (rows of 40 halves; two stages from gemm_v 2)
+     * and 4 KiB of staging */
+    uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
     /* mul_mat_vec3.comp: 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
     uint32_t rw = 8u << d->opts.matvec_rows, mv3_spec[2] = { (uint32_t)s0->type | rw << 8, 1 };
@@ -150,6 +153,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups */
         *work = (M + tile - 1) / tile * ((N + tile - 1) / tile) * B;
         ex[0] = (uint32_t)*work;
+        uint64_t o0 = 0;
+        ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3: activation rows read as 16-byte words */
         kind = vkp_shader_name(cm_shader);
     } else {
         *shader = VKP_SH_MUL_MAT;

@@ -16,11 +16,18 @@
  *                64 x 64), 64 or 128
  *   gemm_v       the cooperative-matrix GEMM's build: 2 (default) mul_mat_cm2*: two shared-memory
  *                stages (the next step loaded while this one multiplies), unrolled fragment loops;
- *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one)
+ *                1 the earlier mul_mat_cm* (kept until GPUs confirm the new one); 3 mul_mat_cm3*:
+ *                the pipelined kernel with its tiles stored as packed f16 in 16-byte words and the
+ *                activations read as 16-byte words where aligned (tested on lavapipe, not yet on a GPU)
  *   norm_v       the workgroup-per-row norm+mul kernel (where norm_wg is on: GPUs): 1 (default)
  *                norm_mul_wg.comp, the kernel measured on the H200; 2 norm_mul_reg.comp, a row read
  *                once into registers (rows up to 8192; wider ones get norm_mul_wg.comp), tested on
  *                lavapipe, not yet run on a GPU: it becomes the default once a GPU run confirms it
+ *   fa_v         flash_attn.comp's build (decode, and prefill where flash_attn_cm does not run): 1
+ *                (default) one invocation per key; 2 flash_attn2 (FA_V2), where the device has
+ *                subgroup arithmetic: eight invocations per key, each a strided eighth of the K row
+ *                (loads a subgroup spreads over a few rows, not one word of 32 rows), and the
+ *                softmax reductions through subgroup operations; tested on lavapipe, not on a GPU
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto is scalar for now (vk_attn.c says why) */
 #include <string.h>
@@ -31,6 +38,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 2;
+    d->opts.fa_v = 1;
     d->opts.norm_v = 1;
     d->opts.fa = VKP_GEMM_AUTO;
 }

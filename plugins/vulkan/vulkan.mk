@@ -16,7 +16,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm2.spv.h $(VK_BUILD)/mul_mat_cm2_emu.spv.h $(VK_BUILD)/mul_mat_cm2_128.spv.h \
             $(VK_BUILD)/mul_mat_cm2_128_emu.spv.h $(VK_BUILD)/flash_attn_cm_emu.spv.h $(VK_BUILD)/norm_mul_add.spv.h $(VK_BUILD)/norm_mul_wg_add.spv.h \
-            $(VK_BUILD)/norm_mul_reg_add.spv.h
+            $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
+            $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/norm_add.glsl
@@ -28,24 +29,25 @@ $(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl 
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_EMULATE -mfmt=c -o $@ $<
 
-# the cooperative-matrix GEMM with 128x128 tiles (option gemm_tile)
-$(VK_BUILD)/mul_mat_cm128.spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
+# builds of one shader with glslc defines: name, source (under shaders/), defines
+define VK_VARIANT_RULE
+$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
 	@mkdir -p $(VK_BUILD)
-	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -mfmt=c -o $@ $<
-$(VK_BUILD)/mul_mat_cm128_emu.spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
-	@mkdir -p $(VK_BUILD)
-	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_TILE=128 -DCM_EMULATE -mfmt=c -o $@ $<
-
-# the pipelined cooperative-matrix GEMM (option gemm_v=2): name, glslc defines
-define VK_CM2_RULE
-$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/mul_mat_cm.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl
-	@mkdir -p $(VK_BUILD)
-	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_PIPE $(2) -mfmt=c -o $$@ $$<
+	$(VK_GLSLC) --target-env=vulkan1.2 -O $(3) -mfmt=c -o $$@ $$<
 endef
-$(eval $(call VK_CM2_RULE,mul_mat_cm2,))
-$(eval $(call VK_CM2_RULE,mul_mat_cm2_emu,-DCM_EMULATE))
-$(eval $(call VK_CM2_RULE,mul_mat_cm2_128,-DCM_TILE=128))
-$(eval $(call VK_CM2_RULE,mul_mat_cm2_128_emu,-DCM_TILE=128 -DCM_EMULATE))
+# the cooperative-matrix GEMM with 128x128 tiles (option gemm_tile)
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm128,mul_mat_cm.comp,-DCM_TILE=128))
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm128_emu,mul_mat_cm.comp,-DCM_TILE=128 -DCM_EMULATE))
+# the pipelined cooperative-matrix GEMM (option gemm_v=2)
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm2,mul_mat_cm.comp,-DCM_PIPE))
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm2_emu,mul_mat_cm.comp,-DCM_PIPE -DCM_EMULATE))
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm2_128,mul_mat_cm.comp,-DCM_PIPE -DCM_TILE=128))
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm2_128_emu,mul_mat_cm.comp,-DCM_PIPE -DCM_TILE=128 -DCM_EMULATE))
+# mul_mat_cm3.comp with 128x128 tiles (gemm_v=3 gemm_tile=128; the 64-tile builds use the pattern rules)
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm3_128,mul_mat_cm3.comp,-DCM_TILE=128))
+$(eval $(call VK_VARIANT_RULE,mul_mat_cm3_128_emu,mul_mat_cm3.comp,-DCM_TILE=128 -DCM_EMULATE))
+# flash_attn.comp's FA_V2 build (option fa_v=2)
+$(eval $(call VK_VARIANT_RULE,flash_attn2,flash_attn.comp,-DFA_V2))
 
 # the layer norms with the residual add before them folded in (norm_add.glsl)
 $(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl

@@ -8,6 +8,11 @@
 //    extension (the tests on lavapipe). Its "subgroups" are quarter workgroups, a lane holding the
 //    elements e = lane + i * SG_SIZE of a tile at (row, col) = (e % 16, e / 16); the 16-term dot
 //    products are unrolled because llvmpipe ends any loop after 65535 iterations of an invocation.
+// Alignment: a matrix load or store needs its start and stride 16-byte aligned. The driver places
+// the shared variables one after another in the module's order (glslang's order of first use), so
+// every shared variable of these shaders is a multiple of 16 bytes (a 4-byte flag before the K/V
+// tile put every later array 4 bytes off 16: flash_attn_cm's NMSE 1.16 on the H200). The emulation
+// has no such rule; tests/test_vulkan_spirv.py checks it on the built tensor-core modules.
 #extension GL_KHR_shader_subgroup_basic : require
 #ifndef CM_EMULATE
 #extension GL_NV_cooperative_matrix : require
@@ -28,6 +33,8 @@
     coopMatLoadNV(mb_, B_, bo, ldb, bcol); \
     acc = coopMatMulAddNV(ma_, mb_, acc); }
 #define CM_STORE(acc, C_, co, ldc, ccol) coopMatStoreNV(acc, C_, co, ldc, ccol)
+// the same with A_ and B_ uvec4 arrays of packed f16 (offsets and strides in 16-byte words: the uvec4 overloads)
+#define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol)
 #else
 #extension GL_EXT_control_flow_attributes : require
 #define HALF uint16_t                                // f16 bits
@@ -47,6 +54,16 @@ float hv(float f) { return f; }
         float s_ = acc.v[i_]; \
         [[unroll]] for (uint k_ = 0u; k_ < 16u; k_++) \
             s_ += hv(A_[(ao) + m_ * (lda) + k_]) * hv(B_[(bcol) ? (bo) + n_ * (ldb) + k_ : (bo) + k_ * (ldb) + n_]); \
+        acc.v[i_] = s_; } }
+// f16 number i of a uvec4 array of packed f16
+#define HV4(A_, i) unpackHalf2x16(A_[(i) >> 3][((i) >> 1) & 3u] >> (((i) & 1u) * 16u)).x
+#define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
+    [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
+        uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
+        float s_ = acc.v[i_]; \
+        [[unroll]] for (uint k_ = 0u; k_ < 16u; k_++) \
+            s_ += HV4(A_, 8u * ((ao) + m_ * (lda)) + k_) * \
+                  HV4(B_, (bcol) ? 8u * ((bo) + n_ * (ldb)) + k_ : 8u * ((bo) + k_ * (ldb)) + n_); \
         acc.v[i_] = s_; } }
 #define CM_STORE(acc, C_, co, ldc, ccol) { \
     [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \

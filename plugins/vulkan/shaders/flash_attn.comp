@@ -6,7 +6,14 @@
 // MODE 1 (decode: few query rows, long KV): each workgroup takes one split of ex[3] keys and
 // writes its partial softmax state (max M, sum L, unnormalised acc[Dv]) to the plan's scratch;
 // MODE 2 merges a row's ex[2] partials into dst (one workgroup per row).
+// Built with FA_V2 (flash_attn2, option fa_v=2, devices with subgroup arithmetic): the chunk's 64
+// scores by 8 invocations per key (each a strided eighth of the row, so a subgroup's loads cover a
+// few whole rows instead of one word of each of 32 rows), summed through shared memory, and the
+// softmax max / sum through subgroup reductions (2 barriers each instead of 7).
 #include "common.glsl"
+#ifdef FA_V2
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint MODE = 0u;
 layout(std430, binding = 6) buffer Scratch { float sc[]; };
@@ -14,8 +21,21 @@ layout(std430, binding = 6) buffer Scratch { float sc[]; };
 shared float qs[MAXD];
 shared float ps[64];
 shared float red[64];
+#ifdef FA_V2
+shared float mvs[64];                                   // the chunk's additive mask terms
+shared float part[512];                                 // partial dots [key][eighth]
+#endif
 
 float wg_reduce(float v, bool is_max) {
+#ifdef FA_V2   // subgroup partials, then every invocation folds them (the barriers also publish ps[])
+    float g = is_max ? subgroupMax(v) : subgroupAdd(v);
+    if (subgroupElect()) red[gl_SubgroupID] = g;
+    barrier();
+    g = red[0];
+    for (uint i = 1u; i < gl_NumSubgroups; i++) g = is_max ? max(g, red[i]) : g + red[i];
+    barrier();
+    return g;
+#else
     uint t = gl_LocalInvocationID.x;
     red[t] = v;
     barrier();
@@ -26,6 +46,7 @@ float wg_reduce(float v, bool is_max) {
     float r = red[0];
     barrier();
     return r;
+#endif
 }
 
 void main() {
@@ -84,6 +105,38 @@ void main() {
         float s = NEG_INF;
         float mv = 0.0;
         if (j < jend && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
+#ifdef FA_V2
+        {
+            mvs[t] = j < jend ? mv : NEG_INF;
+            barrier();
+            uint l = t & 7u;
+            for (uint r = 0u; r < 8u; r++) {
+                uint kk = 8u * r + (t >> 3);
+                float pd = 0.0;
+                if (mvs[kk] != NEG_INF) {               // masked keys and keys past the end: no K reads
+                    uint kr = t_row(1u, j0 + kk, hk, bk);
+                    if (kf16) {
+                        uint w0 = kr >> 2;
+                        for (uint wd = l; wd < (D >> 1); wd += 8u) {
+                            vec2 kv = unpackHalf2x16(s1w[w0 + wd]);
+                            pd += qs[2u * wd] * kv.x + qs[2u * wd + 1u] * kv.y;
+                        }
+                    } else {
+                        for (uint d = l; d < D; d += 8u) pd += qs[d] * ldf(1u, kr + d * knb0, kty);
+                    }
+                }
+                part[8u * kk + l] = pd;
+            }
+            barrier();
+            if (mvs[t] != NEG_INF) {
+                float dot = 0.0;
+                for (uint i = 0u; i < 8u; i++) dot += part[8u * t + i];
+                s = dot * scale;
+                if (softcap != 0.0) s = softcap * tanh_s(s);
+                s += mv;
+            }
+        }
+#else
         if (j < jend && mv != NEG_INF) {
             uint kr = t_row(1u, j, hk, bk);
             float dot = 0.0;
@@ -100,6 +153,7 @@ void main() {
             if (softcap != 0.0) s = softcap * tanh_s(s);
             s += mv;
         }
+#endif
         float mc = wg_reduce(s, true);
         if (mc == NEG_INF) continue;   // uniform: every key of the chunk is masked out
         float mn = max(M, mc);

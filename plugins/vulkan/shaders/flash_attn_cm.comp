@@ -32,7 +32,8 @@ shared HALF Qs[BQ * LDQ];
 shared HALF KVs[DMAX * LDV];                     // the chunk's K rows [key][dim], then V^T [dim][key] (DMAX * LDV >= BKV * LDQ)
 shared float Ss[BKV * LDS];                      // S column-major [key][query]; at the end the output tiles' staging
 shared HALF Ps[BQ * LDP];                        // P row-major [query][key]
-shared uint any_open;                            // the last chunk with an unmasked (row, key) pair
+shared uint any_open[4];                         // [0]: the last chunk with an unmasked (row, key) pair; 16 bytes
+                                                 // like every shared variable here (coopmat.glsl: alignment)
 
 uint g_h, g_b, g_nq, g_nkv;        // this workgroup's head, batch; sizes
 float g_slope;
@@ -81,13 +82,13 @@ void main() {
             for (uint k = 0u; k < RPT && !open; k++)
                 for (uint i = 0u; i < 16u && !open; i++) open = additive(q0 + (t >> 2) + k * (WG >> 2), j0 + c0 + i) != NEG_INF;
             uint chunk = pass * nch + j0 / BKV + 1u;   // unique per (pass, chunk): no reset, no extra barrier
-            if (open) any_open = chunk;
+            if (open) any_open[0] = chunk;
             for (uint e = t; e < BKV * DMAX; e += WG) {   // K rows of the chunk
                 uint c = e / DMAX, d = e % DMAX, j = j0 + c;
                 KVs[c * LDQ + d] = TO_HALF((j < nkv && d < D) ? ldf(1u, t_row(1u, j, kh, bk) + d * t_nb(1u, 0u), t_type(1u)) : 0.0);
             }
             barrier();
-            if (any_open != chunk) continue;           // uniform: the whole 32 x 64 block is masked
+            if (any_open[0] != chunk) continue;           // uniform: the whole 32 x 64 block is masked
             for (uint q = sg; q < 8u; q += 4u) {       // S tiles (2 x 4 of 16 x 16), two per subgroup
                 uint si = q >> 2, sj = q & 3u;
                 ACC s;
