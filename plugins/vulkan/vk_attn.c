@@ -29,9 +29,12 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
     int ok = 0;
     uint32_t dmax = emulated && q->ne[0] <= 64 ? 64 : 128;   /* the tensor-core build fixes 128 (literal strides) */
     float softcap = pyg_op_param_f32(n->op_params, 2);
-    /* fa=auto keeps flash_attn.comp until a GPU run confirms flash_attn_cm (the earlier layout gave
-     * NMSE 1.16 on the H200's NVIDIA driver, scripts/gpu_vulkan.sh at 74f8754); fa=coopmat runs it */
-    if ((d->opts.fa == VKP_GEMM_COOPMAT || d->opts.fa == VKP_GEMM_CM_EMULATED) && q->ne[1] >= 16 && q->ne[0] == v->ne[0] && q->ne[0] % 16 == 0 &&
+    /* fa=auto runs flash_attn_cm where the device has cooperative matrices: since its shared arrays
+     * are all 16-byte multiples it passes on the H200's NVIDIA driver (764 Vulkan tests at 8ba9c65;
+     * the earlier layout put the matrix tiles 4 bytes off 16 and gave NMSE 1.16) */
+    const int cm = d->opts.fa == VKP_GEMM_COOPMAT || d->opts.fa == VKP_GEMM_CM_EMULATED ||
+                   (d->opts.fa == VKP_GEMM_AUTO && d->coopmat);
+    if (cm && q->ne[1] >= 16 && q->ne[0] == v->ne[0] && q->ne[0] % 16 == 0 &&
         q->ne[0] <= 128 && softcap == 0.0f && d->subgroup_shuffle &&
         fa_cm_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize)
         ok = emulated ? d->subgroup_size >= 8 && d->subgroup_size <= 64 : d->coopmat && d->subgroup_size == 32;
