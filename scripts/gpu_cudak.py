@@ -32,7 +32,7 @@ def _median(d, key):
 
 def models(out_dir, deadline, specs):
     import pyggml as pg
-    from pyggml.bench_model import bench_pyggml, resolve_model
+    from pyggml.bench_model import bench_models, default_n_ctx, make_tests, resolve_model
     dev = pg.get_device("cuda:0")
     for spec in specs:
         if time.time() > deadline - 45:
@@ -55,7 +55,8 @@ def models(out_dir, deadline, specs):
                     continue
                 t0 = time.time()
                 try:
-                    r = bench_pyggml(path, ["cuda:0", "cpu"], None, reps, n_prompt, n_gen, echo=lambda *a: None)
+                    tests = make_tests([n_prompt], [n_gen], [0])
+                    r, _ = bench_models(path, ["cuda:0", "cpu"], None, reps, tests, default_n_ctx(tests), peer=False)
                 except Exception as e:  # noqa: BLE001
                     res[f"error p{n_prompt} n{n_gen}"] = f"{type(e).__name__}: {e}"
                     print(f"models: {spec} {name} p{n_prompt}: {type(e).__name__}: {e}", flush=True)
@@ -64,7 +65,7 @@ def models(out_dir, deadline, specs):
                     if key in r:
                         res[key] = r[key]
                 res.setdefault("runs", []).append({"n_prompt": n_prompt, "n_gen": n_gen, "seconds": time.time() - t0,
-                                                   "load_s": r["load"]["seconds"],
+                                                   "load_s": (r.get("load") or {}).get("seconds"),
                                                    "host_syncs_per_token": r.get("host_syncs_per_token"),
                                                    "sched_stats": r.get("sched_stats")})
                 print(f"models: {spec} {name}: " + ", ".join(f"{k} {_median(res, k)}" for k in res
