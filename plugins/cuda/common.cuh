@@ -229,6 +229,45 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
     return warp_max(v);
 }
 
+/* A FLASH_ATTN_EXT node's operands as the attention kernels read them: q (f32), k, v, the mask (NULL:
+ * none), dst, their byte strides, the sizes and the op's parameters (scale, ALiBi max_bias,
+ * softcap). The kernels' own argument structs extend it (flash_attn_dec.cu, fattn_mma.cuh). */
+struct fa_views {
+    const char *q, *k, *v, *mask;
+    char *dst;
+    int64_t q_nb1, q_nb2, q_nb3, k_nb1, k_nb2, k_nb3, v_nb1, v_nb2, v_nb3;
+    int64_t m_nb1, m_nb2, m_nb3, d_nb1, d_nb2, d_nb3;
+    int H, n_q, n_kv, k_ne3, v_ne3, m_ne0, m_ne2, m_ne3, mask_f32;
+    float scale, max_bias, softcap;
+};
+
+static inline void fa_views_of(const pyg_tensor *n, fa_views *a) {
+    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    memset(a, 0, sizeof *a);
+    a->q = (const char *)q->data;
+    a->k = (const char *)k->data;
+    a->v = (const char *)v->data;
+    a->mask = m ? (const char *)m->data : NULL;
+    a->dst = (char *)n->data;
+    a->q_nb1 = q->nb[1]; a->q_nb2 = q->nb[2]; a->q_nb3 = q->nb[3];
+    a->k_nb1 = k->nb[1]; a->k_nb2 = k->nb[2]; a->k_nb3 = k->nb[3];
+    a->v_nb1 = v->nb[1]; a->v_nb2 = v->nb[2]; a->v_nb3 = v->nb[3];
+    if (m) {
+        a->m_nb1 = m->nb[1]; a->m_nb2 = m->nb[2]; a->m_nb3 = m->nb[3];
+        a->m_ne0 = (int)m->ne[0]; a->m_ne2 = (int)m->ne[2]; a->m_ne3 = (int)m->ne[3];
+        a->mask_f32 = m->type == PYG_TYPE_F32;
+    }
+    a->d_nb1 = n->nb[1]; a->d_nb2 = n->nb[2]; a->d_nb3 = n->nb[3];
+    a->H = (int)q->ne[2];
+    a->n_q = (int)q->ne[1];
+    a->n_kv = (int)k->ne[1];
+    a->k_ne3 = (int)k->ne[3];
+    a->v_ne3 = (int)v->ne[3];
+    a->scale = pyg_op_param_f32(n->op_params, 0);
+    a->max_bias = pyg_op_param_f32(n->op_params, 1);
+    a->softcap = pyg_op_param_f32(n->op_params, 2);
+}
+
 /* ALiBi slope of head h of n_head (ggml's rule); 1 when max_bias == 0. */
 PYG_HD float alibi_slope(float max_bias, int h, int n_head) {
     if (max_bias <= 0.0f) return 1.0f;

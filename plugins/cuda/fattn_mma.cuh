@@ -32,15 +32,8 @@
 #define FA2_THREADS (FA2_WARPS * 32)
 #define FA2_NEG_INF_H 0xfc00u /* f16 -inf */
 
-struct fa2_args {
-    const char *q, *k, *v, *mask;
-    char *dst;
-    int64_t q_nb1, q_nb2, q_nb3;
-    int64_t k_nb1, k_nb2, k_nb3, v_nb1, v_nb2, v_nb3;
-    int64_t m_nb1, m_nb2, m_nb3;
-    int64_t d_nb1, d_nb2, d_nb3;
-    int n_q, n_kv, H, gqa, k_ne3, v_ne3, m_ne0, m_ne2, m_ne3, nqb;
-    float scale, max_bias, softcap;
+struct fa2_args : fa_views {
+    int gqa, nqb;
 };
 
 /* Shared memory: Q (f16), then two stages of K, V (f16 rows) and the mask tile (f16). Row pitches

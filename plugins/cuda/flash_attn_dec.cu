@@ -38,13 +38,8 @@
 #define FD_SPARSE_MAX_KV 4096
 #define FD_MERGE_BATCH 16 /* split partials loaded at once per lane in the final merge */
 
-struct fd_args {
-    const char *q, *k, *v, *mask;
-    char *dst;
-    int64_t q_nb1, q_nb2, q_nb3, k_nb1, k_nb2, k_nb3, v_nb1, v_nb2, v_nb3, m_nb1, m_nb3;
-    int64_t d_nb1, d_nb2, d_nb3;
-    int H, n_q, n_kv, nsplit, chunk, k_ne3, v_ne3, m_ne3, mask_f32;
-    float scale, max_bias, softcap;
+struct fd_args : fa_views {
+    int nsplit, chunk;
     float *part;         /* nsplit > 1: [row group][split][G][D + 2] (max, sum, output...) */
     unsigned *count;     /* nsplit > 1: per row group, blocks done (0 between launches) */
     int8_t *yq;          /* non-NULL: also write the output as int8 mat-vec activations */
@@ -412,32 +407,10 @@ static void fd_launch_d(const fd_args &a, int G, dim3 grid, bool sparse, gpuStre
 }
 
 int flash_attn_dec_launch(const pyg_tensor *n, op_ctx *c) {
-    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    const pyg_tensor *q = n->src[0], *k = n->src[1];
     fd_args a;
     memset(&a, 0, sizeof a);
-    a.q = (const char *)q->data;
-    a.k = (const char *)k->data;
-    a.v = (const char *)v->data;
-    a.mask = m ? (const char *)m->data : NULL;
-    a.dst = (char *)n->data;
-    a.q_nb1 = q->nb[1]; a.q_nb2 = q->nb[2]; a.q_nb3 = q->nb[3];
-    a.k_nb1 = k->nb[1]; a.k_nb2 = k->nb[2]; a.k_nb3 = k->nb[3];
-    a.v_nb1 = v->nb[1]; a.v_nb2 = v->nb[2]; a.v_nb3 = v->nb[3];
-    if (m) {
-        a.m_nb1 = m->nb[1];
-        a.m_nb3 = m->nb[3];
-        a.m_ne3 = (int)m->ne[3];
-        a.mask_f32 = m->type == PYG_TYPE_F32;
-    }
-    a.d_nb1 = n->nb[1]; a.d_nb2 = n->nb[2]; a.d_nb3 = n->nb[3];
-    a.H = (int)q->ne[2];
-    a.n_q = (int)q->ne[1];
-    a.n_kv = (int)k->ne[1];
-    a.k_ne3 = (int)k->ne[3];
-    a.v_ne3 = (int)v->ne[3];
-    a.scale = pyg_op_param_f32(n->op_params, 0);
-    a.max_bias = pyg_op_param_f32(n->op_params, 1);
-    a.softcap = pyg_op_param_f32(n->op_params, 2);
+    fa_views_of(n, &a);
     if (a.softcap != 0.0f) a.scale /= a.softcap;
     a.nsplit = fd_splits(n, c->n_sm, &a.chunk);
     const int D = (int)q->ne[0], G = (int)(q->ne[2] / k->ne[2]);

@@ -295,7 +295,7 @@ static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
 /* fa_mma=2: fattn_mma.cuh's kernel where its requirements hold (sm_80+, f16 mask or none), else
  * PYG_ERR_UNSUPPORTED and the two-pass kernel below is tried. */
 static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
-    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    const pyg_tensor *q = n->src[0], *k = n->src[1], *m = n->src[3];
     if (c->cc < 80) return PYG_ERR_UNSUPPORTED;
     if (q->nb[0] != 4 || n->nb[0] != 4) return PYG_ERR_UNSUPPORTED;
     if (m && (m->type != PYG_TYPE_F16 || m->nb[0] != 2 || ((uintptr_t)m->data | m->nb[1] | m->nb[2] | m->nb[3]) & 15 ||
@@ -305,29 +305,9 @@ static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
     if (nqb * q->ne[3] > 65535 || q->ne[2] > 65535) return PYG_ERR_UNSUPPORTED;
     fa2_args a;
     memset(&a, 0, sizeof a);
-    a.q = (const char *)q->data;
-    a.k = (const char *)k->data;
-    a.v = (const char *)v->data;
-    a.mask = m ? (const char *)m->data : NULL;
-    a.dst = (char *)n->data;
-    a.q_nb1 = q->nb[1]; a.q_nb2 = q->nb[2]; a.q_nb3 = q->nb[3];
-    a.k_nb1 = k->nb[1]; a.k_nb2 = k->nb[2]; a.k_nb3 = k->nb[3];
-    a.v_nb1 = v->nb[1]; a.v_nb2 = v->nb[2]; a.v_nb3 = v->nb[3];
-    if (m) {
-        a.m_nb1 = m->nb[1]; a.m_nb2 = m->nb[2]; a.m_nb3 = m->nb[3];
-        a.m_ne0 = (int)m->ne[0]; a.m_ne2 = (int)m->ne[2]; a.m_ne3 = (int)m->ne[3];
-    }
-    a.d_nb1 = n->nb[1]; a.d_nb2 = n->nb[2]; a.d_nb3 = n->nb[3];
-    a.n_q = (int)q->ne[1];
-    a.n_kv = (int)k->ne[1];
-    a.H = (int)q->ne[2];
+    fa_views_of(n, &a);
     a.gqa = (int)(q->ne[2] / k->ne[2]);
-    a.k_ne3 = (int)k->ne[3];
-    a.v_ne3 = (int)v->ne[3];
     a.nqb = (int)nqb;
-    a.scale = pyg_op_param_f32(n->op_params, 0);
-    a.max_bias = pyg_op_param_f32(n->op_params, 1);
-    a.softcap = pyg_op_param_f32(n->op_params, 2);
     return q->ne[0] == 64 ? fa2_launch_d<64>(a, (int)q->ne[3], c) : fa2_launch_d<128>(a, (int)q->ne[3], c);
 }
 #else
