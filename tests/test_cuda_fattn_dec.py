@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from _cuda import cuda_device as _cuda_device, nmse as _nmse
+from _cuda import cuda_device as _cuda_device, depth_model as _depth_model, nmse as _nmse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -141,13 +141,7 @@ def test_decode_flash_attention_on_cuda(fa_decode, fa_sparse, D, H, Hkv, n_q, n_
 
 @pytest.fixture(scope="module")
 def depth_model(tmp_path_factory):
-    """A model with 64-wide heads (the decode kernel's), 1040 tokens and their float64 logits."""
-    from test_llama import _weights64, reference_logits, write_custom_model
-    path = write_custom_model(str(tmp_path_factory.mktemp("fattn_model") / "c.gguf"), seed=11, d=256, H=4, Hkv=2,
-                              ff=256, nv=300, qk_std=0.2)
-    toks = [int(t) for t in np.random.default_rng(11).integers(0, 300, 1040)]
-    meta, W = _weights64(path)
-    return path, toks, reference_logits(meta, W, toks)
+    return _depth_model(tmp_path_factory.mktemp("fattn_model"), 11)
 
 
 @pytest.mark.parametrize("fa_decode,fa_sparse", FA_OPTIONS, ids=lambda v: str(v))
