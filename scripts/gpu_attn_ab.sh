@@ -2,10 +2,13 @@
 # scripts/gpu_attn_ab.sh — the attention kernels of issue 14 on one NVIDIA GPU, ours only (no
 # llama.cpp build: scripts/gpu_depth_bench.sh is the same-call comparison): builds the extension and
 # the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2/3 and a
-# model's prefill at depth; decode: the split kernel with its folded merge, fa_decode 0/1/2), then
-# benchmarks each kernel against its variant under measurement (-O cuda:fa_mma=2 and =3: pp512 at
-# depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0; -O cuda:fa_decode=1 and =2:
-# tg128 at the same depths for 1b q4_0). About 5 minutes on one H200 (GPU_BUDGET_S, default 420).
+# model's prefill at depth; decode: the split kernel with its folded merge, fa_decode 0/1), then
+# benchmarks the defaults against one variant (GPU_ATTN_VARIANT, a device option, default
+# cuda:fa_mma=1, the two-pass prefill kernel; a kernel under measurement gets an option value and
+# is named here): pp512 at depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0, tg128
+# at the same depths for 1b q4_0; then, with time left, one launch of each attention kernel
+# under Nsight Compute (throughput, occupancy, stall reasons; GPU_ATTN_NCU=0 skips it). About 6
+# minutes on one H200 (GPU_BUDGET_S, default 420).
 #
 #   one device call, kind nvidia-h200, from the repo root, timeout_s 600:
 #   GPU_CHECK_COMMIT=<sha> bash scripts/gpu_attn_ab.sh
@@ -40,11 +43,24 @@ bench() {   # name, timeout, args...
     grep -E "^\| synth" "$W/$name.txt" | tee -a "$W/summary.log"
     pack
 }
-bench 1b_pp_fa2 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O cuda:fa_mma=2
-bench 1b_pp_fa3 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O cuda:fa_mma=3
-bench 1b_tg_dec1 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O cuda:fa_decode=1
-bench 1b_tg_dec2 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O cuda:fa_decode=2
-bench 7b_pp_fa2 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=2
-bench 7b_pp_fa3 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O cuda:fa_mma=3
+VAR=${GPU_ATTN_VARIANT:-cuda:fa_mma=1}    # the device option of the variant compared with the defaults
+bench 1b_pp 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384
+bench 1b_pp_var 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O "$VAR"
+bench 1b_tg 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384
+bench 1b_tg_var 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O "$VAR"
+bench 7b_pp 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384
+bench 7b_pp_var 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O "$VAR"
+# what limits the two attention kernels: one launch of each under Nsight Compute (GPU_ATTN_NCU=0 skips)
+if [ "${GPU_ATTN_NCU:-1}" != 0 ] && command -v ncu >/dev/null && [ "$(left)" -gt 90 ]; then
+    for k in k_fattn_mma2 k_fattn_dec; do
+        timeout $(( $(left) / 2 )) ncu --kernel-name "regex:$k" --launch-skip 20 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+            $PY scripts/profile_decode.py synth:1b:q4_0 --depth 8192 --prefill 512 --steps 1 >"$W/ncu-$k.log" 2>&1
+        say "ncu $k rc=$?"
+        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall" \
+            "$W/ncu-$k.log" | head -16 | tee -a "$W/summary.log"
+        pack
+    done
+fi
 pack
 say "done"
