@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_attn_ab.sh — the attention kernels of issue 14 on one NVIDIA GPU, ours only (no
 # llama.cpp build: scripts/gpu_depth_bench.sh is the same-call comparison): builds the extension and
-# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2/3 and a
+# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2 and a
 # model's prefill at depth; decode: the split kernel with its folded merge, fa_decode 0/1), then
 # benchmarks the defaults against one variant (GPU_ATTN_VARIANT, a device option, default
 # cuda:fa_mma=1, the two-pass prefill kernel; a kernel under measurement gets an option value and
@@ -12,7 +12,7 @@
 #
 #   one device call, kind nvidia-h200, from the repo root, timeout_s 600:
 #   GPU_CHECK_COMMIT=<sha> bash scripts/gpu_attn_ab.sh
-# Results: $OUT/attn-ab.tar.gz (every bench JSON, the pytest log, the profile) and $OUT/summary.log.
+# Results: $OUT/attn-ab.tar.gz (every bench JSON, the pytest log, the ncu reports) and $OUT/summary.log.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 GPU_TAG=attn-ab GPU_BUDGET_S=${GPU_BUDGET_S:-420}
