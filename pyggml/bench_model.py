@@ -353,12 +353,24 @@ def _gb(x):
     return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
 
 
-def print_table(path, n_threads, ours, peer, tests, echo=print):
+def paired_ratio(ours, peer):
+    """Median of the per-round ratios of two interleaved runs (round i of both saw the same load), or
+    None when the rounds do not pair (a peer run in another process: llama-bench)."""
+    a, b = ours.get("values") or [], peer.get("values") or []
+    if not a or len(a) != len(b) or not all(b):
+        return None
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def print_table(path, n_threads, ours, peer, tests, echo=print, paired=False):
+    """The llama-bench-like table; with `paired` (the peer ran interleaved in this process) the ratio
+    column adds the median of the per-round ratios, which a load change during the run moves less."""
     mdl = ours["model"]
     size = _gb(mdl["weight_bytes"])
     params = f"{mdl['params'] / 1e9:.2f} B" if mdl["params"] >= 1e8 else f"{mdl['params'] / 1e6:.1f} M"
     name = os.path.basename(path)
-    echo("| model | size | params | backend | threads | test | t/s | llama.cpp t/s | ratio (medians) |")
+    echo("| model | size | params | backend | threads | test | t/s | llama.cpp t/s | ratio (medians"
+         + ("; paired rounds" if paired else "") + ") |")
     echo("|---|---:|---:|---|---:|---|---:|---:|---:|")
     for test in [label(*t) for t in tests]:
         if test not in ours:
@@ -367,6 +379,9 @@ def print_table(path, n_threads, ours, peer, tests, echo=print):
         if peer and test in peer:
             p = peer[test]
             pc, ratio = f"{p['mean']:.2f} ± {p['sd']:.2f}", f"{r['median'] / p['median']:.2f}x"
+            pr = paired_ratio(r, p) if paired else None
+            if pr is not None:
+                ratio += f"; {pr:.2f}x"
         else:
             pc, ratio = "-", "-"
         echo(f"| {name} | {size} | {params} | {','.join(ours['devices'])} | {n_threads or '-'} | {test} | "
@@ -470,7 +485,8 @@ def main(args):
             peer = bench_llama_bench(extra.llama_bench, path, devices, args.threads, reps, tests)
         except (OSError, RuntimeError, ValueError) as e:
             print(f"pyggml bench: the llama-bench peer failed: {e}", file=sys.stderr)
-    print_table(path, args.threads, ours, peer, tests)
+    interleaved = bool(in_process_peer and peer and not extra.llama_bench)
+    print_table(path, args.threads, ours, peer, tests, paired=interleaved)
     if args.output:
         from .bench_ops import write_json
         rows = []
@@ -481,6 +497,8 @@ def main(args):
             if row["pyggml"] and row["llama_cpp"]:
                 row["ratio_median"] = row["pyggml"]["median"] / row["llama_cpp"]["median"]
                 row["ratio_mean"] = row["pyggml"]["mean"] / row["llama_cpp"]["mean"]
+                if interleaved:
+                    row["ratio_paired_median"] = paired_ratio(row["pyggml"], row["llama_cpp"])
             rows.append(row)
         doc = {"model_file": os.path.abspath(path), "n_prompt": extra.n_prompt, "n_gen": extra.n_gen,
                "device_options": list(getattr(args, "option", None) or []),      # -O DEVICE:KEY=VALUE

@@ -98,3 +98,16 @@ def test_device_options_are_set_and_recorded(tmp_path, monkeypatch, capsys):
     assert cli.main(base + ["-o", str(tmp_path / "out"), "-O", "cpu:repack=1"]) == 0
     (f,) = os.listdir(tmp_path / "out")
     assert json.load(open(tmp_path / "out" / f))["results"][0]["device_options"] == ["cpu:repack=1"]
+
+
+def test_paired_ratio_follows_the_rounds_not_the_load():
+    """Interleaved rounds under a load that halves both engines midway: the ratio of the medians
+    mixes rounds of different load, the per-round ratios do not."""
+    ours = {"values": [100.0, 100.0, 200.0, 200.0, 200.0]}
+    peer = {"values": [80.0, 80.0, 160.0, 160.0, 160.0]}
+    assert bm.paired_ratio(ours, peer) == pytest.approx(1.25)
+    ours_first_slow = {"values": [100.0, 110.0, 220.0, 200.0, 200.0]}
+    peer_shifted = {"values": [160.0, 80.0, 160.0, 160.0, 160.0]}   # medians 200 / 160, pairs mostly 1.25-1.375
+    assert bm.paired_ratio(ours_first_slow, peer_shifted) == pytest.approx(1.25)
+    assert bm.paired_ratio(ours, {"values": [1.0]}) is None          # rounds that do not pair
+    assert bm.paired_ratio(ours, {"values": []}) is None
