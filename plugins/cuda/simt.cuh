@@ -70,6 +70,33 @@ struct DevThr {
     }
     __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *row) const { ldsm<false>(r, row); }
     __device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *row) const { ldsm<true>(r, row); }
+    /* d = A(16x32 s8, row) * B(32x8 s8, col) + c: a[0] = A[g][4t..4t+3], a[1] = A[g+8][4t..], a[2] =
+     * A[g][16+4t..], a[3] = A[g+8][16+4t..]; b0 = B[4t..4t+3][g], b1 = B[16+4t..][g]; d[0] = D[g][2t],
+     * d[1] = D[g][2t+1], d[2] = D[g+8][2t], d[3] = D[g+8][2t+1] (g = lane / 4, t = lane % 4); c like d. */
+    __device__ __forceinline__ void mma16832(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                             const int c[4]) const {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%10,%11,%12,%13};"
+                     : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]),
+                       "r"(c[2]), "r"(c[3]));
+#else
+        (void)d, (void)a, (void)b0, (void)b1, (void)c;
+        __trap();
+#endif
+    }
+    /* the k16 form: a0 = A[g][4t..4t+3], a1 = A[g+8][4t..]; b0 = B[4t..4t+3][g]; d, c as above */
+    __device__ __forceinline__ void mma16816(int d[4], uint32_t a0, uint32_t a1, uint32_t b0, const int c[4]) const {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
+                     : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                     : "r"(a0), "r"(a1), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+#else
+        (void)d, (void)a0, (void)a1, (void)b0, (void)c;
+        __trap();
+#endif
+    }
     /* 16 bytes global -> shared (both 16-byte aligned); zeros when !valid (src is not read then) */
     __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) const {
 #if __CUDA_ARCH__ >= 800
