@@ -96,8 +96,8 @@ def _options_logged(options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1"), ("fa_v", "1")):
+        for key, value in (("matvec", "3"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
+                           ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "1")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -430,3 +430,47 @@ def test_fa_v(ver, split, D, n_q, n_kv, kv_type, softcap):
         dev.set_option("fa_split", "auto")
     assert kernels == ["flash_attn2" if ver == "2" else "flash_attn"]
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+@pytest.mark.parametrize("D,H,Hk,n_q,n_kv,softcap,kv_type,kernel", [
+    (64, 4, 2, 1, 320, 0.0, "f16", "flash_attn_dec"),      # 5 splits of 64 keys
+    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec"),   # 18 splits of 2 chunks, the last partial
+    (32, 4, 4, 3, 200, 30.0, "f16", "flash_attn_dec"),     # softcap, a row that sees one key
+    (48, 4, 2, 1, 150, 0.0, "f16", "flash_attn"),          # D a multiple of 16, Dv not a power of two
+    (64, 4, 2, 1, 320, 0.0, "f32", "flash_attn")])         # f32 K/V: not its layout
+def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel):
+    """fa_v=3: decode attention over the KV split with the merge in the last workgroup of a row
+    (flash_attn_dec.comp), against float64: ALiBi, GQA, masked cells holding NaN (a masked key's V
+    must not reach the sum), several runs of one plan (the row counters start at 0 each time); where
+    its layout does not hold the node keeps flash_attn.comp."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D + n_kv + n_q)
+    visible, max_bias = n_kv - 37, 2.0
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    kv[:, :, visible:] = np.nan
+    vv[:, :, visible:] = np.nan
+    mv = np.full((1, 1, n_q, n_kv), -np.inf, np.float16)
+    mv[..., :visible] = 0
+    if n_q > 1:
+        mv[..., -1, :] = -np.inf
+        mv[..., -1, 5] = 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
+    k64, v64 = (np.nan_to_num(a[:, :, :visible].astype(np.float64)) for a in (kv, vv))
+    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv[..., :visible].astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
+    dev = pg.get_device(VK)
+    dev.set_option("fa_split", "on")
+    feeds = {"q": qv, "k": kv, "v": vv, "m": mv}
+    try:
+        with _options_logged({"fa_v": "3"}, "flash_attn '") as kernels:
+            sched = pg.Scheduler([VK], poison=True)
+            runs = [sched.compute(y, feeds) for _ in range(3)]
+    finally:
+        dev.set_option("fa_split", "auto")
+    assert set(kernels) == {kernel}
+    for got in runs:
+        assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"

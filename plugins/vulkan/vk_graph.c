@@ -119,6 +119,7 @@ typedef struct dispatch {
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
+    uint64_t fa_fold;               /* flash_attn_dec (merge folded in): bytes of its row counters (0: none) */
 } dispatch;
 
 struct pyg_graph_plan {
@@ -176,6 +177,10 @@ uint32_t vkp_rows_per_wg(const pyg_device *d) {
  * wider kernels only add overhead. */
 static int auto_on(const pyg_device *d, int64_t opt) {
     return opt == VKP_AUTO ? d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU : opt == VKP_ON;
+}
+
+static uint64_t dev_align(const pyg_device *d) {   /* where a binding may start */
+    return d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
 }
 
 /* KV-split flash attention (option fa_split). */
@@ -365,6 +370,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         uint32_t sp[2];
         if (vkp_fa_cm_setup(d, n, &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
             spec = sp[0]; spec1 = sp[1];
+            vkp_fa_log(n, shader);
             break;
         }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
@@ -388,8 +394,13 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
                 ex[2] = (uint32_t)ns;
                 ex[3] = (uint32_t)len;
                 work = rows * ns;
+                if (vkp_fa_dec_setup(d, n, rows, ns, dev_align(d), &shader, sp, ex, &dp->scratch_size)) {
+                    spec = sp[0]; spec1 = sp[1];
+                    dp->fa_fold = rows * 4;   /* no merge pass; counters zeroed before each run */
+                }
             }
         }
+        vkp_fa_log(n, shader);
         break;
     }
     default:
@@ -468,7 +479,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
-    const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
+    const uint64_t align = dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
     params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
@@ -533,10 +544,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         nd++;
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
             dispatch *a = &dps[nd - 1], *c = &dps[nd];
-            *c = *a;
             a->scratch_off = scratch_total;
-            c->scratch_off = scratch_total;
             scratch_total += (a->scratch_size + align - 1) / align * align;
+            if (a->fa_fold) continue;   /* flash_attn_dec merges in its last workgroup */
+            *c = *a;
             uint32_t *pc = (uint32_t *)((char *)params + (size_t)nd * pstride);
             memcpy(pc, p, (size_t)pstride);
             uint32_t rows = p[96] / a->fa_split;
@@ -643,6 +654,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
+        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
+        for (int i = 0; i < nd; i++)
+            if (dps[i].fa_fold) {
+                d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
+                nfill++;
+            }
+        if (nfill) {
+            VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
+            d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        }
         if (VKP_PROF && d->timestamps && nd > 0) {
             VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };
