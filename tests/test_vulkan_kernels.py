@@ -172,6 +172,17 @@ def test_matvec3(wdt, m, k, n, rows):
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("m,k,n", [(37, 256, 4), (259, 4096, 2), (101, 5632, 1), (1000, 11008, 3)])
+@pytest.mark.parametrize("rows", ["2", "4"])
+def test_matvec3p(wdt, m, k, n, rows):
+    """matvec=4: mul_mat_vec3p, mul_mat_vec3 with the next chunk's weights loaded before this chunk's
+    dot: one chunk, several (2 to 11 at 16 / 32 rows per workgroup), a partial last one."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "4", "matvec_rows": rows}, seed=m + k + n)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec3p"]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
 def test_matvec3_batched(wdt):
     """mul_mat_vec3 with the weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
     e, kernels = _run(wdt, (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": "3"}, seed=11)
@@ -217,7 +228,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "3")):
+    for key, bad in (("matvec", "5"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 

@@ -420,7 +420,7 @@ static int profile_label(const dispatch *dp) {
     const char *sh = vkp_shader_name(dp->shader);
     const pyg_type_traits *tr;
     switch (dp->shader) {
-    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3:
+    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
         break;

@@ -113,15 +113,17 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
     uint32_t rw = 8u << d->opts.matvec_rows, mv3_spec[2] = { (uint32_t)s0->type | rw << 8, 1 };
     uint64_t mv3_shared = 128u / rw * 1024u + 512u;
-    if (N <= 4 && d->opts.matvec == 3 && !d->mv3_broken && mv3_ok(d, s0, s1) &&
+    int mv3_shader = d->opts.matvec == 4 ? VKP_SH_MUL_MAT_VEC3P : VKP_SH_MUL_MAT_VEC3;   /* 4: loads a chunk ahead */
+    int *mv3_broken = d->opts.matvec == 4 ? &d->mv3p_broken : &d->mv3_broken;
+    if (N <= 4 && d->opts.matvec >= 3 && !*mv3_broken && mv3_ok(d, s0, s1) &&
         mv3_shared <= d->props.limits.maxComputeSharedMemorySize &&
-        vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC3, mv3_spec, &d->mv3_broken)) {
-        *shader = VKP_SH_MUL_MAT_VEC3;
+        vkp_pipeline_usable(d, mv3_shader, mv3_spec, mv3_broken)) {
+        *shader = mv3_shader;
         spec[0] = mv3_spec[0];
         spec[1] = mv3_spec[1];
         *work = (M + rw - 1) / rw * N * B;   /* one workgroup per row group and column */
         ex[0] = (uint32_t)*work;
-        kind = "mul_mat_vec3";
+        kind = vkp_shader_name(mv3_shader);
     } else if (N <= 4 && d->subgroup_arith && d->opts.matvec >= 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;

@@ -12,6 +12,8 @@
 // meet in shared memory (one barrier), one write per row. No subgroup operations. The host picks
 // it for rows it covers (vk_matmul.c: mv3_ok: K a multiple of 256, 16-byte aligned weight rows and
 // activation rows); other layouts and types keep mul_mat_vec2.comp / mul_mat_vec.comp.
+// Built with MV_PIPE (mul_mat_vec3p, option matvec=4): the next chunk's weight loads are issued
+// before this chunk's dot (twice the registers: two units' words in flight per invocation).
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 128) in;
@@ -63,6 +65,14 @@ float dot_unit(uvec4 wv[17], uint y0) {
     return acc;
 }
 
+// unit u of the row starting at 16-byte word rq into registers (zeros where idle)
+void load_unit(out uvec4 wv[17], uint rq, uint u, bool busy) {
+    [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
+    if (busy) {
+        [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
+    }
+}
+
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;   // uniform per workgroup: before any barrier
@@ -78,19 +88,28 @@ void main() {
     uint yb = t_row(1u, n, i12, i13) >> 4;
     uint nunits = K >> 8;
     float acc = 0.0;
+    uvec4 wv[17];
+#ifdef MV_PIPE
+    load_unit(wv, rq, uc, live && uc < nunits);
+#endif
     for (uint c0 = 0u; c0 < nunits; c0 += UC) {
         uint u = c0 + uc;
         bool busy = live && u < nunits;
-        uvec4 wv[17];
-        [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
-        if (busy) {
-            [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
-        }
+#ifndef MV_PIPE
+        load_unit(wv, rq, u, busy);
+#endif
         barrier();   // the previous chunk's readers are done with ys
         uint nv = min(UC, nunits - c0) * 64u;
         for (uint i = t; i < nv; i += 128u) ys[i] = s1v[yb + 64u * c0 + i];
+#ifdef MV_PIPE   // the next chunk's weights in flight while this one is dotted
+        uvec4 wn[17];
+        load_unit(wn, rq, u + UC, live && u + UC < nunits);
+#endif
         barrier();
         if (busy) acc += dot_unit(wv, 64u * uc);
+#ifdef MV_PIPE
+        wv = wn;
+#endif
     }
     red[t] = acc;
     barrier();
