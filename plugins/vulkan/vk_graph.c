@@ -114,7 +114,8 @@ typedef struct dispatch {
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
-    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 */
+    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
+    uint32_t out6_word;             /* its description's first extra word (0: 2) */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
@@ -513,6 +514,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
             if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
+        } else if (vkp_rope_store_fusable(d, n, next)) {   /* rope + its result's cache write (vk_rope_store.c) */
+            uint32_t specs[2] = { 0, 1 };
+            if ((e = build(d, n, &dps[nd], p))) goto fail;
+            dps[nd].slot[3] = next->src[2];
+            dps[nd].slot[4] = next;   /* the set_rows node: its cache's bytes */
+            dps[nd].add_out = n;      /* the rope's own result at binding 6, extras 8.. */
+            dps[nd].out6_word = 8;
+            dps[nd].shader = VKP_SH_ROPE_STORE;
+            if ((e = vkp_get_pipeline(d, VKP_SH_ROPE_STORE, specs, &dps[nd].pipe))) goto fail;
+            vkp_log(PYG_LOG_DEBUG, "rope '%s' + set_rows '%s': rope_store", n->name, next->name);
+            while (g->nodes[i] != next) i++;
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;
         }
@@ -531,9 +543,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[nd].add_out;
             const pyg_buffer *b; uint64_t off;
             if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            p[96 + 2] = (uint32_t)(off & (align - 1));
-            p[96 + 3] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) p[96 + 4 + k] = (uint32_t)t->nb[k];
+            uint32_t w6 = 96 + (dps[nd].out6_word ? dps[nd].out6_word : 2);
+            p[w6] = (uint32_t)(off & (align - 1));
+            p[w6 + 1] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = norm_vec4_ok(p, dps[nd].add_out != NULL, align);
