@@ -11,8 +11,9 @@ rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller tile; 
 flash_attn2; fadec: fa_v=3, flash_attn_dec.comp, the decode attention with its KV split's merge
 folded in and every load of a chunk issued up front (awaiting a GPU run); mv3p: matvec=4,
 mul_mat_vec3p, the mat-vec with the next chunk's weights loaded ahead (awaiting a GPU run); ropest:
-fuse_rope=1, the k rope and its cache write as one dispatch (awaiting a GPU run); next: fadec + mv3p +
-ropest, for the profile; mv3 norm2 facm gemm3: the defaults since 1a36ae3, kept as names),
+fuse_rope=1, the k rope and its cache write as one dispatch (awaiting a GPU run); glu: fuse_glu=1,
+gate, up and swiglu as one dispatch (awaiting a GPU run); next: fadec + mv3p + ropest + glu, for the
+profile; mv3 norm2 facm gemm3: the defaults since 1a36ae3, kept as names),
 and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
@@ -51,12 +52,14 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "mv3p": {"matvec": "4"},
             # the k rope and its cache write as one dispatch (rope_store; awaiting a GPU run)
             "ropest": {"fuse_rope": "1"},
-            # the three above at once: their kernels are separate shaders in a profile (flash_attn_dec
+            # gate, up and their swiglu as one dispatch (mul_mat_vec3g; awaiting a GPU run)
+            "glu": {"fuse_glu": "1"},
+            # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
-            # against rope + set_rows)
-            "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1"}}
+            # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
+            "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"fuse_rope": "0", "fa_v": "1", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"fuse_rope": "0", "fuse_glu": "0", "fa_v": "1", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):

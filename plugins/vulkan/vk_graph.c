@@ -1,4 +1,4 @@
-/* plugins/vulkan/vk_graph.c — which nodes the Vulkan plugin runs, and graph plans.
+/* plugins/vulkan/vk_graph.c — graph plans (which nodes run: vk_supports.c).
  *
  * A plan is derived once per graph: one dispatch per compute node (pipeline, descriptor set,
  * parameter block), recorded into one command buffer that graph_plan_compute resubmits.
@@ -13,97 +13,6 @@
 
 /* elementwise shader specializations */
 enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
-
-static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16 || t == PYG_TYPE_BF16; }
-static int is_weight_type(int32_t t) {
-    return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
-}
-
-/* Every operand must fit one storage-buffer binding and 32-bit shader indexing. */
-static int fits(const pyg_device *d, const pyg_tensor *t) {
-    if (!t || !pyg_type_get_traits(t->type)) return 0;
-    uint64_t n = pyg_tensor_nbytes(t) + d->props.limits.minStorageBufferOffsetAlignment + 4;
-    if (n > d->max_range || n > 0xFFFFFFFFull) return 0;
-    for (int i = 0; i < PYG_MAX_DIMS; i++)
-        if (t->ne[i] < 1 || t->ne[i] > 0x7FFFFFFF || t->nb[i] > 0xFFFFFFFFull) return 0;
-    return (uint64_t)pyg_tensor_nelements(t) < 0xFFFFFFFFull;
-}
-
-/* quantized rows are read block by block: rows must be contiguous */
-static int weight_ok(const pyg_device *d, const pyg_tensor *t) {
-    if (!fits(d, t) || !is_weight_type(t->type)) return 0;
-    return is_plain(t->type) || pyg_tensor_rows_contiguous(t);
-}
-
-static int same_shape(const pyg_tensor *a, const pyg_tensor *b) {
-    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i]) return 0;
-    return 1;
-}
-
-int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *n) {
-    if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) return 1;
-    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1], *s2 = n->src[2], *s3 = n->src[3];
-    if (!s0 || !fits(d, n)) return 0;
-    for (int i = 0; i < 4; i++) if (n->src[i] && !fits(d, n->src[i])) return 0;
-    switch (n->op) {
-    case PYG_OP_ADD: case PYG_OP_MUL:
-        if (!s1 || !is_plain(s0->type) || !is_plain(s1->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        for (int i = 0; i < 4; i++) if (s0->ne[i] % s1->ne[i]) return 0;
-        return 1;
-    case PYG_OP_SCALE: case PYG_OP_SILU: case PYG_OP_GELU:
-        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
-    case PYG_OP_SWIGLU:
-        if (!is_plain(s0->type) || !is_plain(n->type)) return 0;
-        if (s1) return is_plain(s1->type) && same_shape(s0, s1) && same_shape(n, s0);
-        return s0->ne[0] == 2 * n->ne[0] && s0->ne[1] == n->ne[1] && s0->ne[2] == n->ne[2] && s0->ne[3] == n->ne[3];
-    case PYG_OP_CPY: case PYG_OP_CONT:
-        if (n->op == PYG_OP_CPY && (!s1 || s1->type != n->type)) return 0;
-        return is_plain(s0->type) && is_plain(n->type) && pyg_tensor_nelements(s0) == pyg_tensor_nelements(n);
-    case PYG_OP_RMS_NORM: case PYG_OP_NORM:
-        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
-    case PYG_OP_SOFT_MAX:
-        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        if (s1 && (!is_plain(s1->type) || s1->ne[0] != s0->ne[0] || s1->ne[1] < s0->ne[1] ||
-                   s0->ne[2] % s1->ne[2] || s0->ne[3] % s1->ne[3])) return 0;
-        return 1;
-    case PYG_OP_ROPE: {
-        int32_t n_dims = n->op_params[0], mode = n->op_params[1];
-        if (mode != PYG_ROPE_NORMAL && mode != PYG_ROPE_NEOX) return 0;
-        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        if (n_dims <= 0 || n_dims % 2 || n_dims > s0->ne[0] || s0->ne[0] % 2) return 0;
-        if (!s1 || s1->type != PYG_TYPE_I32 || s1->ne[0] < s0->ne[2]) return 0;
-        if (s2 && (s2->type != PYG_TYPE_F32 || s2->ne[0] < n_dims / 2)) return 0;
-        return 1;
-    }
-    case PYG_OP_ARGMAX:
-        return is_plain(s0->type) && n->type == PYG_TYPE_I32 && n->ne[0] == s0->ne[1] &&
-               n->ne[1] == s0->ne[2] && n->ne[2] == s0->ne[3];   /* dst [ne1, ne2, ne3, 1] */
-    case PYG_OP_MUL_MAT:
-        if (!s1 || !weight_ok(d, s0) || !is_plain(s1->type) || n->type != PYG_TYPE_F32) return 0;
-        if (s0->ne[0] != s1->ne[0] || n->ne[0] != s0->ne[1] || n->ne[1] != s1->ne[1] ||
-            n->ne[2] != s1->ne[2] || n->ne[3] != s1->ne[3]) return 0;
-        return s1->ne[2] % s0->ne[2] == 0 && s1->ne[3] % s0->ne[3] == 0;
-    case PYG_OP_GET_ROWS:
-        if (!s1 || !weight_ok(d, s0) || s1->type != PYG_TYPE_I32 || !is_plain(n->type)) return 0;
-        return n->ne[0] == s0->ne[0] && n->ne[1] == s1->ne[0] && n->ne[2] == s1->ne[1] && n->ne[3] == s1->ne[2] &&
-               s0->ne[2] == s1->ne[1] && s0->ne[3] == s1->ne[2];
-    case PYG_OP_SET_ROWS:
-        if (!s1 || !s2 || !is_plain(n->type) || !is_plain(s1->type)) return 0;
-        if (s2->type != PYG_TYPE_I32 && s2->type != PYG_TYPE_I64) return 0;
-        if (s1->ne[0] != n->ne[0] || s1->ne[2] != n->ne[2] || s1->ne[3] != n->ne[3] || s2->ne[0] != s1->ne[1]) return 0;
-        return s1->ne[2] % s2->ne[1] == 0 && s1->ne[3] % s2->ne[2] == 0;
-    case PYG_OP_FLASH_ATTN_EXT:
-        if (!s1 || !s2 || s0->type != PYG_TYPE_F32 || !is_plain(s1->type) || !is_plain(s2->type) || n->type != PYG_TYPE_F32) return 0;
-        if (s0->ne[0] > 512 || s2->ne[0] > 512 || s1->ne[0] != s0->ne[0] || s1->ne[1] != s2->ne[1]) return 0;
-        if (s0->ne[2] % s1->ne[2] || s0->ne[2] % s2->ne[2]) return 0;
-        if (n->ne[0] != s2->ne[0] || n->ne[1] != s0->ne[2] || n->ne[2] != s0->ne[1] || n->ne[3] != s0->ne[3]) return 0;
-        if (s3 && (!is_plain(s3->type) || s3->ne[0] != s1->ne[1] || s3->ne[1] < s0->ne[1] ||
-                   s0->ne[2] % s3->ne[2] || s0->ne[3] % s3->ne[3])) return 0;
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 /* ---------------------------------------------------------------- plans */
 
@@ -194,7 +103,7 @@ static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor
 static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
     if (!d->opts.fuse) return 0;
     if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
-    if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
+    if (m->src[0] != n || m->src[1] == n || !vkp_same_shape(m, n)) return 0;
     const pyg_tensor *rd[2] = { n->src[0], m->src[1] }, *wr[2] = { n, m };
     return vkp_supports_op((pyg_device *)d, m) && fused_ranges_ok(rd, 2, wr, 2);
 }
@@ -248,7 +157,7 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
  * (no broadcast); the same switch as the norm fusion. */
 static int add_fusable(const pyg_device *d, const pyg_tensor *a, const pyg_tensor *n, const pyg_tensor *m) {
     if (a->op != PYG_OP_ADD || !a->src[1] || !n || n->src[0] != a || !fusable(d, n, m)) return 0;
-    if (!same_shape(a, a->src[0]) || !same_shape(a, a->src[1]) || m->src[1] == a) return 0;
+    if (!vkp_same_shape(a, a->src[0]) || !vkp_same_shape(a, a->src[1]) || m->src[1] == a) return 0;
     const pyg_tensor *rd[3] = { a->src[0], a->src[1], m->src[1] }, *wr[3] = { a, n, m };
     return vkp_supports_op((pyg_device *)d, a) && fused_ranges_ok(rd, 3, wr, 3);
 }
@@ -285,6 +194,25 @@ static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
     for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
         if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
     return NULL;
+}
+
+/* a = mul_mat(W_a, x), b = mul_mat(W_b, x), swiglu(a, b) as one mul_mat_vec3g dispatch (fuse_glu):
+ * slots W_a, x, W_b, a (written), the swiglu; b at binding 6 */
+static int glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
+    uint32_t spec[2]; uint64_t work;
+    if (!sw || !vkp_glu_setup(d, a, b, sw, spec, &work)) return 0;
+    const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
+    if (!fused_ranges_ok(rd, 3, wr, 3)) return 0;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec3g", a->name, b->name, sw->name);
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
+    dp->writes_slot3 = 1;
+    dp->add_out = b;
+    dp->shader = VKP_SH_MUL_MAT_VEC3G;
+    dp->spec0 = spec[0];
+    p[96] = (uint32_t)work;
+    fold_groups(work, dp->groups);
+    return 1;
 }
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
@@ -421,7 +349,7 @@ static int profile_label(const dispatch *dp) {
     const char *sh = vkp_shader_name(dp->shader);
     const pyg_type_traits *tr;
     switch (dp->shader) {
-    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P:
+    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
         break;
@@ -514,6 +442,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
             if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
+        } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
+            if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) goto fail;
+            while (g->nodes[i] != next2) i++;
         } else if (vkp_rope_store_fusable(d, n, next)) {   /* rope + its result's cache write (vk_rope_store.c) */
             uint32_t specs[2] = { 0, 1 };
             if ((e = build(d, n, &dps[nd], p))) goto fail;

@@ -362,6 +362,7 @@ static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", 
 static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(vkp_options, fa_split, k_auto_off_on, "KV-split flash attention (auto: off on CPU devices)"),
     PYG_OPTION_BOOL(vkp_options, fuse, "rms_norm followed by mul as one dispatch (default 1)"),
+    PYG_OPTION_BOOL(vkp_options, fuse_glu, "gate and up mat-vecs (q4_0/q8_0) and their swiglu as one dispatch (default 0)"),
     PYG_OPTION_BOOL(vkp_options, fuse_rope, "a rope and the set_rows of its result into a KV cache as one dispatch (default 0)"),
     PYG_OPTION_CHOICE(vkp_options, norm_wg, k_auto_off_on, "workgroup-per-row norm+mul (auto: off on CPU devices)"),
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
