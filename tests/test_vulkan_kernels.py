@@ -485,3 +485,33 @@ def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel):
     assert set(kernels) == {kernel}
     for got in runs:
         assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+def test_fa_dec_model_decode(tmp_path):
+    """A synthetic LLaMA decodes with fa_v=3 and the KV split on (every layer's attention one
+    flash_attn_dec dispatch, the row counters zeroed at the start of each run of the plan) to the
+    logits of flash_attn.comp's split and merge, step after step."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / "m.gguf")
+    write_synth_model(path, dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512), "q8_0",
+                      seed=9, progress=False)
+    dev = pg.get_device(VK)
+
+    def logits(fa_v):
+        dev.set_option("fa_split", "on")
+        try:
+            with _options_logged({"fa_v": fa_v}, "flash_attn '") as kernels:
+                m = models.load(path, devices=[VK, "cpu"], n_ctx=160, progress=False)
+                try:
+                    got = [m.prefill(list(range(1, 70)))] + [m.decode(tok) for tok in (7, 8, 9, 10)]
+                finally:
+                    m.close()
+        finally:
+            dev.set_option("fa_split", "auto")
+        return got, kernels
+    l3, k3 = logits("3")
+    l1, k1 = logits("1")
+    assert "flash_attn_dec" in k3 and "flash_attn_dec" not in k1, (k3, k1)
+    for a, b in zip(l3, l1):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8
