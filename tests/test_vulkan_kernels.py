@@ -97,7 +97,8 @@ def _options_logged(options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "3"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "1"), ("fuse_rope", "0"), ("fuse_glu", "0")):
+                           ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "1"), ("fuse_rope", "0"), ("fuse_glu", "0"),
+                           ("fa_split", "auto")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -108,6 +109,25 @@ def _compute(y, feeds, options, what):
     with _options_logged(options, what) as kernels:
         out = pg.Scheduler([VK], poison=True).compute(y, feeds)
     return out, kernels
+
+
+def _model_logits(tmp_path, options, what, seed, n_ctx=32, prompt=(1, 2, 3, 4), wdt="q8_0"):
+    """A synthetic LLaMA (2 layers, n_embd 256, n_ff 512: K multiples of 256) on VK with `options`:
+    the logits of a prefill of `prompt` and three decode steps, and the kernels the debug log named
+    for lines containing `what`."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / f"m-{seed}-{wdt}.gguf")
+    if not os.path.exists(path):
+        write_synth_model(path, dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512), wdt,
+                          seed=seed, progress=False)
+    with _options_logged(options, what) as kernels:
+        m = models.load(path, devices=[VK, "cpu"], n_ctx=n_ctx, progress=False)
+        try:
+            got = [m.prefill(list(prompt))] + [np.asarray(m.decode(tok)) for tok in (7, 8, 9)]
+        finally:
+            m.close()
+    return got, kernels
 
 
 def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
@@ -491,27 +511,8 @@ def test_fa_dec_model_decode(tmp_path):
     """A synthetic LLaMA decodes with fa_v=3 and the KV split on (every layer's attention one
     flash_attn_dec dispatch, the row counters zeroed at the start of each run of the plan) to the
     logits of flash_attn.comp's split and merge, step after step."""
-    import pyggml.models as models
-    from pyggml.synth import write_synth_model
-    path = str(tmp_path / "m.gguf")
-    write_synth_model(path, dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512), "q8_0",
-                      seed=9, progress=False)
-    dev = pg.get_device(VK)
-
-    def logits(fa_v):
-        dev.set_option("fa_split", "on")
-        try:
-            with _options_logged({"fa_v": fa_v}, "flash_attn '") as kernels:
-                m = models.load(path, devices=[VK, "cpu"], n_ctx=160, progress=False)
-                try:
-                    got = [m.prefill(list(range(1, 70)))] + [m.decode(tok) for tok in (7, 8, 9, 10)]
-                finally:
-                    m.close()
-        finally:
-            dev.set_option("fa_split", "auto")
-        return got, kernels
-    l3, k3 = logits("3")
-    l1, k1 = logits("1")
+    l3, k3 = _model_logits(tmp_path, {"fa_v": "3", "fa_split": "on"}, "flash_attn '", 9, n_ctx=160, prompt=range(1, 70))
+    l1, k1 = _model_logits(tmp_path, {"fa_v": "1", "fa_split": "on"}, "flash_attn '", 9, n_ctx=160, prompt=range(1, 70))
     assert "flash_attn_dec" in k3 and "flash_attn_dec" not in k1, (k3, k1)
     for a, b in zip(l3, l1):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8

@@ -8,7 +8,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import _options_logged, _validation_clean  # noqa: F401 (an autouse fixture)
+from test_vulkan_kernels import _model_logits, _options_logged, _validation_clean  # noqa: F401 (an autouse fixture)
 
 VK = next((str(d) for d in pg.devices() if d.plugin.name == "vulkan"), None)
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -62,22 +62,8 @@ def test_rope_store_needs_the_pattern():
 
 def test_rope_store_model_decode(tmp_path):
     """A synthetic LLaMA decodes to the same logits with fuse_rope=1 as without, its graphs fused."""
-    import pyggml.models as models
-    from pyggml.synth import write_synth_model
-    path = str(tmp_path / "m.gguf")
-    write_synth_model(path, dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512), "q8_0",
-                      seed=5, progress=False)
-
-    def logits(fuse):
-        with _options_logged({"fuse_rope": fuse}, "rope '") as kernels:
-            m = models.load(path, devices=[VK, "cpu"], n_ctx=32, progress=False)
-            try:
-                got = [m.prefill([1, 2, 3, 4])] + [m.decode(tok) for tok in (7, 8, 9)]
-            finally:
-                m.close()
-        return got, kernels
-    l1, k1 = logits("1")
-    l0, k0 = logits("0")
+    l1, k1 = _model_logits(tmp_path, {"fuse_rope": "1"}, "rope '", 5)
+    l0, k0 = _model_logits(tmp_path, {"fuse_rope": "0"}, "rope '", 5)
     assert "rope_store" in k1 and not k0, (k1, k0)
     for a, b in zip(l1, l0):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
