@@ -269,7 +269,7 @@ def test_gemm(wdt, gemm):
     # M and N not multiples of the 64x64 tiles, two batch axes broadcast over the weights
     e, kernels = _run(wdt, (2, 1, 70, k), (2, 3, 37, k), {"gemm": gemm}, seed=7)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm2_emu"}.get(gemm, "mul_mat_cm2" if cm else "mul_mat")
+    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, "mul_mat_cm3" if cm else "mul_mat")   # gemm_v=3: the default
     assert kernels == [want]
 
 
