@@ -20,19 +20,19 @@
 # with the tree's own when .git travels, and records both).
 #
 # Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
-# GPU_VK_VARIANTS ("new mv3 norm2 facm gemm3 fakd": new = default device options, mv3 = matvec=3, the q4_0/q8_0 decode
-# mat-vec with shared-memory activations (mul_mat_vec3.comp, tested on lavapipe only), norm2 = the register
-# layer norm norm_mul_reg.comp (norm_v=2; the default, norm_v=1, is the earlier norm_mul_wg.comp), gemm1 = the earlier
-# coopmat GEMM build with its 128x128 tile (gemm_v=1 gemm_tile=128, as at 74f8754), tile128 = the
-# pipelined GEMM with 128x128 tiles, facm = fa=coopmat (flash_attn_cm with its shared memory
-# 16-byte aligned; fa=auto keeps the scalar kernel until the tests here pass it and facm is faster),
-# gemm3 = gemm_v=3 (mul_mat_cm3.comp: the prefill GEMM with its tiles stored as 16-byte words),
-# fakd = fa_v=2 (flash_attn2: decode attention scores by eight invocations per key, subgroup
-# reductions), old = matvec=1 gemm=tiled fa=scalar norm_v=1; also rows1, rows4 for
-# mul_mat_vec2's rows per subgroup, tile64 for the GEMM's 64x64 tile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
-# GPU_VK_PROFILE_VARIANTS ("new mv3 next": per-shader times of mul_mat_vec2 and mul_mat_vec3; next =
-# facm + gemm3 + fakd at once, whose kernels profile as separate shaders: mul_mat_cm3 against
-# mul_mat_cm2, flash_attn_cm against flash_attn in the prefill, flash_attn2 against flash_attn in decode),
+# GPU_VK_VARIANTS ("new fadec mv3p ropest glu mv3r8": new = default device options (since 1a36ae3: matvec=3,
+# norm_v=2, gemm_v=3, fa=auto -> flash_attn_cm), fadec = fa_v=3 (flash_attn_dec.comp: decode attention
+# with the KV split's merge folded into the split pass and every load of a chunk issued up front),
+# mv3p = matvec=4 (mul_mat_vec3p: the next chunk's weights loaded before this chunk's dot), ropest =
+# fuse_rope=1 (rope_store: the k rope and its cache write as one dispatch), glu = fuse_glu=1
+# (mul_mat_vec3g: gate, up and their swiglu as one dispatch), mv3r8 =
+# mul_mat_vec3 with 8 rows per workgroup (twice the workgroups), all tested on lavapipe only; also
+# mv3 norm2 facm gemm3 (now the defaults), fakd = fa_v=2 (flash_attn2), gemm1, tile128, tile64,
+# rows1, rows4, mv3r32, norm1, old = matvec=1 gemm=tiled fa=scalar norm_v=1),
+# GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"), GPU_VK_PROFILE_VARIANTS ("new next": next =
+# fadec + mv3p + ropest + glu at once, whose kernels profile as separate shaders: flash_attn_dec
+# against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
+# rope + set_rows, mul_mat_vec3g against the gate/up mul_mat_vec3 + elementwise.swiglu),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_BENCH=0 (skip benches and profiles).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +97,8 @@ TEST_RC=skipped; TEST_SUMMARY=
 if [ "${GPU_VK_TESTS:-1}" != 0 ]; then
     say "vulkan tests (op suite, kernels, multi; validation re-runs inside)"
     timeout 200 $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider tests/test_vulkan_kernels.py \
-        tests/test_vulkan_multi.py tests/test_vulkan_build.py tests/test_vulkan_norm.py "tests/test_ops.py" -k "vulkan or VK or kernels or gemm or matvec" \
+        tests/test_vulkan_multi.py tests/test_vulkan_build.py tests/test_vulkan_norm.py tests/test_vulkan_rope_store.py \
+        tests/test_vulkan_glu.py "tests/test_ops.py" -k "vulkan or VK or kernels or gemm or matvec" \
         >"$WORK/pytest.log" 2>&1
     TEST_RC=$?
     TEST_SUMMARY=$(tail -1 "$WORK/pytest.log")
@@ -113,14 +114,14 @@ t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s):
 BENCH_RC=skipped; PROF_RC=skipped
 if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
-    say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new mv3 next}) next to CUDA: $PROF_MODELS"
+    say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new next}) next to CUDA: $PROF_MODELS"
     timeout $(( $(left) / 2 > 60 ? $(left) / 2 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \
-        --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new mv3 next} 2>&1 | tee "$WORK/profile.log"
+        --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new next} 2>&1 | tee "$WORK/profile.log"
     PROF_RC=$?
     pack
-    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new mv3 norm2 facm gemm3 fakd}) next to CUDA: $MODELS"
+    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fadec mv3p ropest glu mv3r8}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new mv3 norm2 facm gemm3 fakd} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new fadec mv3p ropest glu mv3r8} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

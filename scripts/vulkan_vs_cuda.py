@@ -6,12 +6,15 @@
 bench: pp512 / tg128 (pyggml.bench_model.bench_models, the code behind `pyggml bench`) on
 cuda:0,cpu and on vulkan:0,cpu with the Vulkan kernel options of each variant (new: the defaults;
 old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1: the earlier
-workgroup layer norm (the default); norm2: the register layer norm (awaiting a GPU run); mv3: matvec=3, the
-q4_0/q8_0 decode mat-vec with shared-memory activations (awaiting a GPU run; mv3r8 / mv3r32: 8 / 32
-rows per workgroup instead of 16); rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller
-tile; facm: fa=coopmat, the tensor-core prefill attention; gemm3: gemm_v=3, mul_mat_cm3.comp; fakd:
-fa_v=2, flash_attn2: decode attention scores by eight invocations per key, subgroup reductions; next:
-facm + gemm3 + fakd, for the profile), and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
+workgroup layer norm; mv3r8 / mv3r32: mul_mat_vec3 with 8 / 32 rows per workgroup instead of 16;
+rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller tile; fakd: fa_v=2,
+flash_attn2; fadec: fa_v=3, flash_attn_dec.comp, the decode attention with its KV split's merge
+folded in and every load of a chunk issued up front (awaiting a GPU run); mv3p: matvec=4,
+mul_mat_vec3p, the mat-vec with the next chunk's weights loaded ahead (awaiting a GPU run); ropest:
+fuse_rope=1, the k rope and its cache write as one dispatch (awaiting a GPU run); glu: fuse_glu=1,
+gate, up and swiglu as one dispatch (awaiting a GPU run); next: fadec + mv3p + ropest + glu, for the
+profile; mv3 norm2 facm gemm3: the defaults since 1a36ae3, kept as names),
+and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
 through torch.profiler (CUPTI) and Vulkan shaders through the plugin's timestamp queries
 (device option profile=1, set here before the models load), side by side per token; Vulkan once
@@ -37,16 +40,26 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "tile128": {"gemm_tile": "128"},
             # the coopmat GEMM as it ran at 74f8754 (earlier build, 128x128 from 128 tokens)
             "gemm1": {"gemm_v": "1", "gemm_tile": "128"},
-            # cooperative-matrix flash attention (fa=auto keeps the scalar kernel until it is confirmed)
+            # cooperative-matrix flash attention (what fa=auto picks on such devices since 1a36ae3)
             "facm": {"fa": "coopmat"},
-            # the coopmat GEMM with its tiles stored as 16-byte words (mul_mat_cm3.comp; awaiting a GPU run)
+            # the coopmat GEMM with its tiles stored as 16-byte words (mul_mat_cm3.comp; the default since 1a36ae3)
             "gemm3": {"gemm_v": "3"},
-            # decode attention by eight invocations per key, subgroup reductions (flash_attn2; awaiting a GPU run)
+            # decode attention by eight invocations per key, subgroup reductions (flash_attn2; H200 at 8ba9c65: tg unchanged)
             "fakd": {"fa_v": "2"},
-            # the three above at once: their kernels are separate shaders in a profile (mul_mat_cm3,
-            # flash_attn_cm for prefill, flash_attn2 for decode), so one pass times them all
-            "next": {"gemm_v": "3", "fa": "coopmat", "fa_v": "2"}}
-DEFAULTS = {"fa_v": "1", "matvec": "2", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "2", "fa": "auto", "norm_v": "1"}
+            # decode attention with the merge in the split pass, loads issued up front (flash_attn_dec; awaiting a GPU run)
+            "fadec": {"fa_v": "3"},
+            # mul_mat_vec3 with the next chunk's weights loaded ahead (mul_mat_vec3p; awaiting a GPU run)
+            "mv3p": {"matvec": "4"},
+            # the k rope and its cache write as one dispatch (rope_store; awaiting a GPU run)
+            "ropest": {"fuse_rope": "1"},
+            # gate, up and their swiglu as one dispatch (mul_mat_vec3g; awaiting a GPU run)
+            "glu": {"fuse_glu": "1"},
+            # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
+            # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
+            # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
+            "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
+# the plugin's defaults (vk_options.c), restored before each variant's options
+DEFAULTS = {"fuse_rope": "0", "fuse_glu": "0", "fa_v": "1", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):

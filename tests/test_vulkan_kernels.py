@@ -96,8 +96,9 @@ def _options_logged(options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "2"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "2"), ("norm_v", "1"), ("fa_v", "1")):
+        for key, value in (("matvec", "3"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
+                           ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "1"), ("fuse_rope", "0"), ("fuse_glu", "0"),
+                           ("fa_split", "auto")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -108,6 +109,25 @@ def _compute(y, feeds, options, what):
     with _options_logged(options, what) as kernels:
         out = pg.Scheduler([VK], poison=True).compute(y, feeds)
     return out, kernels
+
+
+def _model_logits(tmp_path, options, what, seed, n_ctx=32, prompt=(1, 2, 3, 4), wdt="q8_0"):
+    """A synthetic LLaMA (2 layers, n_embd 256, n_ff 512: K multiples of 256) on VK with `options`:
+    the logits of a prefill of `prompt` and three decode steps, and the kernels the debug log named
+    for lines containing `what`."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / f"m-{seed}-{wdt}.gguf")
+    if not os.path.exists(path):
+        write_synth_model(path, dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512), wdt,
+                          seed=seed, progress=False)
+    with _options_logged(options, what) as kernels:
+        m = models.load(path, devices=[VK, "cpu"], n_ctx=n_ctx, progress=False)
+        try:
+            got = [m.prefill(list(prompt))] + [np.asarray(m.decode(tok)) for tok in (7, 8, 9)]
+        finally:
+            m.close()
+    return got, kernels
 
 
 def _run(wdt, wshape, xshape, options, x_offset=0, seed=0):
@@ -172,6 +192,17 @@ def test_matvec3(wdt, m, k, n, rows):
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("m,k,n", [(37, 256, 4), (259, 4096, 2), (101, 5632, 1), (1000, 11008, 3)])
+@pytest.mark.parametrize("rows", ["2", "4"])
+def test_matvec3p(wdt, m, k, n, rows):
+    """matvec=4: mul_mat_vec3p, mul_mat_vec3 with the next chunk's weights loaded before this chunk's
+    dot: one chunk, several (2 to 11 at 16 / 32 rows per workgroup), a partial last one."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "4", "matvec_rows": rows}, seed=m + k + n)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == ["mul_mat_vec3p"]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
 def test_matvec3_batched(wdt):
     """mul_mat_vec3 with the weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
     e, kernels = _run(wdt, (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": "3"}, seed=11)
@@ -217,7 +248,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "4"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "3")):
+    for key, bad in (("matvec", "5"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "4"), ("fa_v", "0"), ("fa_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -238,7 +269,7 @@ def test_gemm(wdt, gemm):
     # M and N not multiples of the 64x64 tiles, two batch axes broadcast over the weights
     e, kernels = _run(wdt, (2, 1, 70, k), (2, 3, 37, k), {"gemm": gemm}, seed=7)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm2_emu"}.get(gemm, "mul_mat_cm2" if cm else "mul_mat")
+    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, "mul_mat_cm3" if cm else "mul_mat")   # gemm_v=3: the default
     assert kernels == [want]
 
 
@@ -430,3 +461,58 @@ def test_fa_v(ver, split, D, n_q, n_kv, kv_type, softcap):
         dev.set_option("fa_split", "auto")
     assert kernels == ["flash_attn2" if ver == "2" else "flash_attn"]
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+@pytest.mark.parametrize("D,H,Hk,n_q,n_kv,softcap,kv_type,kernel", [
+    (64, 4, 2, 1, 320, 0.0, "f16", "flash_attn_dec"),      # 5 splits of 64 keys
+    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec"),   # 18 splits of 2 chunks, the last partial
+    (32, 4, 4, 3, 200, 30.0, "f16", "flash_attn_dec"),     # softcap, a row that sees one key
+    (48, 4, 2, 1, 150, 0.0, "f16", "flash_attn"),          # D a multiple of 16, Dv not a power of two
+    (64, 4, 2, 1, 320, 0.0, "f32", "flash_attn")])         # f32 K/V: not its layout
+def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel):
+    """fa_v=3: decode attention over the KV split with the merge in the last workgroup of a row
+    (flash_attn_dec.comp), against float64: ALiBi, GQA, masked cells holding NaN (a masked key's V
+    must not reach the sum), several runs of one plan (the row counters start at 0 each time); where
+    its layout does not hold the node keeps flash_attn.comp."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D + n_kv + n_q)
+    visible, max_bias = n_kv - 37, 2.0
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    kv[:, :, visible:] = np.nan
+    vv[:, :, visible:] = np.nan
+    mv = np.full((1, 1, n_q, n_kv), -np.inf, np.float16)
+    mv[..., :visible] = 0
+    if n_q > 1:
+        mv[..., -1, :] = -np.inf
+        mv[..., -1, 5] = 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
+    k64, v64 = (np.nan_to_num(a[:, :, :visible].astype(np.float64)) for a in (kv, vv))
+    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv[..., :visible].astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
+    dev = pg.get_device(VK)
+    dev.set_option("fa_split", "on")
+    feeds = {"q": qv, "k": kv, "v": vv, "m": mv}
+    try:
+        with _options_logged({"fa_v": "3"}, "flash_attn '") as kernels:
+            sched = pg.Scheduler([VK], poison=True)
+            runs = [sched.compute(y, feeds) for _ in range(3)]
+    finally:
+        dev.set_option("fa_split", "auto")
+    assert set(kernels) == {kernel}
+    for got in runs:
+        assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+def test_fa_dec_model_decode(tmp_path):
+    """A synthetic LLaMA decodes with fa_v=3 and the KV split on (every layer's attention one
+    flash_attn_dec dispatch, the row counters zeroed at the start of each run of the plan) to the
+    logits of flash_attn.comp's split and merge, step after step."""
+    l3, k3 = _model_logits(tmp_path, {"fa_v": "3", "fa_split": "on"}, "flash_attn '", 9, n_ctx=160, prompt=range(1, 70))
+    l1, k1 = _model_logits(tmp_path, {"fa_v": "1", "fa_split": "on"}, "flash_attn '", 9, n_ctx=160, prompt=range(1, 70))
+    assert "flash_attn_dec" in k3 and "flash_attn_dec" not in k1, (k3, k1)
+    for a, b in zip(l3, l1):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8

@@ -1,10 +1,11 @@
-/* plugins/vulkan/vk_attn.c — whether a FLASH_ATTN_EXT node runs on the tensor cores.
+/* plugins/vulkan/vk_attn.c — which kernel a FLASH_ATTN_EXT node runs: tensor cores, flash_attn_dec, flash_attn.
  *
  * flash_attn_cm.comp (option fa=coopmat where the device has cooperative matrices, fa=cm_emulated
  * anywhere: the tests; fa=auto runs flash_attn.comp until GPUs confirm the kernel) takes prefill-sized query blocks: n_q >= 16, D = Dv <= 128 and a multiple
  * of 16, no softcap, its shared memory within the device's limit; everything else (decode, with its
  * KV split) stays on flash_attn.comp (vk_graph.c). The choice is logged per plan at debug level
- * ("flash_attn 'name': kernel"). */
+ * ("flash_attn 'name': kernel", vkp_fa_log). Decode nodes the KV split takes run flash_attn_dec.comp
+ * with fa_v=3 where its layout holds (vkp_fa_dec_setup). */
 #include "vk_internal.h"
 
 #define FA_BQ 32
@@ -25,7 +26,6 @@ int vkp_fa_scalar_shader(const pyg_device *d) {
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     const pyg_tensor *q = n->src[0], *v = n->src[2];
     int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
-    const char *kind = vkp_shader_name(vkp_fa_scalar_shader(d));
     int ok = 0;
     uint32_t dmax = emulated && q->ne[0] <= 64 ? 64 : 128;   /* the tensor-core build fixes 128 (literal strides) */
     float softcap = pyg_op_param_f32(n->op_params, 2);
@@ -51,9 +51,39 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
         *work = wg;
         ex[0] = (uint32_t)wg;
         ex[1] = n->src[3] != NULL;
-        kind = emulated ? "flash_attn_cm_emu" : "flash_attn_cm";
     }
-    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s", n->name, (long long)q->ne[0],
-            (long long)q->ne[1], (long long)n->src[1]->ne[1], kind);
     return ok;
+}
+
+/* the kernel chosen for a FLASH_ATTN_EXT node, at debug level (tests read it) */
+void vkp_fa_log(const pyg_tensor *n, int shader) {
+    const pyg_tensor *q = n->src[0];
+    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s", n->name, (long long)q->ne[0],
+            (long long)q->ne[1], (long long)n->src[1]->ne[1], vkp_shader_name(shader));
+}
+
+/* flash_attn_dec.comp (fa_v=3) for a node the KV split takes (ns splits of its rows): K and V f16 with
+ * unit element stride and 16-byte aligned rows, heads and batches; D a multiple of 16 and Dv a power
+ * of two, both 16..256. Sets the shader, its specialization (D, Dv), the counter index (ex[4], in
+ * 32-bit words of the scratch, after the partials) and grows the scratch by one counter per row. */
+int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
+                     int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size) {
+    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2];
+    if (d->opts.fa_v != 3 || d->fa_dec_broken) return 0;
+    uint64_t D = (uint64_t)q->ne[0], Dv = (uint64_t)v->ne[0];
+    if (D % 16 || D < 16 || D > 256 || Dv < 16 || Dv > 256 || (Dv & (Dv - 1))) return 0;
+    for (int i = 1; i <= 2; i++) {
+        const pyg_tensor *t = i == 1 ? k : v;
+        const pyg_buffer *b; uint64_t off;
+        if (t->type != PYG_TYPE_F16 || t->nb[0] != 2 || !vkp_resolve(t, &b, &off) || (off & (align - 1)) % 16) return 0;
+        for (int j = 1; j < 4; j++) if (t->nb[j] % 16) return 0;
+    }
+    uint32_t sp[2] = { (uint32_t)D, (uint32_t)Dv };
+    if (!vkp_pipeline_usable(d, VKP_SH_FLASH_ATTN_DEC, sp, &d->fa_dec_broken)) return 0;
+    *shader = VKP_SH_FLASH_ATTN_DEC;
+    spec[0] = sp[0];
+    spec[1] = sp[1];
+    ex[4] = (uint32_t)(rows * ns * (Dv + 2));
+    *scratch_size += rows * 4;
+    return 1;
 }

@@ -1,4 +1,4 @@
-/* plugins/vulkan/vk_graph.c — which nodes the Vulkan plugin runs, and graph plans.
+/* plugins/vulkan/vk_graph.c — graph plans (which nodes run: vk_supports.c).
  *
  * A plan is derived once per graph: one dispatch per compute node (pipeline, descriptor set,
  * parameter block), recorded into one command buffer that graph_plan_compute resubmits.
@@ -14,97 +14,6 @@
 /* elementwise shader specializations */
 enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
 
-static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16 || t == PYG_TYPE_BF16; }
-static int is_weight_type(int32_t t) {
-    return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
-}
-
-/* Every operand must fit one storage-buffer binding and 32-bit shader indexing. */
-static int fits(const pyg_device *d, const pyg_tensor *t) {
-    if (!t || !pyg_type_get_traits(t->type)) return 0;
-    uint64_t n = pyg_tensor_nbytes(t) + d->props.limits.minStorageBufferOffsetAlignment + 4;
-    if (n > d->max_range || n > 0xFFFFFFFFull) return 0;
-    for (int i = 0; i < PYG_MAX_DIMS; i++)
-        if (t->ne[i] < 1 || t->ne[i] > 0x7FFFFFFF || t->nb[i] > 0xFFFFFFFFull) return 0;
-    return (uint64_t)pyg_tensor_nelements(t) < 0xFFFFFFFFull;
-}
-
-/* quantized rows are read block by block: rows must be contiguous */
-static int weight_ok(const pyg_device *d, const pyg_tensor *t) {
-    if (!fits(d, t) || !is_weight_type(t->type)) return 0;
-    return is_plain(t->type) || pyg_tensor_rows_contiguous(t);
-}
-
-static int same_shape(const pyg_tensor *a, const pyg_tensor *b) {
-    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i]) return 0;
-    return 1;
-}
-
-int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *n) {
-    if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) return 1;
-    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1], *s2 = n->src[2], *s3 = n->src[3];
-    if (!s0 || !fits(d, n)) return 0;
-    for (int i = 0; i < 4; i++) if (n->src[i] && !fits(d, n->src[i])) return 0;
-    switch (n->op) {
-    case PYG_OP_ADD: case PYG_OP_MUL:
-        if (!s1 || !is_plain(s0->type) || !is_plain(s1->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        for (int i = 0; i < 4; i++) if (s0->ne[i] % s1->ne[i]) return 0;
-        return 1;
-    case PYG_OP_SCALE: case PYG_OP_SILU: case PYG_OP_GELU:
-        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
-    case PYG_OP_SWIGLU:
-        if (!is_plain(s0->type) || !is_plain(n->type)) return 0;
-        if (s1) return is_plain(s1->type) && same_shape(s0, s1) && same_shape(n, s0);
-        return s0->ne[0] == 2 * n->ne[0] && s0->ne[1] == n->ne[1] && s0->ne[2] == n->ne[2] && s0->ne[3] == n->ne[3];
-    case PYG_OP_CPY: case PYG_OP_CONT:
-        if (n->op == PYG_OP_CPY && (!s1 || s1->type != n->type)) return 0;
-        return is_plain(s0->type) && is_plain(n->type) && pyg_tensor_nelements(s0) == pyg_tensor_nelements(n);
-    case PYG_OP_RMS_NORM: case PYG_OP_NORM:
-        return is_plain(s0->type) && is_plain(n->type) && same_shape(n, s0);
-    case PYG_OP_SOFT_MAX:
-        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        if (s1 && (!is_plain(s1->type) || s1->ne[0] != s0->ne[0] || s1->ne[1] < s0->ne[1] ||
-                   s0->ne[2] % s1->ne[2] || s0->ne[3] % s1->ne[3])) return 0;
-        return 1;
-    case PYG_OP_ROPE: {
-        int32_t n_dims = n->op_params[0], mode = n->op_params[1];
-        if (mode != PYG_ROPE_NORMAL && mode != PYG_ROPE_NEOX) return 0;
-        if (!is_plain(s0->type) || !is_plain(n->type) || !same_shape(n, s0)) return 0;
-        if (n_dims <= 0 || n_dims % 2 || n_dims > s0->ne[0] || s0->ne[0] % 2) return 0;
-        if (!s1 || s1->type != PYG_TYPE_I32 || s1->ne[0] < s0->ne[2]) return 0;
-        if (s2 && (s2->type != PYG_TYPE_F32 || s2->ne[0] < n_dims / 2)) return 0;
-        return 1;
-    }
-    case PYG_OP_ARGMAX:
-        return is_plain(s0->type) && n->type == PYG_TYPE_I32 && n->ne[0] == s0->ne[1] &&
-               n->ne[1] == s0->ne[2] && n->ne[2] == s0->ne[3];   /* dst [ne1, ne2, ne3, 1] */
-    case PYG_OP_MUL_MAT:
-        if (!s1 || !weight_ok(d, s0) || !is_plain(s1->type) || n->type != PYG_TYPE_F32) return 0;
-        if (s0->ne[0] != s1->ne[0] || n->ne[0] != s0->ne[1] || n->ne[1] != s1->ne[1] ||
-            n->ne[2] != s1->ne[2] || n->ne[3] != s1->ne[3]) return 0;
-        return s1->ne[2] % s0->ne[2] == 0 && s1->ne[3] % s0->ne[3] == 0;
-    case PYG_OP_GET_ROWS:
-        if (!s1 || !weight_ok(d, s0) || s1->type != PYG_TYPE_I32 || !is_plain(n->type)) return 0;
-        return n->ne[0] == s0->ne[0] && n->ne[1] == s1->ne[0] && n->ne[2] == s1->ne[1] && n->ne[3] == s1->ne[2] &&
-               s0->ne[2] == s1->ne[1] && s0->ne[3] == s1->ne[2];
-    case PYG_OP_SET_ROWS:
-        if (!s1 || !s2 || !is_plain(n->type) || !is_plain(s1->type)) return 0;
-        if (s2->type != PYG_TYPE_I32 && s2->type != PYG_TYPE_I64) return 0;
-        if (s1->ne[0] != n->ne[0] || s1->ne[2] != n->ne[2] || s1->ne[3] != n->ne[3] || s2->ne[0] != s1->ne[1]) return 0;
-        return s1->ne[2] % s2->ne[1] == 0 && s1->ne[3] % s2->ne[2] == 0;
-    case PYG_OP_FLASH_ATTN_EXT:
-        if (!s1 || !s2 || s0->type != PYG_TYPE_F32 || !is_plain(s1->type) || !is_plain(s2->type) || n->type != PYG_TYPE_F32) return 0;
-        if (s0->ne[0] > 512 || s2->ne[0] > 512 || s1->ne[0] != s0->ne[0] || s1->ne[1] != s2->ne[1]) return 0;
-        if (s0->ne[2] % s1->ne[2] || s0->ne[2] % s2->ne[2]) return 0;
-        if (n->ne[0] != s2->ne[0] || n->ne[1] != s0->ne[2] || n->ne[2] != s0->ne[1] || n->ne[3] != s0->ne[3]) return 0;
-        if (s3 && (!is_plain(s3->type) || s3->ne[0] != s1->ne[1] || s3->ne[1] < s0->ne[1] ||
-                   s0->ne[2] % s3->ne[2] || s0->ne[3] % s3->ne[3])) return 0;
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* ---------------------------------------------------------------- plans */
 
 typedef struct range { const pyg_buffer *buf; uint64_t lo, hi; } range;
@@ -114,11 +23,13 @@ typedef struct dispatch {
     uint32_t groups[3];
     const pyg_tensor *slot[VKP_NBIND];
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
-    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 */
+    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
+    uint32_t out6_word;             /* its description's first extra word (0: 2) */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
+    uint64_t fa_fold;               /* flash_attn_dec (merge folded in): bytes of its row counters (0: none) */
 } dispatch;
 
 struct pyg_graph_plan {
@@ -178,6 +89,10 @@ static int auto_on(const pyg_device *d, int64_t opt) {
     return opt == VKP_AUTO ? d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU : opt == VKP_ON;
 }
 
+static uint64_t dev_align(const pyg_device *d) {   /* where a binding may start */
+    return d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
+}
+
 /* KV-split flash attention (option fa_split). */
 static int fa_split_on(const pyg_device *d) { return auto_on(d, d->opts.fa_split); }
 
@@ -188,7 +103,7 @@ static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor
 static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
     if (!d->opts.fuse) return 0;
     if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
-    if (m->src[0] != n || m->src[1] == n || !same_shape(m, n)) return 0;
+    if (m->src[0] != n || m->src[1] == n || !vkp_same_shape(m, n)) return 0;
     const pyg_tensor *rd[2] = { n->src[0], m->src[1] }, *wr[2] = { n, m };
     return vkp_supports_op((pyg_device *)d, m) && fused_ranges_ok(rd, 2, wr, 2);
 }
@@ -242,7 +157,7 @@ static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_t
  * (no broadcast); the same switch as the norm fusion. */
 static int add_fusable(const pyg_device *d, const pyg_tensor *a, const pyg_tensor *n, const pyg_tensor *m) {
     if (a->op != PYG_OP_ADD || !a->src[1] || !n || n->src[0] != a || !fusable(d, n, m)) return 0;
-    if (!same_shape(a, a->src[0]) || !same_shape(a, a->src[1]) || m->src[1] == a) return 0;
+    if (!vkp_same_shape(a, a->src[0]) || !vkp_same_shape(a, a->src[1]) || m->src[1] == a) return 0;
     const pyg_tensor *rd[3] = { a->src[0], a->src[1], m->src[1] }, *wr[3] = { a, n, m };
     return vkp_supports_op((pyg_device *)d, a) && fused_ranges_ok(rd, 3, wr, 3);
 }
@@ -279,6 +194,25 @@ static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
     for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
         if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
     return NULL;
+}
+
+/* a = mul_mat(W_a, x), b = mul_mat(W_b, x), swiglu(a, b) as one mul_mat_vec3g dispatch (fuse_glu):
+ * slots W_a, x, W_b, a (written), the swiglu; b at binding 6 */
+static int glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
+    uint32_t spec[2]; uint64_t work;
+    if (!sw || !vkp_glu_setup(d, a, b, sw, spec, &work)) return 0;
+    const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
+    if (!fused_ranges_ok(rd, 3, wr, 3)) return 0;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec3g", a->name, b->name, sw->name);
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
+    dp->writes_slot3 = 1;
+    dp->add_out = b;
+    dp->shader = VKP_SH_MUL_MAT_VEC3G;
+    dp->spec0 = spec[0];
+    p[96] = (uint32_t)work;
+    fold_groups(work, dp->groups);
+    return 1;
 }
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
@@ -365,6 +299,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
         uint32_t sp[2];
         if (vkp_fa_cm_setup(d, n, &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
             spec = sp[0]; spec1 = sp[1];
+            vkp_fa_log(n, shader);
             break;
         }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
@@ -388,8 +323,13 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
                 ex[2] = (uint32_t)ns;
                 ex[3] = (uint32_t)len;
                 work = rows * ns;
+                if (vkp_fa_dec_setup(d, n, rows, ns, dev_align(d), &shader, sp, ex, &dp->scratch_size)) {
+                    spec = sp[0]; spec1 = sp[1];
+                    dp->fa_fold = rows * 4;   /* no merge pass; counters zeroed before each run */
+                }
             }
         }
+        vkp_fa_log(n, shader);
         break;
     }
     default:
@@ -409,7 +349,7 @@ static int profile_label(const dispatch *dp) {
     const char *sh = vkp_shader_name(dp->shader);
     const pyg_type_traits *tr;
     switch (dp->shader) {
-    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3:
+    case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
         break;
@@ -468,7 +408,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
-    const uint64_t align = d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
+    const uint64_t align = dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
     params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
@@ -502,6 +442,20 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
             if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
             while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
+        } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
+            if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) goto fail;
+            while (g->nodes[i] != next2) i++;
+        } else if (vkp_rope_store_fusable(d, n, next)) {   /* rope + its result's cache write (vk_rope_store.c) */
+            uint32_t specs[2] = { 0, 1 };
+            if ((e = build(d, n, &dps[nd], p))) goto fail;
+            dps[nd].slot[3] = next->src[2];
+            dps[nd].slot[4] = next;   /* the set_rows node: its cache's bytes */
+            dps[nd].add_out = n;      /* the rope's own result at binding 6, extras 8.. */
+            dps[nd].out6_word = 8;
+            dps[nd].shader = VKP_SH_ROPE_STORE;
+            if ((e = vkp_get_pipeline(d, VKP_SH_ROPE_STORE, specs, &dps[nd].pipe))) goto fail;
+            vkp_log(PYG_LOG_DEBUG, "rope '%s' + set_rows '%s': rope_store", n->name, next->name);
+            while (g->nodes[i] != next) i++;
         } else if ((e = build(d, n, &dps[nd], p))) {
             goto fail;
         }
@@ -520,9 +474,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             const pyg_tensor *t = dps[nd].add_out;
             const pyg_buffer *b; uint64_t off;
             if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            p[96 + 2] = (uint32_t)(off & (align - 1));
-            p[96 + 3] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) p[96 + 4 + k] = (uint32_t)t->nb[k];
+            uint32_t w6 = 96 + (dps[nd].out6_word ? dps[nd].out6_word : 2);
+            p[w6] = (uint32_t)(off & (align - 1));
+            p[w6 + 1] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = norm_vec4_ok(p, dps[nd].add_out != NULL, align);
@@ -533,10 +488,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         nd++;
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
             dispatch *a = &dps[nd - 1], *c = &dps[nd];
-            *c = *a;
             a->scratch_off = scratch_total;
-            c->scratch_off = scratch_total;
             scratch_total += (a->scratch_size + align - 1) / align * align;
+            if (a->fa_fold) continue;   /* flash_attn_dec merges in its last workgroup */
+            *c = *a;
             uint32_t *pc = (uint32_t *)((char *)params + (size_t)nd * pstride);
             memcpy(pc, p, (size_t)pstride);
             uint32_t rows = p[96] / a->fa_split;
@@ -643,6 +598,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
+        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
+        for (int i = 0; i < nd; i++)
+            if (dps[i].fa_fold) {
+                d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
+                nfill++;
+            }
+        if (nfill) {
+            VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
+            d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        }
         if (VKP_PROF && d->timestamps && nd > 0) {
             VkQueryPoolCreateInfo qi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = (uint32_t)nd + 1 };

@@ -46,7 +46,7 @@ enum {
     VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU,
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
-    VKP_SH_FLASH_ATTN2, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 256  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -70,6 +70,8 @@ typedef struct vkp_pipeline {
 typedef struct vkp_options {
     int64_t fa_split;               /* KV-split flash attention (auto: off on CPU devices such as lavapipe) */
     int64_t fuse;                   /* rms_norm + mul as one dispatch */
+    int64_t fuse_glu;               /* gate and up mat-vecs and their swiglu as one dispatch (mul_mat_vec3g) */
+    int64_t fuse_rope;              /* rope + the set_rows of its result into a cache as one dispatch (vk_rope_store.c) */
     int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */
     int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
@@ -80,7 +82,7 @@ typedef struct vkp_options {
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
     int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 where that still fills the GPU, else 64), 1: 64, 2: 128 */
-    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions) */
+    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions); 3 flash_attn_dec.comp for the KV split */
     int64_t gemm_v;                 /* mul_mat_cm's build: 2 pipelined and unrolled (default), 1 the earlier one, 3 mul_mat_cm3 */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
 } vkp_options;
@@ -113,7 +115,7 @@ struct pyg_device {
     /* optional device features (vk_caps.c) */
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
     int float16;                    /* shaderFloat16 enabled */
-    int mv2_broken, mv3_broken, cm_broken, fa_cm_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, cm_broken, fa_cm_broken, fa_dec_broken;   /* the driver refused that pipeline: not chosen again */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
     VkDescriptorSetLayout dsl;
@@ -292,8 +294,16 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm.comp (shader, spec, work, ex filled) */
 int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2 build (option fa_v) */
+/* fa_v=3: flash_attn_dec.comp for a KV-split node where its layout holds (vk_attn.c) */
+int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
+                     int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size);
+void vkp_fa_log(const pyg_tensor *n, int shader);
+int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw,
+                  uint32_t spec[2], uint64_t *work);   /* fuse_glu (vk_matmul.c) */
+int vkp_rope_store_fusable(pyg_device *d, const pyg_tensor *x, const pyg_tensor *s);   /* fuse_rope (vk_rope_store.c) */   /* the kernel a FLASH_ATTN_EXT node got (debug log) */
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
-int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);
+int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);   /* vk_supports.c */
+int vkp_same_shape(const pyg_tensor *a, const pyg_tensor *b);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);
 void vkp_plan_destroy(pyg_graph_plan *plan);
 pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s);

@@ -86,6 +86,40 @@ int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *
     return 0;
 }
 
+/* mul_mat_vec3.comp's builds for node n where its layout holds and the pipeline is usable:
+ * specialization (type | rows per workgroup << 8), workgroups (one per row group and column).
+ * mul_mat_vec3 has 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
+ * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
+static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken, uint32_t spec[2], uint64_t *work) {
+    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
+    uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
+    uint64_t shared = 128u / rw * 1024u + 512u;
+    if (*broken || !mv3_ok(d, s0, s1) || shared > d->props.limits.maxComputeSharedMemorySize ||
+        !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
+    spec[0] = sp[0];
+    spec[1] = sp[1];
+    *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
+    return 1;
+}
+
+/* fuse_glu=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and
+ * their swiglu) as one mul_mat_vec3g dispatch: W_a and W_b of one type and shape in mul_mat_vec3's
+ * layout, x shared with N <= 4, a and b f32 with unit element stride, sw of their shape. The
+ * caller checks that what the dispatch writes (a, b, sw) overlaps nothing else it touches. */
+int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw,
+                  uint32_t spec[2], uint64_t *work) {
+    if (!d->opts.fuse_glu || a->op != PYG_OP_MUL_MAT || !b || b->op != PYG_OP_MUL_MAT || !sw) return 0;
+    if (sw->op != PYG_OP_SWIGLU || sw->src[0] != a || sw->src[1] != b || a->src[1] != b->src[1]) return 0;
+    const pyg_tensor *wa = a->src[0], *wb = b->src[0];
+    if (wa->type != wb->type || a->src[1]->ne[1] > 4) return 0;
+    for (int i = 0; i < 4; i++)
+        if (wa->ne[i] != wb->ne[i] || a->ne[i] != b->ne[i] || sw->ne[i] != a->ne[i]) return 0;
+    if (a->type != PYG_TYPE_F32 || b->type != PYG_TYPE_F32 || a->nb[0] != 4 || b->nb[0] != 4) return 0;
+    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, b) || !vkp_supports_op(d, sw) || !mv3_ok(d, wb, b->src[1])) return 0;
+    if (!mv3_plan(d, a, VKP_SH_MUL_MAT_VEC3G, &d->mv3g_broken, spec, work)) return 0;
+    return 1;
+}
+
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
                              uint64_t *work, uint32_t *ex) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
@@ -111,17 +145,12 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
     /* mul_mat_vec3.comp: 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
-    uint32_t rw = 8u << d->opts.matvec_rows, mv3_spec[2] = { (uint32_t)s0->type | rw << 8, 1 };
-    uint64_t mv3_shared = 128u / rw * 1024u + 512u;
-    if (N <= 4 && d->opts.matvec == 3 && !d->mv3_broken && mv3_ok(d, s0, s1) &&
-        mv3_shared <= d->props.limits.maxComputeSharedMemorySize &&
-        vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC3, mv3_spec, &d->mv3_broken)) {
-        *shader = VKP_SH_MUL_MAT_VEC3;
-        spec[0] = mv3_spec[0];
-        spec[1] = mv3_spec[1];
-        *work = (M + rw - 1) / rw * N * B;   /* one workgroup per row group and column */
+    int mv3_shader = d->opts.matvec == 4 ? VKP_SH_MUL_MAT_VEC3P : VKP_SH_MUL_MAT_VEC3;   /* 4: loads a chunk ahead */
+    int *mv3_broken = d->opts.matvec == 4 ? &d->mv3p_broken : &d->mv3_broken;
+    if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work)) {
+        *shader = mv3_shader;
         ex[0] = (uint32_t)*work;
-        kind = "mul_mat_vec3";
+        kind = vkp_shader_name(mv3_shader);
     } else if (N <= 4 && d->subgroup_arith && d->opts.matvec >= 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;

@@ -1,7 +1,8 @@
 /* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
  * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
  * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
- *   matvec       3 (default) mul_mat_vec3.comp (activations staged in shared memory, matvec_rows
+ *   matvec       4 mul_mat_vec3p (mul_mat_vec3.comp with the next chunk's weights loaded ahead;
+ *                lavapipe only so far); 3 (default) mul_mat_vec3.comp (activations staged in shared memory, matvec_rows
  *                below) for q4_0/q8_0 rows it covers, else as 2 (H200: tg128 1b q4_0 441 vs 378 t/s,
  *                7b 137 vs 105 against 2); 2 mul_mat_vec2.comp for N <= 4 where its layout
  *                conditions hold; 1 the earlier mul_mat_vec.comp everywhere
@@ -27,7 +28,9 @@
  *                (default) one invocation per key; 2 flash_attn2 (FA_V2), where the device has
  *                subgroup arithmetic: eight invocations per key, each a strided eighth of the K row
  *                (loads a subgroup spreads over a few rows, not one word of 32 rows), and the
- *                softmax reductions through subgroup operations; tested on lavapipe, not on a GPU
+ *                softmax reductions through subgroup operations (H200: tg unchanged); 3
+ *                flash_attn_dec.comp for nodes the KV split takes (the merge in the split's last
+ *                workgroup, loads issued up front; f16 K/V, 16-byte aligned rows; lavapipe only so far)
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),

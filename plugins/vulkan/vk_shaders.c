@@ -89,6 +89,18 @@ VKP_SPV(mul_mat_cm3_128_emu)
 VKP_SPV(flash_attn2)
 #include "flash_attn2.spv.h"
 ;
+VKP_SPV(flash_attn_dec)
+#include "flash_attn_dec.spv.h"
+;
+VKP_SPV(mul_mat_vec3p)
+#include "mul_mat_vec3p.spv.h"
+;
+VKP_SPV(rope_store)
+#include "rope_store.spv.h"
+;
+VKP_SPV(mul_mat_vec3g)
+#include "mul_mat_vec3g.spv.h"
+;
 VKP_SPV(flash_attn_cm)
 #include "flash_attn_cm.spv.h"
 ;
@@ -139,6 +151,10 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_CM3_128, mul_mat_cm3_128)
     VKP_CASE(VKP_SH_MUL_MAT_CM3_128_EMU, mul_mat_cm3_128_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN2, flash_attn2)
+    VKP_CASE(VKP_SH_FLASH_ATTN_DEC, flash_attn_dec)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3P, mul_mat_vec3p)
+    VKP_CASE(VKP_SH_ROPE_STORE, rope_store)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3G, mul_mat_vec3g)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
@@ -167,7 +183,9 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_NORM_MUL_REG_ADD] = "norm_mul_reg", [VKP_SH_MUL_MAT_VEC3] = "mul_mat_vec3",
         [VKP_SH_MUL_MAT_CM3] = "mul_mat_cm3", [VKP_SH_MUL_MAT_CM3_EMU] = "mul_mat_cm3_emu",
         [VKP_SH_MUL_MAT_CM3_128] = "mul_mat_cm3_128", [VKP_SH_MUL_MAT_CM3_128_EMU] = "mul_mat_cm3_128_emu",
-        [VKP_SH_FLASH_ATTN2] = "flash_attn2",
+        [VKP_SH_FLASH_ATTN2] = "flash_attn2", [VKP_SH_FLASH_ATTN_DEC] = "flash_attn_dec",
+        [VKP_SH_MUL_MAT_VEC3P] = "mul_mat_vec3p", [VKP_SH_ROPE_STORE] = "rope_store",
+        [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

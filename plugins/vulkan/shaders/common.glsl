@@ -174,6 +174,8 @@ void unravel(uint t, uint i, out uint i0, out uint i1, out uint i2, out uint i3)
     i2 = i % n2; i3 = i / n2;
 }
 
+float silu(float x) { return x / (1.0 + exp(-x)); }
+
 float tanh_s(float y) {
     float a = abs(y);
     float t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);

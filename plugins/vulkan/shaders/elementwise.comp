@@ -12,7 +12,6 @@ layout(constant_id = 0) const uint OP = 0u;
 #define E_SWIGLU1 6u
 #define E_COPY 7u
 
-float silu(float x) { return x / (1.0 + exp(-x)); }
 
 void main() {
     uint i = wg_linear() * 256u + gl_LocalInvocationID.x;

@@ -12,6 +12,11 @@
 // meet in shared memory (one barrier), one write per row. No subgroup operations. The host picks
 // it for rows it covers (vk_matmul.c: mv3_ok: K a multiple of 256, 16-byte aligned weight rows and
 // activation rows); other layouts and types keep mul_mat_vec2.comp / mul_mat_vec.comp.
+// Built with MV_PIPE (mul_mat_vec3p, option matvec=4): the next chunk's weight loads are issued
+// before this chunk's dot (twice the registers: two units' words in flight per invocation).
+// Built with MV_GLU (mul_mat_vec3g, option fuse_glu=1): a = W_a x (slot 0) and b = W_b x (slot 2,
+// the same type and layout) in one dispatch, each invocation dotting its unit of both, and the
+// swiglu of the two: slot 4 = silu(a) * b, slot 3 = a, binding 6 = b (extras 2..7), all written.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 128) in;
@@ -22,6 +27,12 @@ const uint UC = 128u / RW;                      // units per chunk
 const uint NW = TY == TY_Q4_0 ? 9u : 17u;       // 16-byte words per unit
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
+#ifdef MV_GLU
+layout(std430, binding = 2) readonly buffer S2q { uvec4 s2q[]; };
+layout(std430, binding = 3) buffer O3 { uint o3[]; };
+layout(std430, binding = 6) buffer O6 { uint o6[]; };
+shared float red_b[128];
+#endif
 
 shared vec4 ys[UC * 64u];   // the chunk's activations: 64 vec4 per unit
 shared float red[128];
@@ -63,6 +74,22 @@ float dot_unit(uvec4 wv[17], uint y0) {
     return acc;
 }
 
+// unit u of the row starting at 16-byte word rq into registers (zeros where idle)
+void load_unit(out uvec4 wv[17], uint rq, uint u, bool busy) {
+    [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
+    if (busy) {
+        [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
+    }
+}
+#ifdef MV_GLU
+void load_unit_b(out uvec4 wv[17], uint rq, uint u, bool busy) {   // the same from W_b
+    [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
+    if (busy) {
+        [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s2q[rq + NW * u + j];
+    }
+}
+#endif
+
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;   // uniform per workgroup: before any barrier
@@ -75,28 +102,58 @@ void main() {
     uint t = gl_LocalInvocationIndex, r = t % RW, uc = t / RW;
     bool live = m0 + r < M;
     uint rq = t_row(0u, live ? m0 + r : m0, i02, i03) >> 4;   // the host checked 16-byte alignment
+#ifdef MV_GLU
+    uint rqb = t_row(2u, live ? m0 + r : m0, i02, i03) >> 4;
+    float acc_b = 0.0;
+#endif
     uint yb = t_row(1u, n, i12, i13) >> 4;
     uint nunits = K >> 8;
     float acc = 0.0;
+    uvec4 wv[17];
+#ifdef MV_PIPE
+    load_unit(wv, rq, uc, live && uc < nunits);
+#endif
     for (uint c0 = 0u; c0 < nunits; c0 += UC) {
         uint u = c0 + uc;
         bool busy = live && u < nunits;
-        uvec4 wv[17];
-        [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
-        if (busy) {
-            [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
-        }
+#ifndef MV_PIPE
+        load_unit(wv, rq, u, busy);
+#endif
+#ifdef MV_GLU
+        uvec4 wb[17];
+        load_unit_b(wb, rqb, u, busy);
+#endif
         barrier();   // the previous chunk's readers are done with ys
         uint nv = min(UC, nunits - c0) * 64u;
         for (uint i = t; i < nv; i += 128u) ys[i] = s1v[yb + 64u * c0 + i];
+#ifdef MV_PIPE   // the next chunk's weights in flight while this one is dotted
+        uvec4 wn[17];
+        load_unit(wn, rq, u + UC, live && u + UC < nunits);
+#endif
         barrier();
         if (busy) acc += dot_unit(wv, 64u * uc);
+#ifdef MV_GLU
+        if (busy) acc_b += dot_unit(wb, 64u * uc);
+#endif
+#ifdef MV_PIPE
+        wv = wn;
+#endif
     }
     red[t] = acc;
+#ifdef MV_GLU
+    red_b[t] = acc_b;
+#endif
     barrier();
     if (t < RW && m0 + t < M) {
         float v = 0.0;
         for (uint j = 0u; j < UC; j++) v += red[t + RW * j];
+#ifdef MV_GLU   // f32 outputs (host-checked)
+        float vb = 0.0;
+        for (uint j = 0u; j < UC; j++) vb += red_b[t + RW * j];
+        o3[t_at(3u, m0 + t, n, i12, i13) >> 2] = floatBitsToUint(v);
+        o6[(ex_u(2u) + (m0 + t) * ex_u(4u) + n * ex_u(5u) + i12 * ex_u(6u) + i13 * ex_u(7u)) >> 2] = floatBitsToUint(vb);
+        v = silu(v) * vb;
+#endif
         stf(t_at(4u, m0 + t, n, i12, i13), t_type(4u), v);
     }
 }
