@@ -10,7 +10,10 @@ used before a tile array (flash_attn_cm.comp's chunk flag at 90b1674) lands betw
 leaves every later array 4 bytes off 16, so the matrix loads read shifted tiles: NMSE 1.16 on the
 H200 while the emulated build (plain GLSL, no alignment rule) passed on lavapipe. So every Workgroup
 variable of a module with cooperative-matrix operations must have a size that is a multiple of 16
-bytes (then any order of placement keeps them all aligned), and every literal stride must be too."""
+bytes (then any order of placement keeps them all aligned), and every literal stride must be too.
+A shared array sized by a specialization constant (mul_mat_cm4.comp's configurations) passes when its
+elements are 16 bytes or a multiple (any length keeps the next variable aligned), and so does a
+stride that is not a literal when it counts such elements."""
 import glob
 import os
 import re
@@ -51,6 +54,8 @@ class Module:
 
     def __init__(self, words):
         self.types, self.consts, self.ptr_type = {}, {}, {}
+        self.spec_sized = {}                 # variable id -> element size, for arrays sized by a specialization
+        spec_elem = {}                       # array type id -> element size, the same
         self.shared = []                     # (id, size in bytes, alignment) in module order
         base = {}                            # access-chain result -> the variable it indexes
         self.cm_ops = []                     # (opcode, variable id, stride constant or None, element size)
@@ -64,6 +69,9 @@ class Module:
                 if a[1] in self.types and a[2] in self.consts:
                     size, align = self.types[a[1]]
                     self.types[a[0]] = (size * self.consts[a[2]], align)
+                elif a[1] in self.types and self.types[a[1]][0] is not None:
+                    spec_elem[a[0]] = self.types[a[1]][0]
+                    self.types[a[0]] = (None, self.types[a[1]][1])
             elif op == OP_TYPE_POINTER:
                 self.ptr_type[a[0]] = a[2]
             elif op == OP_CONSTANT and len(a) == 3:
@@ -71,6 +79,8 @@ class Module:
             elif op == OP_VARIABLE and a[2] == STORAGE_WORKGROUP:
                 # (None, None): sized by a specialization constant (only the emulated and scalar shaders)
                 self.shared.append((a[1],) + self.types.get(self.ptr_type[a[0]], (None, None)))
+                if self.ptr_type[a[0]] in spec_elem:
+                    self.spec_sized[a[1]] = spec_elem[self.ptr_type[a[0]]]
                 base[a[1]] = a[1]
             elif op in (OP_ACCESS_CHAIN, OP_IN_BOUNDS_ACCESS_CHAIN) and a[2] in base:
                 base[a[1]] = base[a[2]]
@@ -80,12 +90,13 @@ class Module:
                 self.cm_ops.append((op, base[a[0]], self.consts.get(a[2] if op == OP_CM_STORE_NV else a[3])))
 
     def offsets(self):
-        """Each shared variable's byte offset when placed in module order at its natural alignment."""
+        """Each shared variable's byte offset when placed in module order at its natural alignment
+        (modulo 16 after an array sized by a specialization, whose size is a multiple of 16)."""
         out, at = {}, 0
         for vid, size, align in self.shared:
             at = (at + align - 1) // align * align
             out[vid] = at
-            at += size
+            at += size or 0
         return out
 
 
@@ -106,15 +117,17 @@ def test_the_tensor_core_modules_are_found():
                          ids=lambda p: os.path.basename(p)[:-6])
 def test_coopmat_shared_memory_is_16_byte_aligned(path):
     m = Module(read_spv_h(path))
-    assert all(size is not None for _, size, _ in m.shared), "a shared array sized at pipeline creation"
-    odd = [(vid, size) for vid, size, _ in m.shared if size % 16]
+    unsized = [vid for vid, size, _ in m.shared if size is None and m.spec_sized.get(vid, 1) % 16]
+    assert not unsized, f"shared arrays sized at pipeline creation whose elements are not 16-byte multiples: {unsized}"
+    odd = [(vid, size) for vid, size, _ in m.shared if size is not None and size % 16]
     assert not odd, f"shared variables whose size is not a multiple of 16 bytes (id, bytes): {odd}"
     off = m.offsets()
     for op, vid, stride in m.cm_ops:
         assert off[vid] % 16 == 0, f"opcode {op} addresses shared %{vid} at byte {off[vid]} (module order)"
     pointee = {vid: (size, align) for vid, size, align in m.shared}
     for op, vid, stride in m.cm_ops:
-        assert stride is not None, f"opcode {op} on %{vid}: stride not a literal constant"
+        assert stride is not None or pointee[vid][1] % 16 == 0, f"opcode {op} on %{vid}: stride not a literal constant"
+        stride = 1 if stride is None else stride   # (a whole number of 16-byte elements)
         assert stride * pointee[vid][1] % 16 == 0, f"opcode {op} on %{vid}: stride {stride} elements"
 
 

@@ -9,11 +9,49 @@
  *                     build mul_mat_cm2*, or mul_mat_cm3.comp's 16-byte tile stores: gemm_v) on the tensor cores where the device
  *                     has VK_NV_cooperative_matrix with a 16x16x16 f16 -> f32 shape (option gemm=auto
  *                     or coopmat), else the 64x64 tiled mul_mat.comp (gemm=tiled, and every device
- *                     without the extension: lavapipe)
+ *                     without the extension: lavapipe); gemm_v=4: mul_mat_cm4.comp in the configuration
+ *                     gemm_cfg names (vkp_gemm_cfgs below)
  * Every choice is logged once per plan at debug level ("mul_mat 'name': kernel"), which is how the
  * tests see the selection. */
+#include <stdio.h>
 #include <string.h>
 #include "vk_internal.h"
+
+/* mul_mat_cm4.comp's configurations (gemm_v=4, option gemm_cfg; the shader's header says what each
+ * field does): tile M x N, K step, subgroups along M x N, k-groups, shared-memory stages, register
+ * prefetch. Named TMxTN.kBK.wWMxWN, then .ks2 (two k-groups), .s1 (one stage), .np (no prefetch). */
+typedef struct { uint8_t bm, bn, bk, wm, wn, ks, st, pf; } vkp_gemm_cfg;
+static const vkp_gemm_cfg vkp_gemm_cfgs[] = {
+    { 64, 64, 32, 2, 2, 1, 2, 1 },  { 64, 64, 32, 2, 2, 1, 2, 0 },  { 64, 64, 64, 2, 2, 1, 2, 1 },
+    { 64, 64, 64, 2, 2, 2, 2, 1 },  { 64, 64, 32, 2, 2, 2, 2, 1 },  { 32, 64, 64, 1, 2, 1, 2, 1 },
+    { 128, 64, 32, 2, 2, 1, 2, 1 }, { 64, 128, 32, 2, 2, 1, 2, 1 }, { 128, 128, 32, 2, 2, 1, 2, 1 },
+    { 128, 128, 32, 2, 4, 1, 2, 1 }, { 128, 128, 32, 2, 2, 1, 1, 1 }, { 64, 64, 64, 2, 2, 2, 1, 1 },
+};
+const char *const vkp_gemm_cfg_names[] = {   /* "auto", then vkp_gemm_cfgs' names in order */
+    "auto", "64x64.k32.w2x2", "64x64.k32.w2x2.np", "64x64.k64.w2x2", "64x64.k64.w2x2.ks2", "64x64.k32.w2x2.ks2",
+    "32x64.k64.w1x2", "128x64.k32.w2x2", "64x128.k32.w2x2", "128x128.k32.w2x2", "128x128.k32.w2x4",
+    "128x128.k32.w2x2.s1", "64x64.k64.w2x2.ks2.s1", NULL,
+};
+#define VKP_GEMM_CFGS ((int)(sizeof vkp_gemm_cfgs / sizeof vkp_gemm_cfgs[0]))
+
+static uint32_t lg2(uint32_t v) { uint32_t r = 0; while (v > 1) { v >>= 1; r++; } return r; }
+
+/* the configuration's name (the debug log's kernel name: tests compare it with the option's value) */
+static void gemm_cfg_name(const vkp_gemm_cfg *c, char *buf, size_t n) {
+    snprintf(buf, n, "mul_mat_cm4 %ux%u.k%u.w%ux%u%s%s%s", c->bm, c->bn, c->bk, c->wm, c->wn, c->ks == 2 ? ".ks2" : "",
+             c->st == 1 ? ".s1" : "", c->pf ? "" : ".np");
+}
+
+/* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 */
+static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type) {
+    return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
+           lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19;
+}
+
+/* its shared memory: the f16 tiles (rows of BK + 8 halves) per stage and a 1 KiB staging tile per subgroup */
+static uint64_t gemm_cfg_shared(const vkp_gemm_cfg *c) {
+    return (uint64_t)c->st * (c->bm + c->bn) * (c->bk + 8u) * 2u + (uint64_t)c->wm * c->wn * c->ks * 1024u;
+}
 
 /* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
  * bytes; *o0 is the weights' offset in their binding. */
@@ -142,7 +180,23 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     int cm_shader = cm_shaders[v >= 1 && v <= 3 ? v - 1 : 1][tile == 128][emu];
     /* shared memory: the f16 weight and activation tiles (rows of 40 halves; two stages from gemm_v 2)
      * and 4 KiB of staging */
-    uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u;
+    uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u, tile_m = tile, tile_n = tile;
+    int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
+    char cm4_name[64];
+    if (v == 4) {   /* mul_mat_cm4: auto takes the two square tiles by the rule above */
+        ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : tile == 128 ? 8 : 0;
+        vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
+        if (gemm_cfg_shared(&c) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
+            c.st = 1;   /* (lavapipe's 32 KiB: the same tiling with one stage; the kernel name says so) */
+        gemm_cfg_name(&c, cm4_name, sizeof cm4_name);
+        cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : VKP_SH_MUL_MAT_CM4;
+        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type);
+        cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
+        cm_shared = gemm_cfg_shared(&c);
+        tile_m = c.bm;
+        tile_n = c.bn;
+        cm_disable = &cm4_bad;
+    }
     /* mul_mat_vec3.comp: 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
     int mv3_shader = d->opts.matvec == 4 ? VKP_SH_MUL_MAT_VEC3P : VKP_SH_MUL_MAT_VEC3;   /* 4: loads a chunk ahead */
@@ -176,16 +230,17 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                 s1->type == PYG_TYPE_F32 && s1->nb[0] == 4;
         kind = "mul_mat_vec";
     } else if (N > 4 && cm_ok(d, n, s0, s1) && cm_shared <= d->props.limits.maxComputeSharedMemorySize &&
-               vkp_pipeline_usable(d, cm_shader, cm_spec, &d->cm_broken)) {
+               !(v == 4 && (d->cm4_broken >> ci & 1u)) && vkp_pipeline_usable(d, cm_shader, cm_spec, cm_disable)) {
         *shader = cm_shader;
         spec[0] = cm_spec[0];
-        spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups */
-        *work = (M + tile - 1) / tile * ((N + tile - 1) / tile) * B;
+        spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups (mul_mat_cm4: its configuration's) */
+        *work = (M + tile_m - 1) / tile_m * ((N + tile_n - 1) / tile_n) * B;
         ex[0] = (uint32_t)*work;
         uint64_t o0 = 0;
-        ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3: activation rows read as 16-byte words */
-        kind = vkp_shader_name(cm_shader);
+        ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3/4: activation rows read as 16-byte words */
+        kind = v == 4 ? cm4_name : vkp_shader_name(cm_shader);
     } else {
+        if (cm4_bad) d->cm4_broken |= 1u << ci;   /* (that configuration only: the others stay available) */
         *shader = VKP_SH_MUL_MAT;
         spec[0] = (uint32_t)s0->type;
         spec[1] = 1;

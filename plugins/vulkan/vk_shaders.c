@@ -119,6 +119,12 @@ VKP_SPV(norm_mul_reg)
 VKP_SPV(norm_mul_reg_add)
 #include "norm_mul_reg_add.spv.h"
 ;
+VKP_SPV(mul_mat_cm4)
+#include "mul_mat_cm4.spv.h"
+;
+VKP_SPV(mul_mat_cm4_emu)
+#include "mul_mat_cm4_emu.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -155,6 +161,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC3P, mul_mat_vec3p)
     VKP_CASE(VKP_SH_ROPE_STORE, rope_store)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3G, mul_mat_vec3g)
+    VKP_CASE(VKP_SH_MUL_MAT_CM4, mul_mat_cm4)
+    VKP_CASE(VKP_SH_MUL_MAT_CM4_EMU, mul_mat_cm4_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
@@ -186,6 +194,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_FLASH_ATTN2] = "flash_attn2", [VKP_SH_FLASH_ATTN_DEC] = "flash_attn_dec",
         [VKP_SH_MUL_MAT_VEC3P] = "mul_mat_vec3p", [VKP_SH_ROPE_STORE] = "rope_store",
         [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g",
+        [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

@@ -35,11 +35,22 @@
 #define CM_STORE(acc, C_, co, ldc, ccol) coopMatStoreNV(acc, C_, co, ldc, ccol)
 // the same with A_ and B_ uvec4 arrays of packed f16 (offsets and strides in 16-byte words: the uvec4 overloads)
 #define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol)
+// an operand fragment loaded once and used in several products (mul_mat_cm4.comp): FRAG f;
+// CM_LOAD_V4(f, A_, o, ld, col) from a uvec4 array; CM_MAD_V4(acc, A_, fa, B_, fb, bcol): acc += fa * fb
+// (A_, B_ and bcol: the arrays and layout the fragments were loaded from, which the emulation reads)
+#define FRAG fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_LOAD_V4(f, A_, o, ld, col) coopMatLoadNV(f, A_, o, ld, col)
+#define CM_MAD_V4(acc, A_, fa, B_, fb, bcol) acc = coopMatMulAddNV(fa, fb, acc)
+// CM_STORE into a uvec4 array (offset and stride in 16-byte words)
+#define CM_STORE_V4(acc, C_, co, ldc, ccol) coopMatStoreNV(acc, C_, co, ldc, ccol)
 #else
 #extension GL_EXT_control_flow_attributes : require
 #define HALF uint16_t                                // f16 bits
 #define TO_HALF(v) uint16_t(f32_to_f16(v))
-#define SG_SIZE (gl_WorkGroupSize.x / 4u)
+#ifndef CM_NSG
+#define CM_NSG 4u                                    // subgroups per workgroup (mul_mat_cm4: a specialization)
+#endif
+#define SG_SIZE (gl_WorkGroupSize.x / CM_NSG)
 #define SG_ID (gl_LocalInvocationID.x / SG_SIZE)
 #define SG_LANE (gl_LocalInvocationID.x % SG_SIZE)
 #define SG_SYNC() barrier()
@@ -69,4 +80,13 @@ float hv(float f) { return f; }
     [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
         uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
         C_[(ccol) ? (co) + n_ * (ldc) + m_ : (co) + m_ * (ldc) + n_] = acc.v[i_]; } }
+#define CM_STORE_V4(acc, C_, co, ldc, ccol) { \
+    [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
+        uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \
+        uint x_ = 4u * (co) + ((ccol) ? n_ * 4u * (ldc) + m_ : m_ * 4u * (ldc) + n_); \
+        C_[x_ >> 2][x_ & 3u] = floatBitsToUint(acc.v[i_]); } }
+// a "fragment" is where it lies: the products read shared memory, unchanged until the next barrier
+struct FRAG { uint o, ld; };
+#define CM_LOAD_V4(f, A_, o_, ld_, col) { f.o = (o_); f.ld = (ld_); }
+#define CM_MAD_V4(acc, A_, fa, B_, fb, bcol) CM_MMA_V4(acc, A_, fa.o, fa.ld, B_, fb.o, fb.ld, bcol)
 #endif

@@ -1,0 +1,146 @@
+"""Every configuration of the configurable cooperative-matrix GEMM (mul_mat_cm4.comp: gemm_v=4,
+gemm_cfg=NAME) against float64 numpy, on every weight type it dequantizes.
+
+Emulated (gemm=cm_emulated: the matrix primitives in plain GLSL) everywhere, on the tensor cores
+(gemm=coopmat) where the device has VK_NV_cooperative_matrix (scripts/gpu_vulkan_gemm.sh runs this
+file on the H200). Shapes are odd on purpose: M one past a 128-row tile, N not a multiple of any
+tile, K = 7 blocks of 32 (a partial 64-element step), weights broadcast over a batch axis, weight rows
+starting 2 bytes into a 32-bit word (q4_0, q8_0: 18- and 34-byte blocks; f16 through a view), and
+activation rows off 16 bytes (the word-by-word path). The configurations are the plugin's own list
+(the option's error message names them), so a configuration added in vk_matmul.c is tested here.
+
+On lavapipe (32 KiB of shared memory) a configuration that needs more runs with one shared-memory
+stage instead of two, and the kernel name the plugin logs says so (".s1"); everything else about its
+tiling is what the GPU runs."""
+import re
+
+import numpy as np
+import pytest
+
+import pyggml as pg
+from pyggml.conformance.cases import nmse
+from test_vulkan_kernels import TYPES, VK, _compute, _has_coopmat, _k, _run, _weight
+
+pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
+
+
+def gemm_configs():
+    """The configuration names the plugin accepts for gemm_cfg (besides auto), from its message."""
+    if VK is None:
+        return []
+    with pytest.raises(pg.PyggmlError) as e:
+        pg.get_device(VK).set_option("gemm_cfg", "no-such-configuration")
+    words = re.search(r"wants one of (.*), got", str(e.value)).group(1).split(", ")
+    assert words[0] == "auto"
+    return words[1:]
+
+
+CFGS = gemm_configs()
+
+
+def shared_bytes(cfg):
+    """mul_mat_cm4's shared memory for a configuration name (vk_matmul.c: gemm_cfg_shared)."""
+    m = re.fullmatch(r"(\d+)x(\d+)\.k(\d+)\.w(\d+)x(\d+)(\.ks2)?(\.s1)?(\.np)?", cfg)
+    assert m, cfg
+    bm, bn, bk, wm, wn = (int(x) for x in m.groups()[:5])
+    stages, ks = (1 if m.group(7) else 2), (2 if m.group(6) else 1)
+    return stages * (bm + bn) * (bk + 8) * 2 + wm * wn * ks * 1024
+
+
+def wanted(cfg, gemm):
+    """The kernel names the debug log may give for cfg: itself, or on a device with less shared memory
+    than two stages need (lavapipe: 32 KiB), the same with one stage."""
+    names = {"mul_mat_cm4 " + cfg}
+    if gemm == "cm_emulated" and shared_bytes(cfg) > 32768 and ".s1" not in cfg:
+        one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
+        names = {"mul_mat_cm4 " + one} if shared_bytes(one) <= 32768 else set()
+    return names
+
+
+def _skip_without(gemm):
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device (the emulated case covers the kernel's logic)")
+
+
+def test_configurations_are_listed_and_named():
+    """The plugin lists configurations, each name parses, and auto / a bad name / gemm_v=5 behave."""
+    assert len(CFGS) >= 8, CFGS
+    for c in CFGS:
+        shared_bytes(c)
+    dev = pg.get_device(VK)
+    dev.set_option("gemm_v", "4")
+    dev.set_option("gemm_cfg", "auto")
+    with pytest.raises(pg.PyggmlError, match="gemm_v"):
+        dev.set_option("gemm_v", "5")
+    dev.set_option("gemm_v", "3")
+
+
+@pytest.mark.parametrize("wdt", TYPES)
+@pytest.mark.parametrize("cfg", CFGS)
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_every_configuration_and_type(gemm, cfg, wdt):
+    """Batched with the weights broadcast (2 x 3 activation matrices over 2 weight matrices), M = 129
+    (one past a 128 tile), N = 70, K of 7 blocks (32-element types) or 2 blocks (q4_K, q6_K)."""
+    _skip_without(gemm)
+    want = wanted(cfg, gemm)
+    if not want:
+        pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
+    k = _k(wdt)
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, seed=21)
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_K", "f16"])
+@pytest.mark.parametrize("cfg", CFGS)
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_unaligned_activations(gemm, cfg, wdt):
+    """Activation rows one float into a wider input (not 16-byte aligned: read word by word), N = 37."""
+    _skip_without(gemm)
+    want = wanted(cfg, gemm)
+    if not want:
+        pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
+    k = _k(wdt)
+    e, kernels = _run(wdt, (70, k), (37, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, x_offset=1, seed=22)
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+
+
+@pytest.mark.parametrize("cfg", CFGS)
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_f16_weight_rows_off_a_word(gemm, cfg):
+    """f16 weights as a view one element into wider rows: every other row starts 2 bytes into a
+    32-bit word (the realigned raw words), M = 65, N = 66, K = 96."""
+    _skip_without(gemm)
+    want = wanted(cfg, gemm)
+    if not want:
+        pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
+    rng = np.random.default_rng(23)
+    m, n, k = 65, 66, 96
+    g = pg.Graph()
+    wide = rng.standard_normal((m, k + 1)).astype(np.float16)
+    win = g.weight("w", wide)
+    w = pg.view(win, (m, k), offset=2, strides=(2 * (k + 1), 2))
+    xv = rng.standard_normal((n, k)).astype(np.float32)
+    x = g.input("x", (n, k))
+    out, kernels = _compute(pg.mul_mat(w, x), {"x": xv}, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, "mul_mat '")
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    ref = xv.astype(np.float64) @ wide[:, 1:].astype(np.float64).T
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert nmse(np.asarray(out), ref) <= 5e-4
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_auto_configuration(gemm):
+    """gemm_cfg=auto: 128 x 128 where that grid still has 512 workgroups, else 64 x 64."""
+    _skip_without(gemm)
+    rng = np.random.default_rng(24)
+    for (m, n), tile in (((200, 40), "64x64"), ((64 * 128, 8 * 128), "128x128")):
+        g = pg.Graph()
+        w, _ = _weight(g, rng, "q4_0", (m, 32))
+        x = g.input("x", (n, 32))
+        _, kernels = _compute(pg.mul_mat(w, x), {"x": np.zeros((n, 32), np.float32)},
+                              {"gemm": gemm, "gemm_v": "4"}, "mul_mat '")
+        assert kernels and kernels[0].startswith("mul_mat_cm4 " + tile), kernels
