@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# scripts/gpu_vulkan_gemm.sh — the Vulkan prefill GEMM's configurations on the GPU machine (one H200,
+# NVIDIA driver, no glslc, no network), in about 5 minutes (6 at most):
+#   1. tests/test_vulkan_gemm_sweep.py on the tensor cores (gemm=coopmat): every mul_mat_cm4
+#      configuration x every weight type against numpy (the emulated half is lavapipe's, skipped here);
+#   2. scripts/vulkan_gemm_sweep.py: the GEMM alone for the 1b and 7b prefill shapes (M x K = 2048x2048,
+#      8192x2048, 2048x8192, 4096x4096, 11008x4096, 4096x11008; N = 512; q4_0 and q4_K), every
+#      configuration next to mul_mat_cm3 (the default) and its 128 tile, each result checked against
+#      the CPU plugin, GPU time from timestamp queries: a TFLOPS table per type;
+#   3. pp512 of synth:1b:q4_0 and synth:7b:q4_0 with the defaults and with the configuration of the
+#      least total GPU time over the q4_0 shapes.
+# Writes into $OUT (when set; else bench/results/tmp): summary.json (date, GPU, commit, command, the
+# tables, the best configuration, pp512), vulkan-gemm-sweep-*.json, sweep.log, pytest.log and
+# results.tar.gz with everything (6 files).
+#
+# Preparation, as for scripts/gpu_vulkan.sh (its header: the loader, glvnd and the validation layer as
+# Debian packages in .gl/, and the plugin built here, where glslc is), from the repo root:
+#   make pyggml/plugins/libpyggml-vulkan.so
+#   cp pyggml/plugins/libpyggml-vulkan.so .gl/ && git rev-parse --short HEAD >.gl/COMMIT
+# then through the device tool (nvidia-h200): command
+#   "GPU_CHECK_COMMIT=<sha> bash scripts/gpu_vulkan_gemm.sh", carry [".gl"], timeout_s 420.
+# Knobs: GPU_GEMM_TYPES ("q4_0 q4_K"), GPU_GEMM_SHAPES (the six above), GPU_GEMM_CONFIGS (default:
+# every one the plugin lists), GPU_GEMM_REPS (5), GPU_GEMM_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
+# GPU_GEMM_TESTS=0 (skip step 1), GPU_GEMM_TESTS_K (pytest -k, default "not cm_emulated"), GPU_GEMM_BUDGET_S (360),
+# GPU_GEMM_EMULATED=1 (gemm=cm_emulated: a dry run of the plumbing on a machine without the extension).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+T_START=$(date +%s)
+BUDGET=${GPU_GEMM_BUDGET_S:-360}
+if [ -n "${OUT:-}" ]; then WORK=$(mktemp -d /tmp/gpu-vkgemm.XXXXXX); else OUT=$ROOT/bench/results/tmp; WORK=$OUT; fi
+mkdir -p "$OUT" "$WORK"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+say() { echo "== gpu-vulkan-gemm [$(( $(date +%s) - T_START ))s]: $*"; }
+pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$WORK"/*.log "$OUT/" 2>/dev/null; }; return 0; }
+left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
+
+# 1. the Vulkan loader from .gl/, the NVIDIA ICD, the carried plugin (as scripts/gpu_vulkan.sh)
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+export GPU_VK_COMMIT=$COMMIT GPU_VK_GPU=$GPU
+say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
+[ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
+
+# 2. build the extension and the CPU plugin (the reference); the Vulkan plugin is the carried one
+if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
+make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; }
+mkdir -p pyggml/plugins && cp .gl/libpyggml-vulkan.so pyggml/plugins/ 2>/dev/null
+MODELS=${GPU_GEMM_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
+say "writing the synthetic models in the background: $MODELS"
+$PY -c "import sys; from pyggml.bench_model import resolve_model
+for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS >"$WORK/models.log" 2>&1 &
+PREP=$!
+$PY -m pyggml devices 2>&1 | tee "$WORK/devices.txt"
+
+# 3. every configuration on the tensor cores against numpy
+TEST_RC=skipped; TEST_SUMMARY=
+if [ "${GPU_GEMM_TESTS:-1}" != 0 ]; then
+    say "tests/test_vulkan_gemm_sweep.py (coopmat: the tensor cores; cm_emulated)"
+    timeout 100 $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider tests/test_vulkan_gemm_sweep.py \
+        -k "${GPU_GEMM_TESTS_K:-not cm_emulated}" >"$WORK/pytest.log" 2>&1
+    TEST_RC=$?
+    TEST_SUMMARY=$(tail -1 "$WORK/pytest.log")
+    grep -E "^(FAILED|ERROR)" "$WORK/pytest.log" | head -30
+    say "pytest rc=$TEST_RC: $TEST_SUMMARY"
+    pack
+fi
+
+# 4. the GEMM alone, every configuration and shape; then pp512 with the best one
+t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s): $(tr '\n' ' ' <"$WORK/models.log" | tail -c 300)"
+SWEEP_BUDGET=$(( $(left) - 110 > 60 ? $(left) - 110 : 60 ))
+say "GEMM sweep (shapes not started within ${SWEEP_BUDGET}s are skipped), then pp512: $MODELS"
+CFG_ARGS=(); [ -n "${GPU_GEMM_CONFIGS:-}" ] && CFG_ARGS=(--configs $GPU_GEMM_CONFIGS)
+[ "${GPU_GEMM_EMULATED:-0}" = 1 ] && CFG_ARGS+=(--emulated)
+timeout $(( $(left) > 90 ? $(left) : 90 )) $PY scripts/vulkan_gemm_sweep.py --out "$WORK" --types ${GPU_GEMM_TYPES:-q4_0 q4_K} \
+    ${GPU_GEMM_SHAPES:+--shapes $GPU_GEMM_SHAPES} "${CFG_ARGS[@]}" --reps "${GPU_GEMM_REPS:-5}" --budget "$SWEEP_BUDGET" \
+    --bench $MODELS 2>&1 | tee "$WORK/sweep.log"
+SWEEP_RC=$?
+pack
+
+$PY - "$WORK/summary.json" <<EOF
+import glob, json, sys, time
+doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-vulkan-gemm", "gpu": """$GPU""", "commit": "$COMMIT",
+       "vulkan_plugin_commit": "$SO_COMMIT", "command": "bash scripts/gpu_vulkan_gemm.sh", "seconds": $(( $(date +%s) - T_START )),
+       "pytest_rc": "$TEST_RC", "pytest_summary": """$TEST_SUMMARY""", "sweep_rc": "$SWEEP_RC"}
+for f in sorted(glob.glob("$WORK/vulkan-gemm-sweep-*.json")):
+    s = json.load(open(f))
+    doc["sweep_file"] = f.rsplit("/", 1)[1]
+    doc["best_q4_0"] = s.get("best_q4_0")
+    doc["pp512"] = s.get("pp512")
+    doc["tflops"] = {shape: {k: r.get("tflops") for k, r in res.items() if isinstance(r, dict)} for shape, res in s["results"].items()}
+log = open("$WORK/sweep.log").read()
+doc["tables"] = log[log.find("\nq4_0, N ="):][:6000] if "\nq4_0, N =" in log else log[-3000:]
+json.dump(doc, open(sys.argv[1], "w"), indent=1)
+print(json.dumps({k: v for k, v in doc.items() if k not in ("tflops", "tables")}, indent=1)[:3000])
+EOF
+pack
+say "done"
+[ "$SWEEP_RC" = 0 ] && { [ "$TEST_RC" = 0 ] || [ "$TEST_RC" = skipped ]; }
