@@ -19,7 +19,8 @@
  *                with its tiles stored as packed f16 in 16-byte words and the activations read as
  *                16-byte words where aligned (H200: pp512 1b q4_0 9.8k vs 8.9k t/s, 7b 1.85k vs 1.74k
  *                against 2); 2 mul_mat_cm2*: two shared-memory stages, unrolled fragment loops; 1 the
- *                earlier mul_mat_cm*
+ *                earlier mul_mat_cm*; 4 mul_mat_cm4.comp in the configuration gemm_cfg names (auto, or
+ *                one of vk_matmul.c's vkp_gemm_cfgs: tile, K step, subgroups, k-groups, stages, prefetch)
  *   norm_v       the workgroup-per-row norm+mul kernel (where norm_wg is on: GPUs): 2 (default)
  *                norm_mul_reg.comp, a row read once into registers (rows up to 8192; wider ones get
  *                norm_mul_wg.comp; H200: tg128 1b q4_0 410 vs 378 t/s, 7b 119 vs 105 against 1);
