@@ -4,7 +4,8 @@
 #   1. tests/test_vulkan_gemm_sweep.py on the tensor cores (gemm=coopmat): every mul_mat_cm4
 #      configuration x every weight type against numpy (the emulated half is lavapipe's, skipped here);
 #   2. scripts/vulkan_gemm_sweep.py: the GEMM alone for the 1b and 7b prefill shapes (M x K = 2048x2048,
-#      8192x2048, 2048x8192, 4096x4096, 11008x4096, 4096x11008; N = 512; q4_0 and q4_K), every
+#      8192x2048, 2048x8192, 4096x4096, 11008x4096, 4096x11008; N = 512; q4_0, q4_K, then f16 weights
+#      as far as the budget goes: the pure f16 GEMM a dequantize-once path would run), every
 #      configuration next to mul_mat_cm3 (the default) and its 128 tile, each result checked against
 #      the CPU plugin, GPU time from timestamp queries: a TFLOPS table per type;
 #   3. pp512 of synth:1b:q4_0 and synth:7b:q4_0 with the defaults and with the configuration of the
@@ -19,7 +20,7 @@
 #   cp pyggml/plugins/libpyggml-vulkan.so .gl/ && git rev-parse --short HEAD >.gl/COMMIT
 # then through the device tool (nvidia-h200): command
 #   "GPU_CHECK_COMMIT=<sha> bash scripts/gpu_vulkan_gemm.sh", carry [".gl"], timeout_s 420.
-# Knobs: GPU_GEMM_TYPES ("q4_0 q4_K"), GPU_GEMM_SHAPES (the six above), GPU_GEMM_CONFIGS (default:
+# Knobs: GPU_GEMM_TYPES ("q4_0 q4_K f16"), GPU_GEMM_SHAPES (the six above), GPU_GEMM_CONFIGS (default:
 # every one the plugin lists), GPU_GEMM_REPS (5), GPU_GEMM_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
 # GPU_GEMM_TESTS=0 (skip step 1), GPU_GEMM_TESTS_K (pytest -k, default "not cm_emulated"), GPU_GEMM_BUDGET_S (360),
 # GPU_GEMM_EMULATED=1 (gemm=cm_emulated: a dry run of the plumbing on a machine without the extension).
@@ -81,7 +82,7 @@ SWEEP_BUDGET=$(( $(left) - 110 > 60 ? $(left) - 110 : 60 ))
 say "GEMM sweep (shapes not started within ${SWEEP_BUDGET}s are skipped), then pp512: $MODELS"
 CFG_ARGS=(); [ -n "${GPU_GEMM_CONFIGS:-}" ] && CFG_ARGS=(--configs $GPU_GEMM_CONFIGS)
 [ "${GPU_GEMM_EMULATED:-0}" = 1 ] && CFG_ARGS+=(--emulated)
-timeout $(( $(left) > 90 ? $(left) : 90 )) $PY scripts/vulkan_gemm_sweep.py --out "$WORK" --types ${GPU_GEMM_TYPES:-q4_0 q4_K} \
+timeout $(( $(left) > 90 ? $(left) : 90 )) $PY scripts/vulkan_gemm_sweep.py --out "$WORK" --types ${GPU_GEMM_TYPES:-q4_0 q4_K f16} \
     ${GPU_GEMM_SHAPES:+--shapes $GPU_GEMM_SHAPES} "${CFG_ARGS[@]}" --reps "${GPU_GEMM_REPS:-5}" --budget "$SWEEP_BUDGET" \
     --bench $MODELS 2>&1 | tee "$WORK/sweep.log"
 SWEEP_RC=$?

@@ -87,7 +87,10 @@ def one_shape(wtype, m, k, n, kern, reps, rng, log):
     """Every kernel on one shape; returns {label: result}."""
     g = pg.Graph()
     wf = rng.standard_normal((m, k)).astype(np.float32)
-    w = g.weight("w", pg.quantize(wf, wtype), type=wtype, shape=(m, k))
+    if wtype == "f16":   # a pure f16 x f16 GEMM: what a dequantize-once path would run
+        w = g.weight("w", wf.astype(np.float16))
+    else:
+        w = g.weight("w", pg.quantize(wf, wtype), type=wtype, shape=(m, k))
     x = g.input("x", (n, k))
     y = pg.mul_mat(w, x)
     xv = rng.standard_normal((n, k)).astype(np.float32)
@@ -179,7 +182,8 @@ def bench_pp(models, opts_by_name, reps):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--types", nargs="+", default=["q4_0", "q4_K"])
+    ap.add_argument("--types", nargs="+", default=["q4_0", "q4_K", "f16"],
+                    help="weight types; f16 times the pure f16 GEMM (the case for dequantizing once per node)")
     ap.add_argument("--shapes", nargs="+", default=SHAPES, help="M x K of the weights")
     ap.add_argument("--n", type=int, default=512, help="tokens (activation rows)")
     ap.add_argument("--configs", nargs="+", help="gemm_cfg names (default: every one the plugin lists)")
@@ -212,6 +216,8 @@ def main(argv=None):
             doc["results"][f"{wtype} {s}"] = one_shape(wtype, m, k, a.n, kern, a.reps, rng, log)
             json.dump(doc, open(path, "w"), indent=1)
     for wtype in a.types:
+        if not any(key.startswith(wtype + " ") for key in doc["results"]):
+            continue
         shapes = [s for s in a.shapes if f"{wtype} {s}" in doc["results"]]
         res = {s: doc["results"][f"{wtype} {s}"] for s in shapes}
         print(f"\n{wtype}, N = {a.n} ('!': NMSE above 5e-4)\n" + table(res, labels, shapes), flush=True)
