@@ -37,31 +37,10 @@ say() { echo "== gpu-vulkan-gemm [$(( $(date +%s) - T_START ))s]: $*"; }
 pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$WORK"/*.log "$OUT/" 2>/dev/null; }; return 0; }
 left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
 
-# 1. the Vulkan loader from .gl/, the NVIDIA ICD, the carried plugin (as scripts/gpu_vulkan.sh)
-if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
-GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
-export GPU_VK_COMMIT=$COMMIT GPU_VK_GPU=$GPU
-say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
-[ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
-
-# 2. build the extension and the CPU plugin (the reference); the Vulkan plugin is the carried one
-if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
-make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; }
-mkdir -p pyggml/plugins && cp .gl/libpyggml-vulkan.so pyggml/plugins/ 2>/dev/null
+# 1-2. the Vulkan loader and the carried plugin from .gl/, the NVIDIA ICD, the extension and the CPU
+#      plugin (the reference) built, the models written in the background
 MODELS=${GPU_GEMM_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
-say "writing the synthetic models in the background: $MODELS"
-$PY -c "import sys; from pyggml.bench_model import resolve_model
-for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS >"$WORK/models.log" 2>&1 &
-PREP=$!
-$PY -m pyggml devices 2>&1 | tee "$WORK/devices.txt"
+source scripts/gpu_vulkan_prelude.sh
 
 # 3. every configuration on the tensor cores against numpy
 TEST_RC=skipped; TEST_SUMMARY=

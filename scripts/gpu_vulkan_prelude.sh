@@ -1,0 +1,29 @@
+# scripts/gpu_vulkan_prelude.sh — the common start of the Vulkan device-call scripts (gpu_vulkan_gemm.sh;
+# gpu_vulkan.sh has the same lines inline), sourced from the repo root after the script set WORK (its
+# work folder), PY, MODELS (synthetic models to write in the background) and say(). It unpacks the
+# Debian packages carried in .gl/ (the Vulkan loader, glvnd: the NVIDIA ICD needs them), points the
+# loader at the NVIDIA ICD, builds the extension and the CPU plugin (make -j), installs the carried
+# .gl/libpyggml-vulkan.so (no glslc on the GPU machine), starts writing MODELS and defines COMMIT
+# (GPU_CHECK_COMMIT, else .gl/COMMIT), SO_COMMIT (the carried plugin's), GPU (nvidia-smi's line;
+# exported with COMMIT as GPU_VK_GPU / GPU_VK_COMMIT) and PREP (the model writer's pid).
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+export GPU_VK_COMMIT=$COMMIT GPU_VK_GPU=$GPU
+say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
+[ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
+if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
+make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; }
+mkdir -p pyggml/plugins && cp .gl/libpyggml-vulkan.so pyggml/plugins/ 2>/dev/null
+say "writing the synthetic models in the background: $MODELS"
+$PY -c "import sys; from pyggml.bench_model import resolve_model
+for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS >"$WORK/models.log" 2>&1 &
+PREP=$!
+$PY -m pyggml devices 2>&1 | tee "$WORK/devices.txt"
