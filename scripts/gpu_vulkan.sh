@@ -46,38 +46,15 @@ say() { echo "== gpu-vulkan [$(( $(date +%s) - T_START ))s]: $*"; }
 pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$OUT/" 2>/dev/null; }; return 0; }
 left() { echo $(( 470 - ($(date +%s) - T_START) )); }   # seconds left of the 8-minute budget
 
-# 1. Vulkan loader and validation layer from .gl/, the NVIDIA ICD, the carried plugin
-if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
-# the tree on the GPU machine may carry a stale .git: the caller's GPU_CHECK_COMMIT, else the carried
-# plugin's commit, names the tree
-COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
-export GPU_VK_COMMIT=$COMMIT
-GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
-export GPU_VK_GPU=$GPU
-say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
-[ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
-
-# 2. build the rest (ext, cpu, cuda); the Vulkan plugin is the carried one (no glslc here)
+# 1. Vulkan loader and validation layer from .gl/, the NVIDIA ICD, the carried plugin, the build of
+#    the rest (ext, cpu; cuda below) and the models in the background: scripts/gpu_vulkan_prelude.sh
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
-make -j"$(nproc)" ext pyggml/plugins/libpyggml-cpu.so >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; }
-mkdir -p pyggml/plugins && cp .gl/libpyggml-vulkan.so pyggml/plugins/ 2>/dev/null
 MODELS=${GPU_VK_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0 synth:7b:q4_K"}
-say "writing the synthetic models in the background: $MODELS"
-$PY -c "import sys; from pyggml.bench_model import resolve_model
-for m in sys.argv[1:]: print(resolve_model(m, quiet=True), flush=True)" $MODELS >"$WORK/models.log" 2>&1 &
-PREP=$!
+source scripts/gpu_vulkan_prelude.sh
+for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
+# 2. the CUDA plugin, for the comparisons
 ( make -j"$(nproc)" pyggml/plugins/libpyggml-cuda.so >>"$WORK/build.log" 2>&1; echo "cuda build rc=$?" >>"$WORK/build.log" ) &
 CUDA_BUILD=$!
-$PY -m pyggml devices 2>&1 | tee "$WORK/devices.txt"
 $PY - <<'EOF' 2>&1 | tee "$WORK/vulkan_device.txt"
 import logging, pyggml as pg
 from pyggml._plugin import drain_log

@@ -1,5 +1,5 @@
-# scripts/gpu_vulkan_prelude.sh — the common start of the Vulkan device-call scripts (gpu_vulkan_gemm.sh;
-# gpu_vulkan.sh has the same lines inline), sourced from the repo root after the script set WORK (its
+# scripts/gpu_vulkan_prelude.sh — the common start of the Vulkan device-call scripts (gpu_vulkan.sh,
+# gpu_vulkan_gemm.sh), sourced from the repo root after the script set WORK (its
 # work folder), PY, MODELS (synthetic models to write in the background) and say(). It unpacks the
 # Debian packages carried in .gl/ (the Vulkan loader, glvnd: the NVIDIA ICD needs them), points the
 # loader at the NVIDIA ICD, builds the extension and the CPU plugin (make -j), installs the carried
