@@ -8,7 +8,7 @@
 # and defines COMMIT (GPU_CHECK_COMMIT, else .gl/COMMIT), SO_COMMIT (the carried plugin's), GPU
 # (nvidia-smi's line; exported with COMMIT as GPU_VK_GPU / GPU_VK_COMMIT) and PREP (the model
 # writer's pid).
-if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v glslc >/dev/null 2>&1; then   # the GPU machine only
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
 fi
