@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu_attn_ab.sh — the attention kernels of issue 14 on one NVIDIA GPU, ours only (no
 # llama.cpp build: scripts/gpu_depth_bench.sh is the same-call comparison): builds the extension and
-# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2 and a
+# the cuda + cpu plugins, runs the flash-attention tests on the GPU (prefill: fa_mma 0/1/2/3 and a
 # model's prefill at depth; decode: the split kernel with its folded merge, fa_decode 0/1), then
 # benchmarks the defaults against one variant (GPU_ATTN_VARIANT, a device option, default
-# cuda:fa_mma=1, the two-pass prefill kernel; a kernel under measurement gets an option value and
-# is named here): pp512 at depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0, tg128
+# cuda:fa_mma=3, the prefill kernel with one barrier per tile for 64-wide heads; cuda:fa_mma=1 is the
+# two-pass kernel): pp512 at depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0, tg128
 # at the same depths for 1b q4_0; then, with time left, one launch of each attention kernel
 # under Nsight Compute (throughput, occupancy, stall reasons; GPU_ATTN_NCU=0 skips it). About 6
 # minutes on one H200 (GPU_BUDGET_S, default 420).
@@ -43,7 +43,7 @@ bench() {   # name, timeout, args...
     grep -E "^\| synth" "$W/$name.txt" | tee -a "$W/summary.log"
     pack
 }
-VAR=${GPU_ATTN_VARIANT:-cuda:fa_mma=1}    # the device option of the variant compared with the defaults
+VAR=${GPU_ATTN_VARIANT:-cuda:fa_mma=3}    # the device option of the variant compared with the defaults
 bench 1b_pp 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384
 bench 1b_pp_var 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O "$VAR"
 bench 1b_tg 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384

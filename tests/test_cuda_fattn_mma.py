@@ -4,7 +4,7 @@ ldmatrix follow the PTX ISA's fragment layouts (plugins/cuda/test/simt_host.h), 
 double-precision attention (plugins/cuda/test/fattn_mma_host.cu: head sizes, grouped queries, partial
 blocks and tiles, batches, causal masks at depth, holes, a row that sees nothing, softcap, ALiBi).
 On a CUDA device (skipped without one): the op with each fa_mma setting (0 the FFMA kernel, 1 the
-two-pass WMMA kernel, 2 this one) over prefill shapes at depth, and a model's prefill logits at depth
+two-pass WMMA kernel, 2 this one, 3 this one with one barrier per tile for 64-wide heads) over prefill shapes at depth, and a model's prefill logits at depth
 against the float64 reference."""
 import contextlib
 import os
@@ -31,7 +31,7 @@ def test_online_softmax_kernel_on_emulated_blocks(tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([exe], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("ok  ") == 9 and "FAIL" not in r.stderr, r.stderr
+    assert r.stderr.count("ok  ") == 14 and "FAIL" not in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- on a CUDA device
@@ -58,7 +58,7 @@ def _mask(rng, kind, n_q, n_kv, dtype):
     return m.astype(dtype)
 
 
-@pytest.mark.parametrize("fa_mma", [2, 1, 0])
+@pytest.mark.parametrize("fa_mma", [2, 3, 1, 0])
 @pytest.mark.parametrize("D,H,Hkv,n_q,n_kv,kind,mdtype", [
     (64, 32, 8, 512, 4608, "causal:4096", np.float16),     # the 1b layout, a ubatch at depth 4096
     (128, 32, 32, 512, 1024, "causal:512", np.float16),    # the 7b layout
@@ -99,7 +99,7 @@ def depth_model(tmp_path_factory):
     return _depth_model(tmp_path_factory.mktemp("fattn_mma_model"), 12)
 
 
-@pytest.mark.parametrize("fa_mma", [2, 1])
+@pytest.mark.parametrize("fa_mma", [2, 3, 1])
 def test_model_prefill_at_depth_on_cuda(depth_model, fa_mma):
     """1000 tokens prefilled in ubatches of 256 (each at the depth of the ones before), then 40 more:
     the last logits of each against the float64 reference."""

@@ -106,10 +106,11 @@ PYG_KB void fa2_load_tile(const Thr &t, const fa2_args &a, unsigned char *stage,
 /* D == 64 (V3): three stages (tile i+2 is issued right after the barrier that starts tile i, into
  * the stage of tile i-1, which every warp has finished by then), the score scale folded with
  * log2(e), exp2 by ex2.approx. D == 128: two stages (three leave one block per multiprocessor
- * there). Both end a tile with a second barrier; with three stages it is not needed (the argument
- * above) but it is what was measured on the H200 (bench/results/attn-ab-20261201T0625/): 1b pp512 @
- * d16384 20.6k t/s with three stages against 18.6k with two; 7b 5.8k against 7.1k. */
-template <int D, class Thr>
+ * there). Both end a tile with a second barrier, which is what was measured on the H200
+ * (bench/results/attn-ab-20261201T0625/): 1b pp512 @ d16384 20.6k t/s with three stages against
+ * 18.6k with two; 7b 5.8k against 7.1k. With three stages the second barrier is not needed (the
+ * argument above): ONEBAR (fa_mma=3, under measurement) leaves it out there. */
+template <int D, bool ONEBAR, class Thr>
 PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     typedef fa2_smem<D> L;
     constexpr bool V3 = L::NS == 3;
@@ -278,7 +279,7 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
                 }
             }
         }
-        t.sync(); /* two stages: this one is refilled by the next iteration's load */
+        if (!(V3 && ONEBAR)) t.sync(); /* two stages: this one is refilled by the next iteration's load */
     }
     t.template cp_wait<0>(); /* nothing left in flight (a block with no tile still issued tile 0) */
     l0 += t.shfl_xor(l0, 1);

@@ -268,19 +268,19 @@ __global__ void __launch_bounds__(FM_THREADS) k_fattn_mma(fm_args a) {
 static int fa_mma_enabled(void) { return cuda_opts()->fa_mma != 0; }
 
 #ifdef PYG_GPU_HAS_INT8_MMA /* mma.sync, ldmatrix and cp.async (sm_80) */
-template <int D>
+template <int D, bool ONEBAR>
 __global__ void __launch_bounds__(FA2_THREADS) k_fattn_mma2(fa2_args a) {
     extern __shared__ __align__(16) unsigned char fa2_raw[];
     DevThr t;
-    fa2_body<D>(t, a, fa2_raw);
+    fa2_body<D, ONEBAR>(t, a, fa2_raw);
 }
 
-template <int D>
+template <int D, bool ONEBAR = false>
 static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
     static int attr_set[64]; /* per device: the opt-in above 48 KiB of shared memory */
     const size_t smem = fa2_smem<D>::BYTES;
     if (c->device >= 0 && c->device < 64 && !attr_set[c->device]) {
-        void (*k)(fa2_args) = k_fattn_mma2<D>;
+        void (*k)(fa2_args) = k_fattn_mma2<D, ONEBAR>;
         gpuError_t e = gpuFuncSetMaxDynamicSharedMemory(k, (int)smem);
         if (e != gpuSuccess) {
             gpuGetLastError();
@@ -288,7 +288,7 @@ static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
         }
         attr_set[c->device] = 1;
     }
-    k_fattn_mma2<D><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
+    k_fattn_mma2<D, ONEBAR><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
     return check_launch(c, "flash_attn_ext (tensor cores, online softmax)");
 }
 
@@ -308,7 +308,9 @@ static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
     fa_views_of(n, &a);
     a.gqa = (int)(q->ne[2] / k->ne[2]);
     a.nqb = (int)nqb;
-    return q->ne[0] == 64 ? fa2_launch_d<64>(a, (int)q->ne[3], c) : fa2_launch_d<128>(a, (int)q->ne[3], c);
+    if (q->ne[0] == 64)
+        return cuda_opts()->fa_mma == 3 ? fa2_launch_d<64, true>(a, (int)q->ne[3], c) : fa2_launch_d<64>(a, (int)q->ne[3], c);
+    return fa2_launch_d<128>(a, (int)q->ne[3], c);
 }
 #else
 static int fa2_launch(const pyg_tensor *, op_ctx *) { return PYG_ERR_UNSUPPORTED; }
@@ -341,7 +343,7 @@ int flash_attn_mma_launch(const pyg_tensor *n, op_ctx *c) {
     if (k->nb[0] != 2 || ((uintptr_t)k->data | k->nb[1] | k->nb[2] | k->nb[3]) & 15) return PYG_ERR_UNSUPPORTED;
     if (v->nb[0] != 2 || ((uintptr_t)v->data | v->nb[1] | v->nb[2] | v->nb[3]) & 15) return PYG_ERR_UNSUPPORTED;
     if (q->ne[2] > 65535 || q->ne[3] > 65535 || (q->ne[1] + FM_QB - 1) / FM_QB > 65535) return PYG_ERR_UNSUPPORTED;
-    if (cuda_opts()->fa_mma == 2) {
+    if (cuda_opts()->fa_mma >= 2) {
         const int st = fa2_launch(n, c);
         if (st != PYG_ERR_UNSUPPORTED) return st;
     }

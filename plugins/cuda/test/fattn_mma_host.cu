@@ -37,7 +37,7 @@ struct fcase {
     float softcap, max_bias;
 };
 
-static int run_case(const fcase &c) {
+static int run_case(const fcase &c, bool onebar) {
     const int D = c.D, kv_pitch = D + 8; /* K/V rows padded like a cache view */
     const int m_ne0 = c.m_ne0 ? c.m_ne0 : c.n_kv, m_pitch = (m_ne0 + 7) / 8 * 8 + 8;
     const int m_ne3 = c.B > 1 ? 1 : 1; /* one mask for every batch (broadcast) */
@@ -91,8 +91,8 @@ static int run_case(const fcase &c) {
     a.softcap = c.softcap;
     const size_t smem = D == 64 ? fa2_smem<64>::BYTES : fa2_smem<128>::BYTES;
     simt_launch(c.H, (int64_t)a.nqb * c.B, FA2_THREADS, smem, [&](HostThr &t, unsigned char *sm) {
-        if (D == 64) fa2_body<64>(t, a, sm);
-        else fa2_body<128>(t, a, sm);
+        if (D == 64) onebar ? fa2_body<64, true>(t, a, sm) : fa2_body<64, false>(t, a, sm);
+        else fa2_body<128, false>(t, a, sm);
     });
     double num = 0, den = 0;
     int bad = 0;
@@ -136,8 +136,8 @@ static int run_case(const fcase &c) {
         }
     const double nmse = den > 0 ? num / den : num;
     const bool ok = bad == 0 && nmse < 1e-5;
-    fprintf(stderr, "%s D %d H %d/%d n_q %d n_kv %d B %d mask %s depth %d m_ne0 %d softcap %g alibi %g: nmse %.3g\n",
-            ok ? "ok  " : "FAIL", D, c.H, c.Hkv, c.n_q, c.n_kv, c.B, c.mask, c.depth, m_ne0, c.softcap, c.max_bias, nmse);
+    fprintf(stderr, "%s%s D %d H %d/%d n_q %d n_kv %d B %d mask %s depth %d m_ne0 %d softcap %g alibi %g: nmse %.3g\n",
+            ok ? "ok  " : "FAIL", onebar ? " onebar" : "", D, c.H, c.Hkv, c.n_q, c.n_kv, c.B, c.mask, c.depth, m_ne0, c.softcap, c.max_bias, nmse);
     return ok ? 0 : 1;
 }
 
@@ -154,6 +154,9 @@ int main() {
         { 64, 8, 1, 13, 100, 1, "holes", 87, 0, 0.0f, 0.0f },      /* 8 heads per K/V head */
     };
     int fails = 0;
-    for (const fcase &c : cases) fails += run_case(c);
+    for (const fcase &c : cases) {
+        fails += run_case(c, false);
+        if (c.D == 64) fails += run_case(c, true); /* fa_mma=3: one barrier per tile */
+    }
     return fails ? 1 : 0;
 }
