@@ -428,6 +428,23 @@ size_t flash_attn_dec_scratch_bytes(const pyg_tensor *node, int n_sm);
 size_t flash_attn_dec_sync_bytes(const pyg_tensor *node, int n_sm);
 int flash_attn_dec_launch(const pyg_tensor *node, op_ctx *c);
 
+/* Raise kernel k's dynamic shared-memory limit to `bytes` (the opt-in above 48 KiB), once per device:
+ * done[] is the caller's per-kernel flag array (static, PYG_SMEM_OPT_DEVICES entries); a device past
+ * it is set on every call. On failure the runtime's last error is cleared and its code returned. */
+#define PYG_SMEM_OPT_DEVICES 64
+template <typename K>
+static inline gpuError_t smem_opt_in(K *k, size_t bytes, int device, int *done) {
+    const bool tracked = device >= 0 && device < PYG_SMEM_OPT_DEVICES;
+    if (tracked && done[device]) return gpuSuccess;
+    const gpuError_t e = gpuFuncSetMaxDynamicSharedMemory(k, (int)bytes);
+    if (e != gpuSuccess) {
+        gpuGetLastError();
+        return e;
+    }
+    if (tracked) done[device] = 1;
+    return gpuSuccess;
+}
+
 /* Launch-error check shared by the launchers. */
 int check_launch(op_ctx *c, const char *what);
 

@@ -277,17 +277,9 @@ __global__ void __launch_bounds__(FA2_THREADS) k_fattn_mma2(fa2_args a) {
 
 template <int D, bool ONEBAR = false>
 static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
-    static int attr_set[64]; /* per device: the opt-in above 48 KiB of shared memory */
+    static int attr_set[PYG_SMEM_OPT_DEVICES];
     const size_t smem = fa2_smem<D>::BYTES;
-    if (c->device >= 0 && c->device < 64 && !attr_set[c->device]) {
-        void (*k)(fa2_args) = k_fattn_mma2<D, ONEBAR>;
-        gpuError_t e = gpuFuncSetMaxDynamicSharedMemory(k, (int)smem);
-        if (e != gpuSuccess) {
-            gpuGetLastError();
-            return PYG_ERR_UNSUPPORTED;
-        }
-        attr_set[c->device] = 1;
-    }
+    if (smem_opt_in(k_fattn_mma2<D, ONEBAR>, smem, c->device, attr_set) != gpuSuccess) return PYG_ERR_UNSUPPORTED;
     k_fattn_mma2<D, ONEBAR><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
     return check_launch(c, "flash_attn_ext (tensor cores, online softmax)");
 }
@@ -318,16 +310,10 @@ static int fa2_launch(const pyg_tensor *, op_ctx *) { return PYG_ERR_UNSUPPORTED
 
 template <int D>
 static int fm_launch(const fm_args &a, int B, op_ctx *c) {
-    static int attr_set[64]; /* per device: the opt-in above 48 KiB of shared memory */
+    static int attr_set[PYG_SMEM_OPT_DEVICES];
     const size_t smem = fm_smem<D>::BYTES;
-    if (c->device >= 0 && c->device < 64 && !attr_set[c->device]) {
-        gpuError_t e = gpuFuncSetMaxDynamicSharedMemory(k_fattn_mma<D>, (int)smem);
-        if (e != gpuSuccess) {
-            gpuGetLastError();
-            return PYG_ERR_UNSUPPORTED; /* not this device: the FFMA kernel runs */
-        }
-        attr_set[c->device] = 1;
-    }
+    if (smem_opt_in(k_fattn_mma<D>, smem, c->device, attr_set) != gpuSuccess)
+        return PYG_ERR_UNSUPPORTED; /* not this device: the FFMA kernel runs */
     const dim3 grid((unsigned)a.H, (unsigned)((a.n_q + FM_QB - 1) / FM_QB), (unsigned)B);
     k_fattn_mma<D><<<grid, FM_THREADS, smem, c->stream>>>(a);
     return check_launch(c, "flash_attn_ext (tensor cores)");

@@ -234,14 +234,11 @@ __global__ void __launch_bounds__(MMQ_THREADS) k_mmq(mmq_args a) {
 
 template <int T, int NT>
 static gpuError_t launch_mmq_tn(const mmq_args &a, unsigned gx, int64_t Np, int device, gpuStream_t s) {
-    static int attr_set[64]; /* per device: the shared-memory limit raised for this kernel */
+    static int attr_set[PYG_SMEM_OPT_DEVICES];
     const size_t smem = mmq_t<T, NT>::SMEM;
     void (*k)(mmq_args) = k_mmq<T, NT>;
-    if (device >= 0 && device < 64 && !attr_set[device]) {
-        gpuError_t e = gpuFuncSetMaxDynamicSharedMemory(k, (int)smem);
-        if (e != gpuSuccess) return e;
-        attr_set[device] = 1;
-    }
+    const gpuError_t e = smem_opt_in(k, smem, device, attr_set);
+    if (e != gpuSuccess) return e;
     k<<<dim3(gx, (unsigned)(Np / (32 * NT))), MMQ_THREADS, smem, s>>>(a);
     return gpuGetLastError();
 }

@@ -40,7 +40,6 @@ struct fcase {
 static int run_case(const fcase &c, bool onebar) {
     const int D = c.D, kv_pitch = D + 8; /* K/V rows padded like a cache view */
     const int m_ne0 = c.m_ne0 ? c.m_ne0 : c.n_kv, m_pitch = (m_ne0 + 7) / 8 * 8 + 8;
-    const int m_ne3 = c.B > 1 ? 1 : 1; /* one mask for every batch (broadcast) */
     std::vector<float> q((size_t)D * c.n_q * c.H * c.B);
     std::vector<uint16_t> k((size_t)kv_pitch * c.n_kv * c.Hkv * c.B), v(k.size());
     std::vector<uint16_t> m((size_t)m_pitch * c.n_q + 8, 0);
@@ -82,7 +81,7 @@ static int run_case(const fcase &c, bool onebar) {
     a.k_nb1 = (int64_t)kv_pitch * 2; a.k_nb2 = a.k_nb1 * c.n_kv; a.k_nb3 = a.k_nb2 * c.Hkv;
     a.v_nb1 = a.k_nb1; a.v_nb2 = a.k_nb2; a.v_nb3 = a.k_nb3;
     a.m_nb1 = (int64_t)m_pitch * 2; a.m_nb2 = a.m_nb1 * c.n_q; a.m_nb3 = a.m_nb2;
-    a.m_ne0 = m_ne0; a.m_ne2 = 1; a.m_ne3 = m_ne3;
+    a.m_ne0 = m_ne0; a.m_ne2 = 1; a.m_ne3 = 1; /* one mask for every head and batch (broadcast) */
     a.d_nb1 = (int64_t)D * 4; a.d_nb2 = a.d_nb1 * c.H; a.d_nb3 = a.d_nb2 * c.n_q; /* dst: [D, H, n_q, B] */
     a.n_q = c.n_q; a.n_kv = c.n_kv; a.H = c.H; a.gqa = c.H / c.Hkv; a.k_ne3 = c.B; a.v_ne3 = c.B;
     a.nqb = (c.n_q + FA2_QB - 1) / FA2_QB;
