@@ -6,7 +6,7 @@
 # benchmarks the defaults against one variant (GPU_ATTN_VARIANT, a device option, default
 # cuda:fa_mma=3, the prefill kernel with one barrier per tile for 64-wide heads; cuda:fa_mma=1 is the
 # two-pass kernel): pp512 at depth 0, 4096 and 16384 for 1b q4_0, at 0 and 16384 for 7b q4_0, tg128
-# at the same depths for 1b q4_0; then, with time left, one launch of each attention kernel
+# at the same depths for 1b q4_0 with GPU_ATTN_TG=1 (the variants are prefill kernels); then, with time left, one launch of each attention kernel
 # under Nsight Compute (throughput, occupancy, stall reasons; GPU_ATTN_NCU=0 skips it). About 6
 # minutes on one H200 (GPU_BUDGET_S, default 420).
 #
@@ -46,8 +46,8 @@ bench() {   # name, timeout, args...
 VAR=${GPU_ATTN_VARIANT:-cuda:fa_mma=3}    # the device option of the variant compared with the defaults
 bench 1b_pp 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384
 bench 1b_pp_var 60 -m synth:1b:q4_0 -p 512 -n 0 --depth 0,4096,16384 -O "$VAR"
-bench 1b_tg 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384
-bench 1b_tg_var 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O "$VAR"
+[ "${GPU_ATTN_TG:-0}" != 0 ] && bench 1b_tg 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384
+[ "${GPU_ATTN_TG:-0}" != 0 ] && bench 1b_tg_var 60 -m synth:1b:q4_0 -p 0 -n 128 --depth 0,4096,16384 -O "$VAR"
 bench 7b_pp 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384
 bench 7b_pp_var 70 -m synth:7b:q4_0 -p 512 -n 0 --depth 0,16384 -O "$VAR"
 # what limits the two attention kernels: one launch of each under Nsight Compute (GPU_ATTN_NCU=0 skips)
@@ -55,10 +55,11 @@ if [ "${GPU_ATTN_NCU:-1}" != 0 ] && command -v ncu >/dev/null && [ "$(left)" -gt
     for k in k_fattn_mma2 k_fattn_dec; do
         timeout $(( $(left) / 2 )) ncu --kernel-name "regex:$k" --launch-skip 20 --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+            --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats --section SchedulerStats \
             $PY scripts/profile_decode.py synth:1b:q4_0 --depth 8192 --prefill 512 --steps 1 >"$W/ncu-$k.log" 2>&1
         say "ncu $k rc=$?"
-        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall" \
-            "$W/ncu-$k.log" | head -16 | tee -a "$W/summary.log"
+        grep -E "Duration|Throughput|Occupancy|Registers Per|Block Limit|Stall|Issue|Pipe|Spill|Local|Shared Memory|Warp Cycles|Eligible|Bank" \
+            "$W/ncu-$k.log" | head -40 | tee -a "$W/summary.log"
         pack
     done
 fi
