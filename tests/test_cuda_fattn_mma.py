@@ -31,7 +31,7 @@ def test_online_softmax_kernel_on_emulated_blocks(tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([exe], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("ok  ") == 14 and "FAIL" not in r.stderr, r.stderr
+    assert r.stderr.count("ok  ") == 12 and "FAIL" not in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- on a CUDA device
@@ -58,7 +58,7 @@ def _mask(rng, kind, n_q, n_kv, dtype):
     return m.astype(dtype)
 
 
-@pytest.mark.parametrize("fa_mma", [2, 3, 1, 0])
+@pytest.mark.parametrize("fa_mma", [2, 1, 0])
 @pytest.mark.parametrize("D,H,Hkv,n_q,n_kv,kind,mdtype", [
     (64, 32, 8, 512, 4608, "causal:4096", np.float16),     # the 1b layout, a ubatch at depth 4096
     (128, 32, 32, 512, 1024, "causal:512", np.float16),    # the 7b layout
@@ -99,7 +99,7 @@ def depth_model(tmp_path_factory):
     return _depth_model(tmp_path_factory.mktemp("fattn_mma_model"), 12)
 
 
-@pytest.mark.parametrize("fa_mma", [2, 3, 1])
+@pytest.mark.parametrize("fa_mma", [2, 1])
 def test_model_prefill_at_depth_on_cuda(depth_model, fa_mma):
     """1000 tokens prefilled in ubatches of 256 (each at the depth of the ones before), then 40 more:
     the last logits of each against the float64 reference."""

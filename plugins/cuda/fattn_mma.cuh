@@ -14,7 +14,8 @@
  *                running max m, the output and the row sum l rescaled by 2^(m_old - m_new);
  *   O += P V     P is S's registers rounded to f16 (the accumulator layout of two n8 tiles is the
  *                A layout of one k16 step), V's fragments by ldmatrix .trans.
- * A warp whose 16 rows see no cell of the tile (the causal future, holes in the mask) skips it.
+ * A warp whose 16 rows see no cell of the tile (the causal future, holes in the mask) skips it; a
+ * block walks no tile past the last one its rows see (fa2_live_tiles).
  * The row sums are per lane until the end (every lane of a row rescales by the same factor), then
  * summed over the row's 4 lanes; O / l is written as f32 (a row that sees nothing writes zeros).
  *
@@ -103,14 +104,45 @@ PYG_KB void fa2_load_tile(const Thr &t, const fa2_args &a, unsigned char *stage,
     }
 }
 
+/* The number of kv tiles this block walks: past the last tile in which one of its query rows sees a
+ * cell (mask value not -inf, cell below n_kv and m_ne0) nothing is loaded. A graph sized for a
+ * longer context than the cache holds (a prefill chunk run with the extent of the last chunk of its
+ * group, a decode-sized extent) leaves such a tail; the scan reads the mask backwards from the end,
+ * a tile of mask rows per step, and stops at the first live tile. */
+template <class Thr>
+PYG_KB int fa2_live_tiles(const Thr &t, const fa2_args &a, const char *mb, int q0, int ntiles) {
+    const int nr = a.n_q - q0 < FA2_QB ? a.n_q - q0 : FA2_QB, lim = a.n_kv < a.m_ne0 ? a.n_kv : a.m_ne0;
+    for (int nt = ntiles; nt > 0; nt--) {
+        const int t0 = (nt - 1) * FA2_KT;
+        bool live = false;
+        for (int i = t.tid; i < nr * (FA2_KT / 8) && !live; i += FA2_THREADS) {
+            const int r = i / (FA2_KT / 8), p = t0 + (i % (FA2_KT / 8)) * 8;
+            if (p >= lim) continue;
+            const char *src = mb + (int64_t)(q0 + r) * a.m_nb1 + (int64_t)p * 2;
+            uint16_t h[8];
+            if (p + 8 <= lim) {
+                memcpy(h, src, 16); /* rows are 16-byte aligned (the launcher checks) */
+                for (int e = 0; e < 8; e++) live = live || h[e] != FA2_NEG_INF_H;
+            } else {
+                for (int e = 0; p + e < lim; e++) {
+                    memcpy(&h[e], src + 2 * e, 2);
+                    live = live || h[e] != FA2_NEG_INF_H;
+                }
+            }
+        }
+        if (t.sync_or(live)) return nt;
+    }
+    return 0;
+}
+
 /* D == 64 (V3): three stages (tile i+2 is issued right after the barrier that starts tile i, into
  * the stage of tile i-1, which every warp has finished by then), the score scale folded with
  * log2(e), exp2 by ex2.approx. D == 128: two stages (three leave one block per multiprocessor
- * there). Both end a tile with a second barrier, which is what was measured on the H200
+ * there). Both end a tile with a second barrier (one barrier per tile, which the three stages
+ * allow, measured no faster: bench/results/attn-ab-20261201T1137/). Measured on the H200
  * (bench/results/attn-ab-20261201T0625/): 1b pp512 @ d16384 20.6k t/s with three stages against
- * 18.6k with two; 7b 5.8k against 7.1k. With three stages the second barrier is not needed (the
- * argument above): ONEBAR (fa_mma=3, under measurement) leaves it out there. */
-template <int D, bool ONEBAR, class Thr>
+ * 18.6k with two; 7b 5.8k against 7.1k. */
+template <int D, class Thr>
 PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     typedef fa2_smem<D> L;
     constexpr bool V3 = L::NS == 3;
@@ -124,10 +156,13 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
     const float slope = a.mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
     const float sl2 = a.scale * LOG2E, slope2 = slope * LOG2E;
     gpu_half *Qs = (gpu_half *)smem;
-    const int ntiles = (a.n_kv + FA2_KT - 1) / FA2_KT;
+    int ntiles = (a.n_kv + FA2_KT - 1) / FA2_KT;
+    if (mb) ntiles = fa2_live_tiles(t, a, mb, q0, ntiles);
 
-    fa2_load_tile<D>(t, a, smem + L::Q_BYTES, kb, vb, mb, q0, 0); /* tile 0 travels while Q is converted */
-    t.cp_commit();
+    if (ntiles > 0) {
+        fa2_load_tile<D>(t, a, smem + L::Q_BYTES, kb, vb, mb, q0, 0); /* tile 0 travels while Q is converted */
+        t.cp_commit();
+    }
     if (V3 && ntiles > 1) {
         fa2_load_tile<D>(t, a, smem + L::Q_BYTES + L::STAGE, kb, vb, mb, q0, 1);
         t.cp_commit();
@@ -279,7 +314,7 @@ PYG_KB void fa2_body(const Thr &t, const fa2_args &a, unsigned char *smem) {
                 }
             }
         }
-        if (!(V3 && ONEBAR)) t.sync(); /* two stages: this one is refilled by the next iteration's load */
+        t.sync(); /* two stages: this one is refilled by the next iteration's load */
     }
     t.template cp_wait<0>(); /* nothing left in flight (a block with no tile still issued tile 0) */
     l0 += t.shfl_xor(l0, 1);

@@ -268,19 +268,19 @@ __global__ void __launch_bounds__(FM_THREADS) k_fattn_mma(fm_args a) {
 static int fa_mma_enabled(void) { return cuda_opts()->fa_mma != 0; }
 
 #ifdef PYG_GPU_HAS_INT8_MMA /* mma.sync, ldmatrix and cp.async (sm_80) */
-template <int D, bool ONEBAR>
+template <int D>
 __global__ void __launch_bounds__(FA2_THREADS) k_fattn_mma2(fa2_args a) {
     extern __shared__ __align__(16) unsigned char fa2_raw[];
     DevThr t;
-    fa2_body<D, ONEBAR>(t, a, fa2_raw);
+    fa2_body<D>(t, a, fa2_raw);
 }
 
-template <int D, bool ONEBAR = false>
+template <int D>
 static int fa2_launch_d(const fa2_args &a, int B, op_ctx *c) {
     static int attr_set[PYG_SMEM_OPT_DEVICES];
     const size_t smem = fa2_smem<D>::BYTES;
-    if (smem_opt_in(k_fattn_mma2<D, ONEBAR>, smem, c->device, attr_set) != gpuSuccess) return PYG_ERR_UNSUPPORTED;
-    k_fattn_mma2<D, ONEBAR><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
+    if (smem_opt_in(k_fattn_mma2<D>, smem, c->device, attr_set) != gpuSuccess) return PYG_ERR_UNSUPPORTED;
+    k_fattn_mma2<D><<<dim3((unsigned)a.H, (unsigned)(a.nqb * B)), FA2_THREADS, smem, c->stream>>>(a);
     return check_launch(c, "flash_attn_ext (tensor cores, online softmax)");
 }
 
@@ -300,9 +300,7 @@ static int fa2_launch(const pyg_tensor *n, op_ctx *c) {
     fa_views_of(n, &a);
     a.gqa = (int)(q->ne[2] / k->ne[2]);
     a.nqb = (int)nqb;
-    if (q->ne[0] == 64)
-        return cuda_opts()->fa_mma == 3 ? fa2_launch_d<64, true>(a, (int)q->ne[3], c) : fa2_launch_d<64>(a, (int)q->ne[3], c);
-    return fa2_launch_d<128>(a, (int)q->ne[3], c);
+    return q->ne[0] == 64 ? fa2_launch_d<64>(a, (int)q->ne[3], c) : fa2_launch_d<128>(a, (int)q->ne[3], c);
 }
 #else
 static int fa2_launch(const pyg_tensor *, op_ctx *) { return PYG_ERR_UNSUPPORTED; }

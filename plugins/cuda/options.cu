@@ -29,7 +29,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(cuda_options, mmvq, k_mmvq_words,
                       "int8 mat-vec for quantized weights: off (float), auto (not q6_K; default), all"),
     PYG_OPTION_BOOL(cuda_options, mma, "our tensor-core GEMMs where cuBLAS does not take a node (default 1)"),
-    PYG_OPTION_INT(cuda_options, fa_mma, 0, 3, "prefill flash attention on tensor cores: 2 mma.sync with an online softmax (default; sm_80+, f16 or no mask, else 1 runs), 3 the same with one barrier per tile for 64-wide heads (under measurement), 1 two-pass WMMA, 0 off (the FFMA kernel)"),
+    PYG_OPTION_INT(cuda_options, fa_mma, 0, 2, "prefill flash attention on tensor cores: 2 mma.sync with an online softmax (default; sm_80+, f16 or no mask, else 1 runs), 1 two-pass WMMA, 0 off (the FFMA kernel)"),
     PYG_OPTION_BOOL(cuda_options, blas, "prefill GEMMs through cuBLAS where it opens (default 1)"),
     PYG_OPTION_INT(cuda_options, blas_min_n, 1, INT32_MAX, "smallest N sent to the cuBLAS GEMM path (default 32)"),
     PYG_OPTION_INT(cuda_options, blas_chunk_mb, 1, 1 << 16, "converted weights per chunk, MiB (default 128)"),

@@ -18,7 +18,7 @@ struct cuda_options {
     int64_t fuse;          /* 1: plan-time fusion and grouping of adjacent nodes (graph.cu) */
     int64_t mmvq;          /* int8 mat-vec for quantized weights: MMVQ_OFF / _AUTO (not q6_K) / _ALL */
     int64_t mma;           /* 1: our tensor-core GEMMs where cuBLAS does not take a node */
-    int64_t fa_mma;        /* prefill flash attention on tensor cores: 0 off, 1 two-pass WMMA, 2 mma.sync online softmax (3: one barrier per tile at D = 64) */
+    int64_t fa_mma;        /* prefill flash attention on tensor cores: 0 off, 1 two-pass WMMA, 2 mma.sync online softmax */
     int64_t blas;          /* 1: prefill GEMMs through cuBLAS where it opens */
     int64_t blas_min_n;    /* smallest N (src1 columns) sent to the cuBLAS/converted-operand GEMM */
     int64_t blas_chunk_mb; /* converted weights per chunk, MiB */

@@ -7,7 +7,8 @@
  * thread, barriers for __syncthreads, and warp-wide exchanges for shuffles and mma). DevThr below is
  * the device side; a __global__ wrapper builds one and calls the body.
  *
- * Members (both sides): tid, lane, warp, nthreads; bx, by (blockIdx.x/.y); sync(); shfl_xor(v, m)
+ * Members (both sides): tid, lane, warp, nthreads; bx, by (blockIdx.x/.y); sync(); sync_or(v) (a
+ * barrier returning the OR of v over the block); shfl_xor(v, m)
  * for float and int; any(v) (warp vote); mma16832 / mma16816 (int8 tensor-core products) and
  * mma_f16 (m16n8k16, f16 operands, f32 accumulators), ldsm4 / ldsm4t (ldmatrix .x4, plain and
  * .trans), only where PYG_GPU_HAS_INT8_MMA; cp16 / cp_commit / cp_wait<N> (16-byte copies global ->
@@ -30,6 +31,8 @@ struct DevThr {
         : tid((int)threadIdx.x), lane((int)threadIdx.x % PYG_WARP_SIZE), warp((int)threadIdx.x / PYG_WARP_SIZE),
           nthreads((int)blockDim.x), bx(blockIdx.x), by(blockIdx.y) {}
     __device__ __forceinline__ void sync() const { __syncthreads(); }
+    /* a barrier that also returns whether v was true for some thread of the block */
+    __device__ __forceinline__ bool sync_or(bool v) const { return __syncthreads_or(v) != 0; }
     __device__ __forceinline__ float shfl_xor(float v, int m) const { return gpu_shfl_xor(v, m); }
     __device__ __forceinline__ int shfl_xor(int v, int m) const { return gpu_shfl_xor(v, m); }
 #ifdef PYG_GPU_HAS_INT8_MMA

@@ -48,6 +48,7 @@ struct HostWarp {
 
 struct HostBlock {
     HostBarrier bar;
+    int or_flag = 0; /* sync_or: written and read between barriers */
     std::vector<HostWarp> warps;
     std::vector<unsigned char> smem;
 };
@@ -122,6 +123,18 @@ struct HostThr {
     HostBlock *blk;
     HostWarp &w() const { return blk->warps[warp]; }
     void sync() const { blk->bar.wait(); }
+    bool sync_or(bool v) const {
+        blk->bar.wait(); /* every thread is past the previous call's read and reset */
+        if (v) {
+            std::lock_guard<std::mutex> l(blk->bar.m);
+            blk->or_flag = 1;
+        }
+        blk->bar.wait();
+        const bool r = blk->or_flag != 0;
+        blk->bar.wait();
+        if (tid == 0) blk->or_flag = 0;
+        return r;
+    }
     uint32_t xchg(uint32_t v, int src) const {
         HostWarp &hw = w();
         hw.x[lane][0] = v;
