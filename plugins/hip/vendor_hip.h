@@ -159,7 +159,7 @@ __device__ __forceinline__ unsigned int pyg_hip_vsub4(unsigned int a, unsigned i
  * PYG_NATIVE: __global__ __device__ __host__ __shared__ __forceinline__ __launch_bounds__ __align__
  * PYG_NATIVE: __syncthreads __float2int_rn __uint_as_float __float_as_uint __half __half2float
  * PYG_NATIVE: __float2half_rn float4 uint4 int4 __attribute__ __CUDA_ARCH__
- * PYG_NATIVE: __popc __threadfence
+ * PYG_NATIVE: __popc __threadfence __syncthreads_or
  */
 
 #endif /* PYG_HIP_VENDOR_H */

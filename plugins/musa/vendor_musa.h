@@ -112,7 +112,7 @@ typedef __mt_bfloat16 gpu_bf16;
  * PYG_NATIVE: __syncthreads __float2int_rn __uint_as_float __float_as_uint __half __half2float
  * PYG_NATIVE: __float2half_rn __float2bfloat16_rn __shfl_xor_sync __shfl_sync __dp4a __vsub4
  * PYG_NATIVE: float4 uint4 int4 __attribute__ __CUDA_ARCH__
- * PYG_NATIVE: __popc __threadfence
+ * PYG_NATIVE: __popc __threadfence __syncthreads_or
  */
 
 #endif /* PYG_MUSA_VENDOR_H */
