@@ -13,7 +13,10 @@
  *            of plugin.h; the CUDA plugin since the fix: a copy on an internal stream, then a wait
  *            for that stream);
  *   staged:  the default-queue copy as it is (the CUDA plugin before the fix): the bytes land
- *            copy_latency_us later, and work queued on a stream meanwhile reads the old ones. The
+ *            copy_latency_us after the host next waits for the default queue (a blocking copy
+ *            does), or TD_HOLD_MAX_US after they were queued, whichever is first, and work queued
+ *            on a stream meanwhile reads the old ones. (Landing after a fixed latency raced a
+ *            stream copy of the same latency: a loaded CI machine saw the new bytes.) The
  *            sanitizer reports such a read (the landing is a pending write of the default queue,
  *            which no host wait on a stream covers).
  */
@@ -93,6 +96,7 @@ static pyg_error *staged_write(pyg_buffer *dst, uint64_t offset, const void *src
     memcpy(copy, src, (size_t)size);
     c->kind = TD_CMD_WRITE;
     c->latency_us = dst->dev->cfg.copy_latency_us;
+    c->hold = 1;
     c->dst = dst->base + offset;
     c->src = copy;
     c->owned = copy;

@@ -97,6 +97,14 @@ static void *worker(void *arg) {
         pyg_error *e = NULL;
         int san = 0, trace = td.trace;
         int64_t t0 = trace ? now_us() : 0;
+        if (c->hold) { /* a staged landing: late until the host asks for it (bounded) */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += TD_HOLD_MAX_US / 1000000;
+            int rc = 0;
+            while (s->drain_target < c->seq && !s->quit && rc != ETIMEDOUT)
+                rc = pthread_cond_timedwait(&td.cv, &td.mu, &until);
+        }
         if (c->kind == TD_CMD_WAIT) {
             while (c->wait_stream->done < c->wait_seq) pthread_cond_wait(&td.cv, &td.mu);
         } else if (c->kind != TD_CMD_RECORD) {
@@ -238,6 +246,10 @@ pyg_error *td_stream_create_hidden(pyg_device *dev, pyg_stream **out) {
 
 void td_host_drain(pyg_stream *s) {
     uint64_t target = s->enq;
+    if (s->drain_target < target) {
+        s->drain_target = target;
+        pthread_cond_broadcast(&td.cv); /* wakes a held landing */
+    }
     while (s->done < target) pthread_cond_wait(&td.cv, &td.mu);
     td_clock snap = { 0 };
     if (!td_clock_copy(&snap, &s->clock) && !td_clock_set(&snap, s->id, target)) td_clock_join(&td.host, &snap);

@@ -136,6 +136,9 @@ typedef enum td_cmd_kind {
     TD_CMD_WAIT,
 } td_cmd_kind;
 
+/* The longest a staged landing waits for the host to drain its queue before it lands anyway. */
+#define TD_HOLD_MAX_US 2000000
+
 typedef struct td_cmd {
     td_cmd_kind kind;
     uint64_t seq;
@@ -146,6 +149,9 @@ typedef struct td_cmd {
     uint64_t size;
     uint8_t *snapshot;        /* sanitizer: host bytes of an async write, taken at enqueue */
     uint8_t *owned;           /* a staged copy of the source, freed with the command */
+    int hold;                 /* a staged landing: runs only once the host drains its queue (or
+                                 TD_HOLD_MAX_US passed), so work queued meanwhile on a stream reads
+                                 the old bytes whatever the load on the machine */
     pyg_graph_plan *plan;
     struct pyg_stream *wait_stream;
     uint64_t wait_seq;
@@ -162,6 +168,7 @@ struct pyg_stream {
     td_cmd *head, *tail;
     uint64_t enq;             /* last command queued */
     uint64_t done;            /* last command completed (FIFO: all before it too) */
+    uint64_t drain_target;    /* the host waits for the commands up to this one (td_host_drain) */
     int quit, destroyed;
     td_clock clock;           /* what is ordered before the next command queued here */
     pyg_error *err;           /* first asynchronous failure, reported once */
