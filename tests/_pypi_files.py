@@ -45,8 +45,11 @@ def _download(dist: str, version: str, binary: bool) -> str:
         return found[0]
     tmp = tempfile.mkdtemp(dir=d, prefix=".dl-")
     try:
+        # the sdist of this one package only: pip still prepares its metadata, and with
+        # `--no-binary :all:` it built the build requirements (cmake) from source too, half an hour
+        # on CI's two cores
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-               "-d", tmp, f"{dist}=={version}", "--only-binary" if binary else "--no-binary", ":all:"]
+               "-d", tmp, f"{dist}=={version}", "--only-binary" if binary else "--no-binary", ":all:" if binary else dist]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         except subprocess.TimeoutExpired:
