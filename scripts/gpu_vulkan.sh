@@ -20,16 +20,14 @@
 # with the tree's own when .git travels, and records both).
 #
 # Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
-# GPU_VK_VARIANTS ("new fadec mv3p ropest glu mv3r8": new = default device options (since 1a36ae3: matvec=3,
-# norm_v=2, gemm_v=3, fa=auto -> flash_attn_cm), fadec = fa_v=3 (flash_attn_dec.comp: decode attention
-# with the KV split's merge folded into the split pass and every load of a chunk issued up front),
-# mv3p = matvec=4 (mul_mat_vec3p: the next chunk's weights loaded before this chunk's dot), ropest =
-# fuse_rope=1 (rope_store: the k rope and its cache write as one dispatch), glu = fuse_glu=1
-# (mul_mat_vec3g: gate, up and their swiglu as one dispatch), mv3r8 =
-# mul_mat_vec3 with 8 rows per workgroup (twice the workgroups), all tested on lavapipe only; also
-# mv3 norm2 facm gemm3 (now the defaults), fakd = fa_v=2 (flash_attn2), gemm1, tile128, tile64,
+# GPU_VK_VARIANTS ("new fa1": new = default device options (matvec=3, norm_v=2, gemm_v=3, fa=auto ->
+# flash_attn_cm since 1a36ae3; fa_v=3, flash_attn_dec.comp, since the H200 run at 7942149), fa1 =
+# fa_v=1 (the flash_attn.comp split + merge it replaced); also fadec = fa_v=3, mv3p = matvec=4
+# (mul_mat_vec3p: no faster at 7942149), ropest = fuse_rope=1 (rope_store: within 1%), glu = fuse_glu=1
+# (mul_mat_vec3g: slower), mv3r8 = mul_mat_vec3 with 8 rows per workgroup (no better),
+# mv3 norm2 facm gemm3 (defaults), fakd = fa_v=2 (flash_attn2), gemm1, tile128, tile64,
 # rows1, rows4, mv3r32, norm1, old = matvec=1 gemm=tiled fa=scalar norm_v=1),
-# GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"), GPU_VK_PROFILE_VARIANTS ("new next": next =
+# GPU_VK_PROFILE (1; 0 skips the per-kernel profile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"), GPU_VK_PROFILE_VARIANTS ("new next": next =
 # fadec + mv3p + ropest + glu at once, whose kernels profile as separate shaders: flash_attn_dec
 # against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
 # rope + set_rows, mul_mat_vec3g against the gate/up mul_mat_vec3 + elementwise.swiglu),
@@ -91,14 +89,16 @@ t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s):
 BENCH_RC=skipped; PROF_RC=skipped
 if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
-    say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new next}) next to CUDA: $PROF_MODELS"
-    timeout $(( $(left) / 2 > 60 ? $(left) / 2 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \
-        --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new next} 2>&1 | tee "$WORK/profile.log"
-    PROF_RC=$?
-    pack
-    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fadec mv3p ropest glu mv3r8}) next to CUDA: $MODELS"
+    if [ "${GPU_VK_PROFILE:-1}" != 0 ]; then   # GPU_VK_PROFILE=0: benches only
+        say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new next}) next to CUDA: $PROF_MODELS"
+        timeout $(( $(left) / 2 > 60 ? $(left) / 2 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \
+            --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new next} 2>&1 | tee "$WORK/profile.log"
+        PROF_RC=$?
+        pack
+    fi
+    say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new fadec mv3p ropest glu mv3r8} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new fa1} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

@@ -9,10 +9,11 @@ old: matvec=1 gemm=tiled fa=scalar norm_v=1, the kernels before issue 18; norm1:
 workgroup layer norm; mv3r8 / mv3r32: mul_mat_vec3 with 8 / 32 rows per workgroup instead of 16;
 rows1/rows4: mul_mat_vec2's rows per subgroup; tile64: the GEMM's smaller tile; fakd: fa_v=2,
 flash_attn2; fadec: fa_v=3, flash_attn_dec.comp, the decode attention with its KV split's merge
-folded in and every load of a chunk issued up front (awaiting a GPU run); mv3p: matvec=4,
-mul_mat_vec3p, the mat-vec with the next chunk's weights loaded ahead (awaiting a GPU run); ropest:
-fuse_rope=1, the k rope and its cache write as one dispatch (awaiting a GPU run); glu: fuse_glu=1,
-gate, up and swiglu as one dispatch (awaiting a GPU run); next: fadec + mv3p + ropest + glu, for the
+folded in and every load of a chunk issued up front (the default since 7942149's H200 run); fa1:
+fa_v=1, the flash_attn.comp split + merge it replaced; mv3p: matvec=4, mul_mat_vec3p, the mat-vec
+with the next chunk's weights loaded ahead (no faster at 7942149); ropest: fuse_rope=1, the k rope
+and its cache write as one dispatch (within 1%); glu: fuse_glu=1, gate, up and swiglu as one
+dispatch (slower); next: fadec + mv3p + ropest + glu, for the
 profile; mv3 norm2 facm gemm3: the defaults since 1a36ae3, kept as names),
 and the Vulkan / CUDA ratios. The add+norm fusion follows the device option fuse (on by default).
 profile: GPU time per kernel over `--steps` decode tokens and one 512-token prefill, CUDA kernels
@@ -46,20 +47,22 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "gemm3": {"gemm_v": "3"},
             # decode attention by eight invocations per key, subgroup reductions (flash_attn2; H200 at 8ba9c65: tg unchanged)
             "fakd": {"fa_v": "2"},
-            # decode attention with the merge in the split pass, loads issued up front (flash_attn_dec; awaiting a GPU run)
+            # decode attention with the merge in the split pass, loads issued up front (flash_attn_dec;
+            # the default since the H200 run at 7942149); fa1 is the earlier flash_attn.comp split + merge
             "fadec": {"fa_v": "3"},
-            # mul_mat_vec3 with the next chunk's weights loaded ahead (mul_mat_vec3p; awaiting a GPU run)
+            "fa1": {"fa_v": "1"},
+            # mul_mat_vec3 with the next chunk's weights loaded ahead (mul_mat_vec3p; H200 at 7942149: no faster)
             "mv3p": {"matvec": "4"},
-            # the k rope and its cache write as one dispatch (rope_store; awaiting a GPU run)
+            # the k rope and its cache write as one dispatch (rope_store; H200 at 7942149: within 1%)
             "ropest": {"fuse_rope": "1"},
-            # gate, up and their swiglu as one dispatch (mul_mat_vec3g; awaiting a GPU run)
+            # gate, up and their swiglu as one dispatch (mul_mat_vec3g; H200 at 7942149: slower)
             "glu": {"fuse_glu": "1"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"fuse_rope": "0", "fuse_glu": "0", "fa_v": "1", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):
