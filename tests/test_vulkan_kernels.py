@@ -331,7 +331,8 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
     64-key blocks; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
     primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe);
     fa=coopmat runs it on the tensor cores (refused without them); fa=auto runs flash_attn_cm
-    where the device has cooperative matrices (the NVIDIA driver), else flash_attn.comp."""
+    where the device has cooperative matrices (the NVIDIA driver), else flash_attn.comp; fa=scalar
+    runs flash_attn.comp (the KV split off)."""
     from pyggml.conformance import reference as R
     if fa == "coopmat" and not _has_coopmat():
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
@@ -353,7 +354,10 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
                        mv.astype(np.float64), 1 / np.sqrt(D), max_bias, 0.0)
     assert ref.shape == (1, n_q, H, D)
     ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
-    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa}, "flash_attn '")
+    # scalar: flash_attn.comp itself, with the KV split off (where a GPU takes the split, fa_v=3's
+    # flash_attn_dec.comp would run instead: tested by test_fa_dec)
+    opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa}
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, opts, "flash_attn '")
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} ({kernels})"
     if fa == "scalar" or (fa == "auto" and not _has_coopmat()):
         assert kernels == ["flash_attn"]
