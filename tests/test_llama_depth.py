@@ -89,3 +89,47 @@ def test_forward_for_rejects_extents_outside_the_context(tmp_path):
         assert m.forward_for(2, n_kv=None).n_kv == 64
     finally:
         m.close()
+
+
+def _causal(T, n, p0):
+    m = np.full((T, n), -np.inf, np.float16)
+    for i in range(T):
+        m[i, :p0 + i + 1] = 0
+    return m
+
+
+def test_causal_mask_rewrites_only_what_changed():
+    """set_causal_mask keeps what the mask encodes and rewrites only the columns that differ: over
+    forward, repeated, backward and far jumps (and a slot mask passed with its own state) the
+    result equals a mask built from nothing, and a repeat writes nothing."""
+    T, n = 8, 64
+    f = llama._Forward.__new__(llama._Forward)
+    f.T, f._tri, f._mask_p0 = T, None, None
+    f.mask = np.full((1, 1, T, n), -np.inf, np.float16)
+    slot, was = np.full_like(f.mask, 7.0), None        # garbage: the first use writes all of it
+    for p0 in (0, 8, 16, 16, 9, 40, 3, 56, 0, 31):
+        f.set_causal_mask(p0)
+        assert np.array_equal(f.mask[0, 0], _causal(T, n, p0)), p0
+        was = f.set_causal_mask(p0, slot, was)
+        assert np.array_equal(slot[0, 0], _causal(T, n, p0)), p0
+    f.mask.flags.writeable = False                     # the same p0 again: nothing to write
+    f.set_causal_mask(31)
+
+
+def test_prefills_after_reset_match_float64(tmp_path):
+    """Chunked prefills whose masks are updated in place (one chunk; and groups of equal chunks
+    as pipelined micro-batches, each with its kept slot mask) at other positions after reset()
+    give the float64 logits."""
+    path, toks, ref = _reference(tmp_path, 48, seed=3)
+    m = models.load(path, n_ctx=64, n_batch=8, progress=False)
+    try:
+        errs = []
+        for n in (40, 20, 48, 40, 13):
+            m.reset()
+            errs.append(nmse(m.prefill(toks[:n]), ref[n - 1]))
+        m.reset()
+        errs.append(nmse(m.prefill(toks[:13]), ref[12]))
+        errs.append(nmse(m.prefill(toks[13:45]), ref[44]))   # four chunks of 8 from p0 = 13
+        assert max(errs) < NMSE_LIMIT, ["%.1e" % e for e in errs]
+    finally:
+        m.close()

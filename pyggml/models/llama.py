@@ -94,16 +94,31 @@ class _Forward:
                       self.names["kv_idx"]: np.zeros(T, np.int32), self.names["mask"]: self.mask}
         self.visible = 0       # decode (T=1): mask cells [0, visible) are already 0
         self._tri = None       # prefill: the causal (T, T) block of the mask, built on first use
+        self._mask_p0 = None   # prefill: the p0 self.mask encodes (None: not set yet)
+        self._mb_masks = []    # pipelined micro-batches: [mask, the p0 it encodes] per slot
 
-    def set_causal_mask(self, p0, mask=None):
-        """Prefill from position p0: query i sees cells [0, p0 + i] (into self.mask or `mask`)."""
-        m = (self.mask if mask is None else mask)[0, 0]
-        T = self.T
+    def set_causal_mask(self, p0, mask=None, was=None):
+        """Prefill from position p0: query i sees cells [0, p0 + i] (into self.mask or `mask`).
+
+        Only the columns that differ from what the mask encodes now are written: self.mask's
+        own state, or `was` (the p0 that `mask` was last set for; None: unknown, so all of it).
+        From p0' to p0 those are [min, max + T): at depth 16384 a 512-token chunk rewrites 1 MiB
+        instead of the whole 17 MiB (3.5 ms of numpy on a 2-core dev machine, against a 24 ms
+        chunk on the H200). Returns p0."""
+        if mask is None:
+            mask, was = self.mask, self._mask_p0
+        m = mask[0, 0]
+        T, n = self.T, m.shape[1]
         if self._tri is None:
             self._tri = np.triu(np.full((T, T), -np.inf, np.float16), 1)
-        m[:, :p0] = 0
-        m[:, p0:p0 + T] = self._tri
-        m[:, p0 + T:] = -np.inf
+        lo, hi = (0, n) if was is None else (min(was, p0), min(n, max(was, p0) + T))
+        if was != p0:
+            m[:, lo:p0] = 0
+            m[:, p0:p0 + T] = self._tri
+            m[:, p0 + T:hi] = -np.inf
+        if mask is self.mask:
+            self._mask_p0 = p0
+        return p0
 
     def set_decode_mask(self, p0):
         """One query at position p0: cells [0, p0] visible (only the newly visible ones written)."""
@@ -314,10 +329,13 @@ class Model(TextMixin):
         """Equal chunks as pipelined micro-batches (Scheduler.compute_batches): with layers on
         several devices, chunk m + 1 runs on the first devices while m runs on the next."""
         feeds, p = [], self.n_past
-        for tk in token_chunks:
+        for k, tk in enumerate(token_chunks):
             pos = np.arange(p, p + f.T, dtype=np.int32)
-            mask = np.empty_like(f.mask)                   # each micro-batch its own: all are queued at once
-            f.set_causal_mask(p, mask)
+            if k == len(f._mb_masks):                      # each micro-batch its own: all are queued at once
+                f._mb_masks.append([np.full_like(f.mask, -np.inf), None])
+            slot = f._mb_masks[k]                          # kept for the next call (compute_batches returns
+            mask = slot[0]                                 # when every input has been read)
+            slot[1] = f.set_causal_mask(p, mask, slot[1])
             feeds.append({f.names["tokens"]: np.asarray(tk, np.int32), f.names["pos"]: pos, f.names["kv_idx"]: pos,
                           f.names["mask"]: mask})
             p += f.T
