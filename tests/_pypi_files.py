@@ -49,7 +49,7 @@ def _download(dist: str, version: str, binary: bool) -> str:
         # `--no-binary :all:` it built the build requirements (cmake) from source too, half an hour
         # on CI's two cores
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-               "-d", tmp, f"{dist}=={version}", "--only-binary" if binary else "--no-binary", ":all:" if binary else dist]
+               "-d", tmp, f"{dist}=={version}", *(["--only-binary", ":all:"] if binary else ["--no-binary", dist])]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         except subprocess.TimeoutExpired:

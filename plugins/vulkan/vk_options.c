@@ -29,10 +29,11 @@
  *                flash_attn_dec.comp for nodes the KV split takes (the merge in the split's last
  *                workgroup, loads issued up front; f16 K/V, 16-byte aligned rows; H200 at 7942149:
  *                tg128 1b q4_0 594 vs 496 t/s, 7b 219 vs 164, 1b q4_K 450 vs 388, 7b 126 vs 106
- *                against 1), every other node as 1; 1 flash_attn.comp, one invocation per key; 2 flash_attn2 (FA_V2), where the device has
- *                subgroup arithmetic: eight invocations per key, each a strided eighth of the K row
- *                (loads a subgroup spreads over a few rows, not one word of 32 rows), and the
- *                softmax reductions through subgroup operations (H200: tg unchanged)
+ *                against 1), every other node as 1; 1 flash_attn.comp, one invocation per key;
+ *                2 flash_attn2 (FA_V2), where the device has subgroup arithmetic: eight
+ *                invocations per key, each a strided eighth of the K row (loads a subgroup
+ *                spreads over a few rows, not one word of 32 rows), and the softmax reductions
+ *                through subgroup operations (H200: tg unchanged)
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
