@@ -23,8 +23,9 @@
 #      cuda:fa_mma=1 (the older kernels) and the summary says so;
 #   3. while llama-bench still builds (these runs are marked during_peer_build in the summary: the
 #      compile loads the CPU; with llama-bench built already they run after step 4, time left): tg128 at depth 0 with n_ctx 512 and 16896 (the n_ctx cost),
-#      and the earlier prefill flash attention (-O cuda:fa_mma=1, the two-pass WMMA kernel) for pp512 at
-#      each depth (1b q4_0) and at 0 and 16384 (7b q4_0);
+#      1b q4_0 tg128 at depth 0 and 4096 with qkv_rope=0, with pdl=0 and with the defaults (the
+#      decode launches of this round, each off once), and the kernels of a 1b decode token under
+#      PyTorch's profiler (scripts/profile_decode.py);
 #   4. once llama-bench is there (or at the latest when DEPTH_BENCH_PEER_WAIT_S, default 360 s, have
 #      passed: then without the llama.cpp column; on a warm machine it is built already), the decode-at-depth table:
 #      `pyggml bench --depth 0,4096,16384 -p 512 -n 128 --llama-bench PATH` for 1b q4_0, 7b q4_0 and
@@ -95,15 +96,16 @@ say "build rc=$BUILD_RC"
 
 # 2. correctness
 say "tests: the decode flash attention (fa_decode x fa_sparse), the flash-attention paths, the model at depth"
-timeout 200 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_fattn_dec.py tests/test_cuda_fattn_mma.py tests/test_llama_depth.py \
-    tests/test_ops.py tests/test_cuda_build.py -k "flash or fattn or depth or extent" >"$OUT_DIR/pytest.log" 2>&1
+timeout 240 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_fattn_dec.py tests/test_cuda_fattn_mma.py tests/test_llama_depth.py \
+    tests/test_ops.py tests/test_cuda_build.py tests/test_cuda_qkv_rope.py tests/test_cuda_repack.py \
+    -k "flash or fattn or depth or extent or qkv or rope or fused or prequant or decode or repacked" >"$OUT_DIR/pytest.log" 2>&1
 TEST_RC=$?
 tail -15 "$OUT_DIR/pytest.log" | tee -a "$LOG"
 TEST_SUMMARY=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT_DIR/pytest.log" | tail -1)
 DEVOPT=()
 if [ $TEST_RC -ne 0 ]; then
-    DEVOPT=(-O "$OPTDEV:fa_decode=0" -O "$OPTDEV:fa_mma=1")
-    say "TESTS FAILED (rc=$TEST_RC): the benches run with the older kernels (fa_decode=0, fa_mma=1)"
+    DEVOPT=(-O "$OPTDEV:fa_decode=0" -O "$OPTDEV:fa_mma=1" -O "$OPTDEV:qkv_rope=0")
+    say "TESTS FAILED (rc=$TEST_RC): the benches run with the older kernels (fa_decode=0, fa_mma=1, qkv_rope=0)"
 fi
 pack
 
@@ -137,8 +139,16 @@ diagnostics() {
     DIAG_DONE=1
     bench 1b_q4_0_nctx512 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 512 --no-peer "${DEVOPT[@]}"
     bench 1b_q4_0_nctx16896 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 16896 --no-peer "${DEVOPT[@]}"
-    bench 1b_q4_0_fa_mma1 60 $S:q4_0 -p 512 -n 0 --depth $DEPTHS --no-peer -O "$OPTDEV:fa_mma=1"
-    bench 7b_q4_0_fa_mma1 60 $L:q4_0 -p 512 -n 0 --depth 0,16384 --no-peer -O "$OPTDEV:fa_mma=1"
+    # the decode launches of this round, each turned off once (same models, depth 0 and 4096)
+    bench 1b_q4_0_qkv_rope0 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer -O "$OPTDEV:qkv_rope=0" "${DEVOPT[@]}"
+    bench 1b_q4_0_pdl0 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer -O "$OPTDEV:pdl=0" "${DEVOPT[@]}"
+    bench 1b_q4_0_new 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer "${DEVOPT[@]}"
+    if [ "$(left)" -gt 60 ] && $PY -c "import torch" 2>/dev/null; then   # the kernels of a decode token
+        say "profile: 1b q4_0 decode kernels (scripts/profile_decode.py)"
+        timeout 60 $PY scripts/profile_decode.py $S:q4_0 --steps 16 --devices "$DEV" >"$OUT_DIR/profile-decode-1b.txt" 2>&1
+        head -30 "$OUT_DIR/profile-decode-1b.txt" | tee -a "$LOG"
+        pack
+    fi
 }
 peer_building && diagnostics
 while peer_building && [ "$(elapsed)" -lt "$PEER_WAIT" ]; do sleep 3; done

@@ -8,6 +8,7 @@
 #ifndef PYG_CUDA_COMMON_CUH
 #define PYG_CUDA_COMMON_CUH
 
+#include <math.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "vendor.h"
@@ -35,6 +36,31 @@ static inline tview make_view(const pyg_tensor *t) {
     for (int i = 0; i < 4; i++) { v.ne[i] = t->ne[i]; v.nb[i] = (int64_t)t->nb[i]; }
     return v;
 }
+
+/* ---------------------------------------------------------------- programmatic dependent launch
+ * A kernel launched with launch_maybe_pdl(1, ...) may start while the kernel before it in the stream
+ * finishes (CUDA, sm_90: the launch overlaps that kernel's tail). Every block of it must call
+ * pdl_wait() before it reads or writes anything that kernel or an earlier one touches; then a
+ * kernel's completion still implies its predecessor's. Without PYG_GPU_HAS_PDL both are plain. */
+__device__ __forceinline__ void pdl_wait() {
+#ifdef PYG_GPU_HAS_PDL
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#endif
+}
+
+#ifndef PYG_GPU_HOST_EMU /* the host emulation (test/vendor_emu.h) launches its own way */
+template <typename... P, typename... A>
+static inline gpuError_t launch_maybe_pdl(int pdl, void (*k)(P...), dim3 grid, dim3 block, gpuStream_t s, A... args) {
+#ifdef PYG_GPU_HAS_PDL
+    if (pdl) return gpu_launch_pdl(k, grid, block, 0, s, args...);
+#endif
+    (void)pdl;
+    k<<<grid, block, 0, s>>>(args...);
+    return gpuGetLastError();
+}
+#endif
 
 /* ---------------------------------------------------------------- plain type conversions */
 
@@ -91,6 +117,28 @@ PYG_HD uint16_t f32_to_bf16_bits(float f) {
     uint32_t u = f32_as_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+/* Round to nearest even (IEEE binary16); NaN stays a quiet NaN, overflow gives infinity. */
+PYG_HD uint16_t f32_to_f16_bits(float f) {
+#ifdef __CUDA_ARCH__
+    const gpu_half h = gpu_float2half(f);
+    return *(const uint16_t *)&h;
+#else
+    const uint32_t u = f32_as_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and up round to infinity */
+    if (a < 0x38800000u) return (uint16_t)(sign | (uint32_t)rintf(bits_as_f32(a) * 16777216.0f)); /* subnormal */
+    const uint32_t r = a - 0x38000000u;                     /* exponent rebased to 15 */
+    return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+#endif
+}
+
+/* v stored as a plain float type (f32, f16, bf16), host+device */
+PYG_HD void store_plain(char *p, int type, float v) {
+    if (type == PYG_TYPE_F16) *(uint16_t *)p = f32_to_f16_bits(v);
+    else if (type == PYG_TYPE_BF16) *(uint16_t *)p = f32_to_bf16_bits(v);
+    else *(float *)p = v;
 }
 
 __device__ __forceinline__ float load_f(const char *p, int type) {
@@ -407,6 +455,11 @@ int basic_launch_set_rows_pair(const pyg_tensor *x, const pyg_tensor *y, op_ctx 
 int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
                     const cuda_repack *ry);
 int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c);
+/* A decode layer's q/k/v mat-vecs, its q and k ropes and its K/V cache writes: the 7 plan nodes
+ * from nodes[i] (of n) as one launch (qkv_rope.cu, which states the pattern; rp: the plan's repacked
+ * weights per node), and that launch of nodes[0..6]. */
+int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp);
+int mul_mat_launch_qkv_rope(const pyg_tensor *const *nodes, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */

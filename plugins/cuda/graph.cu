@@ -12,8 +12,9 @@
 
 /* Per launch (plan->quant): writes the next launch's int8 activations (Q_OUT) / reads its own from the
  * launch before (Q_IN), in region 1 instead of 0 (Q_OUT1 / Q_IN1: a launch that does both writes the
- * other region than it reads); Q_GLU: a gate/up mat-vec pair and its swiglu as one launch. */
-enum { Q_OUT = 1, Q_IN = 2, Q_OUT1 = 4, Q_IN1 = 8, Q_GLU = 16 };
+ * other region than it reads); Q_GLU: a gate/up mat-vec pair and its swiglu as one launch; Q_QKV: a
+ * layer's q/k/v mat-vecs, ropes and K/V cache writes as one launch (qkv_rope.cu). */
+enum { Q_OUT = 1, Q_IN = 2, Q_OUT1 = 4, Q_IN1 = 8, Q_GLU = 16, Q_QKV = 32 };
 
 struct pyg_graph_plan {
     pyg_device *dev;
@@ -201,7 +202,10 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
                  (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))
             g = 2;
-        else {
+        else if (qkv_rope_can(p->nodes, p->n_nodes, i, p->rp)) {
+            g = 7; /* q/k/v, their ropes and the cache writes: one launch */
+            p->quant[i] |= Q_QKV;
+        } else {
             while (i + g < p->n_nodes && g < 4 && mul_mat_can_group(p->nodes[i], p->nodes[i + g])) g++;
             if (g == 2 && i + 2 < p->n_nodes && p->rp &&
                 mul_mat_can_glu(p->nodes[i], p->nodes[i + 1], p->nodes[i + 2], p->rp[i], p->rp[i + 1])) {
@@ -299,6 +303,7 @@ static pyg_error *launch_all(pyg_graph_plan *p, pyg_stream *s) {
                  : op == PYG_OP_ROPE     ? rows_launch_rope_pair(p->nodes[i], p->nodes[i + 1], &c)
                  : op == PYG_OP_SET_ROWS ? basic_launch_set_rows_pair(p->nodes[i], p->nodes[i + 1], &c)
                  : (q & Q_GLU)           ? mul_mat_launch_glu(p->nodes + i, &c)
+                 : (q & Q_QKV)           ? mul_mat_launch_qkv_rope(p->nodes + i, &c)
                                          : mul_mat_launch_group(p->nodes + i, p->group[i], &c);
         if (st != PYG_OK)
             return pyg_cuda_error(st, "node '%s' (%s): %s", p->nodes[i]->name, pyg_op_name(p->nodes[i]->op), err);

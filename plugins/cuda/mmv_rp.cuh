@@ -12,7 +12,8 @@
  *
  * K <= 24576 (J <= 3: KW = ceil(K / 32 / (32 J)) <= 8 warps). Up to MVR_MAX matrices of one type and
  * K run in one launch (a layer's q/k/v, gate/up): block b belongs to matrix g where blk0[g] <= b; a
- * gate/up pair can also run with its swiglu as one launch (mvr_glu_body).
+ * gate/up pair can also run with its swiglu as one launch (mvr_glu_body), and a layer's q/k/v with
+ * the ropes of q and k and the K/V cache writes (mvr_qkv_body).
  * Host test: plugins/cuda/test/rp_host.cu runs mvr_body on an emulated block (simt_host.h).
  */
 #ifndef PYG_CUDA_MMV_RP_CUH
@@ -20,6 +21,7 @@
 #include "simt.cuh"
 #include "repack.cuh"
 #include "mmvq.cuh"
+#include "rope.cuh"
 
 #ifndef MVR_MAX
 #define MVR_MAX 4     /* matrices per launch */
@@ -295,6 +297,83 @@ PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
             const int64_t row = r0 + t.tid;
             if (row < w.M) a.dst[g][row] = v;
         }
+    }
+}
+
+/* What a layer's q/k/v launch does with each matrix's rows (mvr_qkv_body), per matrix g: */
+#define MVR_ST_F32 0        /* dst[g][row] = the sum (what mvr_body stores) */
+#define MVR_ST_ROPE 1       /* the row pair (2i, 2i + 1) of a head rotated, into dst[g] (the rope's output) */
+#define MVR_ST_ROPE_CACHE 2 /* rotated, into cache row idx[0] (the K write; the rope's own output is dead) */
+#define MVR_ST_CACHE 3      /* the sum into cache row idx[0] (the V write) */
+struct mvr_qkv {
+    int kind[MVR_MAX];
+    char *cache[MVR_MAX];          /* the cache's data; column `row` of cache row r at r * cnb1 + row * cnb0 */
+    int ctype[MVR_MAX];            /* f32, f16 or bf16 */
+    int64_t cnb0[MVR_MAX], cnb1[MVR_MAX], crows[MVR_MAX];
+    const char *idx[MVR_MAX];      /* the set_rows index of the one token (an index outside [0, crows) writes nothing) */
+    int itype[MVR_MAX];            /* i32 or i64 */
+    const int32_t *pos;            /* the token's position */
+    const float *ff;               /* frequency factors (rp.has_ff) */
+    rope_params rp;                /* normal (not neox) pairs, n_dims even, <= D */
+    int64_t D;                     /* rows per head */
+};
+
+PYG_HD void mvr_qkv_store(const mvr_qkv &e, int g, float *dst, int64_t row, float v, float partner) {
+    const int kind = e.kind[g];
+    float y = v;
+    if (kind == MVR_ST_ROPE || kind == MVR_ST_ROPE_CACHE) {
+        const int64_t d = row % e.D;
+        if (d < e.rp.n_dims) {
+            float c, s;
+            rope_cs(e.rp, (float)e.pos[0], d / 2, e.ff, &c, &s);
+            y = (d & 1) ? partner * s + v * c : v * c - partner * s; /* (x0, x1) -> (x0 c - x1 s, x0 s + x1 c) */
+        }
+    }
+    if (kind == MVR_ST_F32 || kind == MVR_ST_ROPE) {
+        dst[row] = y;
+        return;
+    }
+    const int64_t r = e.itype[g] == PYG_TYPE_I64 ? *(const int64_t *)e.idx[g] : (int64_t)*(const int32_t *)e.idx[g];
+    if (r >= 0 && r < e.crows[g]) store_plain(e.cache[g] + r * e.cnb1[g] + row * e.cnb0[g], e.ctype[g], y);
+}
+
+/* mvr_body for a layer's q, k and v (one activation column, one token): the same sums, then each
+ * row goes where e says -- q rotated into the rope's output, k rotated into the K cache, v into the
+ * V cache -- so the two rope launches and the cache writes of a decode layer need no launch of their
+ * own. The sums of a block's 8 NB rows meet in shared memory, where each row finds its pair's. */
+template <int T, int J, int NB, class Thr>
+PYG_KB void mvr_qkv_body(const Thr &t, const mvr_args &a, const mvr_qkv &e, float *sh) {
+    int g = 0;
+#pragma unroll
+    for (int i = 1; i < MVR_MAX; i++)
+        if (i < a.n && t.bx >= (int64_t)a.blk0[i]) g = i;
+    const rq_w &w = a.w[g];
+    const int64_t r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
+    mvr_slice<T, J> sl;
+    mvr_slice_init(t, a.K, sl);
+    float acc[NB][8];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        mvr_rows<T, J> rw;
+        mvr_load_rows(w, (r0 >> 3) + nb, sl, rw);
+        if (nb == 0) mvr_load_y(t, a.yq, a.yds, sl);
+        mvr_dot_rows(sl, rw, acc[nb]);
+    }
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        const float v = warp_sum8(t, acc[nb]);
+        if ((t.lane & 3) == 0) sh[t.warp * 8 * NB + 8 * nb + warp_sum8_index(t.lane)] = v;
+    }
+    t.sync();
+    if (t.tid < 8 * NB) {
+        const int KW = t.nthreads / 32;
+        float v = 0.0f, vp = 0.0f; /* the pair's sum in the same order as its own thread's */
+        for (int k = 0; k < KW; k++) {
+            v += sh[k * 8 * NB + t.tid];
+            vp += sh[k * 8 * NB + (t.tid ^ 1)];
+        }
+        const int64_t row = r0 + t.tid;
+        if (row < w.M) mvr_qkv_store(e, g, a.dst[g], row, v, vp);
     }
 }
 

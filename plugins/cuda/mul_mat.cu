@@ -487,6 +487,20 @@ int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c) {
     return mvr_launch_glu(ordered, wg, wu, yq, yds, oq, ods, c);
 }
 
+int mul_mat_launch_qkv_rope(const pyg_tensor *const *nodes, op_ctx *c) {
+    int8_t *yq;
+    float *yds;
+    int st = quantize_activations(nodes[0], c, &yq, &yds); /* the one column the three share */
+    if (st != PYG_OK) return st;
+    const rq_w *ws[3];
+    for (int i = 0; i < 3; i++)
+        if (!(ws[i] = repacked_weights(c, i))) {
+            snprintf(c->err, c->errlen, "q/k/v + rope + cache launch without repacked weights");
+            return PYG_ERR_INTERNAL;
+        }
+    return qkv_rope_launch(nodes, ws, yq, yds, c);
+}
+
 template <int U>
 static int launch_mmvq_group_u(int type, const mvq_group_args &args, unsigned blocks, unsigned th, gpuStream_t s) {
     switch (type) {

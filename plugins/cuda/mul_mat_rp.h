@@ -18,6 +18,10 @@ int mvr_launch(const pyg_tensor *const *nodes, const rq_w *const *w, int g, cons
 int mvr_glu_k_ok(int64_t K); /* K within the fused launch's reach */
 int mvr_launch_glu(const pyg_tensor *const *nodes, const rq_w *wg, const rq_w *wu, const int8_t *yq, const float *yds,
                    int8_t *oq, float *ods, op_ctx *c);
+/* The q/k/v + rope + cache-write launch (qkv_rope.cu; qkv_rope_can in common.cuh) with the column
+ * quantized at yq/yds and ws[0..2] the repacked weights of nodes[0..2]. */
+int qkv_rope_launch(const pyg_tensor *const *nodes, const rq_w *const *ws, const int8_t *yq, const float *yds,
+                    op_ctx *c);
 /* May node, whose weights are repacked, run on the int8 GEMM (options, device, operand layouts)? */
 int mmq_usable(const pyg_tensor *node, int cc);
 size_t mmq_scratch_bytes(const pyg_tensor *node);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "common.cuh"
 #include "set_rows.cuh"
+#include "rope.cuh"
 
 __device__ __forceinline__ void row_idx(const tview &v, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3) {
     *i1 = r % v.ne[1];
@@ -75,6 +76,7 @@ __global__ void k_add_rms_mul(float *sum, const float *a, const float *b, float 
                               int64_t n, float eps, int8_t *yq = NULL, float *yds = NULL) {
     __shared__ float sh[32];
     const int64_t off = (int64_t)blockIdx.x * n;
+    pdl_wait(); /* launched with PDL at decode (launch_add_rms_mul) */
     if (E > 0) {
         float v[E > 0 ? E : 1], wv[E > 0 ? E : 1];
         float acc = 0.0f;
@@ -141,11 +143,6 @@ __global__ void k_soft_max(tview d, tview s, tview m, int has_mask, float scale,
 #undef SM_VAL
 }
 
-struct rope_params {
-    int n_dims, neox, has_ff;
-    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
-};
-
 /* One block per (head, token, batch) row; one thread per pair of elements. ST: also store the
  * row into a KV cache, as set_rows(cache, view(d as (tokens, heads * D)), idx) would: cache row
  * idx[token], columns head * D + i0 (rows_can_rope_store checks that layout). */
@@ -174,17 +171,8 @@ __device__ __forceinline__ void rope_row_t(const tview &d, const tview &s, int64
             }
             continue;
         }
-        float theta_extrap = position * powf(p.theta_scale, (float)ip);
-        if (p.has_ff) theta_extrap /= ff[ip];
-        const float theta_interp = p.freq_scale * theta_extrap;
-        float theta = theta_interp, mscale = p.attn_factor;
-        if (p.ext_factor != 0.0f) {
-            const float y = ((float)ip - p.corr0) / fmaxf(0.001f, p.corr1 - p.corr0);
-            const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * p.ext_factor;
-            theta = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
-            mscale *= 1.0f + 0.1f * logf(1.0f / p.freq_scale);
-        }
-        const float c = cosf(theta) * mscale, sn = sinf(theta) * mscale;
+        float c, sn;
+        rope_cs(p, position, ip, ff, &c, &sn);
         const int64_t ia = p.neox ? ip : i0, ib = p.neox ? ip + p.n_dims / 2 : i0 + 1;
         const float x0 = load_f(srow + ia * s.nb[0], s.type), x1 = load_f(srow + ib * s.nb[0], s.type);
         const float y0 = x0 * c - x1 * sn, y1 = x0 * sn + x1 * c;
@@ -327,14 +315,19 @@ int rows_can_prequant_add(const pyg_tensor *mul) {
 /* k_add_rms_mul with E = the elements per thread rounded up to 1, 2, 4 or 8 (the looping form
  * past 8, which never pre-quantizes: the caller checks per <= 8 when Q) */
 template <bool Q>
-static void launch_add_rms_mul(int64_t per, unsigned rows, unsigned th, gpuStream_t s, float *sum, const float *a,
+static void launch_add_rms_mul(int64_t per, unsigned rows, unsigned th, const op_ctx *c, float *sum, const float *a,
                                const float *b, float *nrm, float *prod, const float *w, int64_t n, float eps,
                                int8_t *yq, float *yds) {
-    if (per <= 1) k_add_rms_mul<1, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-    else if (per <= 2) k_add_rms_mul<2, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-    else if (per <= 4) k_add_rms_mul<4, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-    else if (per <= 8) k_add_rms_mul<8, Q><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps, yq, yds);
-    else k_add_rms_mul<0, false><<<rows, th, 0, s>>>(sum, a, b, nrm, prod, w, n, eps);
+    /* one row (a decode step): programmatic dependent launch, as the mat-vecs around it */
+    const int pdl = rows == 1 && cuda_opts()->pdl && c->cc >= 90;
+    void (*k)(float *, const float *, const float *, float *, float *, const float *, int64_t, float, int8_t *,
+              float *) = per <= 1 ? k_add_rms_mul<1, Q>
+                       : per <= 2 ? k_add_rms_mul<2, Q>
+                       : per <= 4 ? k_add_rms_mul<4, Q>
+                       : per <= 8 ? k_add_rms_mul<8, Q>
+                                  : k_add_rms_mul<0, false>;
+    if (per > 8) yq = NULL, yds = NULL;
+    launch_maybe_pdl(pdl, k, dim3(rows), dim3(th), c->stream, sum, a, b, nrm, prod, w, n, eps, yq, yds);
 }
 
 int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const pyg_tensor *mul, op_ctx *c) {
@@ -354,10 +347,10 @@ int rows_launch_fused_add(const pyg_tensor *add, const pyg_tensor *norm, const p
             snprintf(c->err, c->errlen, "add + rms_norm * weight: cannot pre-quantize %u rows of %lld", rows, (long long)n);
             return PYG_ERR_INTERNAL;
         }
-        launch_add_rms_mul<true>(per, rows, th, c->stream, sum, a, b, nrm, prod, w, n, eps, yq, yds);
+        launch_add_rms_mul<true>(per, rows, th, c, sum, a, b, nrm, prod, w, n, eps, yq, yds);
         return check_launch(c, "add + rms_norm * weight (+ int8 activations)");
     }
-    launch_add_rms_mul<false>(per, rows, th, c->stream, sum, a, b, nrm, prod, w, n, eps, NULL, NULL);
+    launch_add_rms_mul<false>(per, rows, th, c, sum, a, b, nrm, prod, w, n, eps, NULL, NULL);
     return check_launch(c, "add + rms_norm * weight");
 }
 
@@ -367,29 +360,6 @@ int rows_launch_fused_mul(const pyg_tensor *norm, const pyg_tensor *mul, op_ctx 
     k_rms_mul<<<rows, row_threads(s.ne[0], rows, c->n_sm), 0, c->stream>>>(d, s, pyg_op_param_f32(norm->op_params, 0),
                                                                             md, (const float *)mul->src[1]->data);
     return check_launch(c, "rms_norm * weight");
-}
-
-static rope_params rope_params_of(const pyg_tensor *n) {
-    const int32_t *p = n->op_params;
-    rope_params rp;
-    rp.n_dims = p[0];
-    rp.neox = p[1] == PYG_ROPE_NEOX;
-    rp.has_ff = n->src[2] != NULL;
-    const int n_ctx_orig = p[2];
-    const float freq_base = pyg_op_param_f32(p, 3);
-    rp.freq_scale = pyg_op_param_f32(p, 4);
-    rp.ext_factor = pyg_op_param_f32(p, 5);
-    rp.attn_factor = pyg_op_param_f32(p, 6);
-    const float beta_fast = pyg_op_param_f32(p, 7), beta_slow = pyg_op_param_f32(p, 8);
-    rp.theta_scale = powf(freq_base, -2.0f / (float)rp.n_dims);
-    /* YaRN correction range (ggml's formula) */
-    const float pi = 3.14159265358979323846f;
-    const float denom = 2.0f * logf(freq_base);
-    const float cd_fast = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_fast * 2.0f * pi)) / denom;
-    const float cd_slow = (float)rp.n_dims * logf((float)n_ctx_orig / (beta_slow * 2.0f * pi)) / denom;
-    rp.corr0 = fmaxf(0.0f, floorf(cd_fast));
-    rp.corr1 = fminf((float)(rp.n_dims - 1), ceilf(cd_slow));
-    return rp;
 }
 
 int rows_can_pair_rope(const pyg_tensor *x, const pyg_tensor *y) {

@@ -19,6 +19,7 @@ const cuda_options cuda_options_defaults = {
     /* .mmv_nb = */ 0,
     /* .fa_decode = */ 1,
     /* .fa_sparse = */ 0,
+    /* .qkv_rope = */ 1,
 };
 
 static const char *const k_mmvq_words[] = { "off", "auto", "all", NULL };
@@ -36,10 +37,11 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(cuda_options, write_sync, "buffer_write complete for every queue (default 1; 0: the old race)"),
     PYG_OPTION_BOOL(cuda_options, repack, "quantized mul_mat weights read from repacked copies (default 1; 0: ggml's blocks)"),
     PYG_OPTION_BOOL(cuda_options, mmq, "mul_mat with N > 8 on the int8 GEMM over repacked weights (default 0: dequantize + cuBLAS, which measured 1.5-2.3x faster on the H200 at d007684)"),
-    PYG_OPTION_BOOL(cuda_options, pdl, "repacked mat-vecs with programmatic dependent launch, sm_90 (default 1)"),
+    PYG_OPTION_BOOL(cuda_options, pdl, "decode kernels (repacked mat-vecs, add+norm, decode attention) with programmatic dependent launch, sm_90 (default 1)"),
     PYG_OPTION_INT(cuda_options, mmv_nb, 0, 2, "groups of 8 rows per repacked mat-vec block (default 0: 1)"),
     PYG_OPTION_BOOL(cuda_options, fa_decode, "decode flash attention on the split-kv kernel with the merge folded in (default 1; 0: the older split + merge kernels)"),
     PYG_OPTION_BOOL(cuda_options, fa_sparse, "that kernel's compacted-index path where n_kv <= 4096 (default 0)"),
+    PYG_OPTION_BOOL(cuda_options, qkv_rope, "a decode layer's q/k/v mat-vecs, q/k ropes and K/V cache writes as one launch (default 1; needs fuse and repack)"),
 };
 
 int32_t cuda_options_set(cuda_options *o, const char *key, const char *value, char *msg, size_t msglen) {

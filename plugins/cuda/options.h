@@ -28,11 +28,12 @@ struct cuda_options {
                               decode mat-vec of mmv_rp.cuh and the int8 GEMM; 0: ggml's blocks */
     int64_t mmq;           /* 1: mul_mat with N > 8 on the int8 GEMM (mmq.cuh) over repacked weights;
                               0: dequantize + cuBLAS (gemm_blas.cu) */
-    int64_t pdl;           /* 1: the repacked mat-vecs launched with programmatic dependent launch (sm_90) */
+    int64_t pdl;           /* 1: decode kernels launched with programmatic dependent launch (sm_90) */
     int64_t mmv_nb;        /* groups of 8 rows per repacked mat-vec block: 1 or 2; 0: the default (1) */
     int64_t fa_decode;     /* 1: decode flash attention on the split-kv kernel of flash_attn_dec.cu;
                               0: the older split + merge kernels of flash_attn.cu */
     int64_t fa_sparse;     /* 1: that kernel's compacted-index path where n_kv <= 4096 */
+    int64_t qkv_rope;      /* 1 (with fuse, repack): a decode layer's q/k/v, ropes and cache writes as one launch */
 };
 
 #define MMVQ_OFF 0

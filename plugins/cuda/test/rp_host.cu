@@ -239,6 +239,135 @@ static void test_glu(int64_t M, int64_t K, bool prequant) {
             prequant ? ", int8 out" : "");
 }
 
+/* A layer's q, k and v mat-vecs with the ropes and the cache writes (mvr_qkv_body): q rotated into
+ * its output, k rotated into cache row idx, v into the other cache's row idx, nothing else written;
+ * against double-precision dots rotated in double. n_dims < D leaves the tail of each head as it is. */
+static double rope_ref(const rope_params &p, double pos, int64_t ip) { /* freq_scale 1, no YaRN */
+    return pos * pow((double)p.theta_scale, (double)ip);
+}
+
+template <int T, int J, int NB>
+static void run_qkv(const mvr_args &a, const mvr_qkv &e, int KW, unsigned blocks) {
+    simt_launch(blocks, 1, KW * 32, MVR_MAX_KW * 8 * NB * sizeof(float),
+                [&](HostThr &t, unsigned char *sm) { mvr_qkv_body<T, J, NB>(t, a, e, (float *)sm); });
+}
+
+template <int T>
+static void test_qkv(int64_t K, int NB, int n_dims, int ctype, int64_t slot) {
+    const int64_t H = 4, Hkv = 2, D = 32, crows = 5;
+    const int64_t Ms[3] = { H * D, Hkv * D, Hkv * D };
+    repacked r[3];
+    for (int i = 0; i < 3; i++) {
+        const std::vector<uint8_t> rows = make_rows(T, Ms[i], K);
+        repack_host(T, rows, Ms[i], K, r[i]);
+    }
+    two_mats s; /* for its activation column (and int8_dot_ref); its matrices are not used */
+    const int64_t Mdummy[2] = { 8, 8 };
+    two_mats_make(T, Mdummy, K, false, s);
+    const int J = s.J, KW = s.KW;
+    const size_t esz = ctype == PYG_TYPE_F32 ? 4 : 2;
+    std::vector<float> qout((size_t)Ms[0], -12345.0f);
+    std::vector<uint8_t> kc((size_t)(crows * Ms[1] * esz), 0xa5), vc((size_t)(crows * Ms[2] * esz), 0x5a);
+    const std::vector<uint8_t> kc0 = kc, vc0 = vc;
+    const int32_t pos = 37;
+    const int64_t idx = slot;
+    mvr_args a;
+    memset(&a, 0, sizeof a);
+    a.yq = s.yq.data();
+    a.yds = s.yds.data();
+    a.K = K;
+    a.n = 3;
+    mvr_qkv e;
+    memset(&e, 0, sizeof e);
+    e.pos = &pos;
+    e.ff = NULL;
+    rope_params rp;
+    memset(&rp, 0, sizeof rp);
+    rp.n_dims = n_dims;
+    rp.theta_scale = powf(10000.0f, -2.0f / (float)n_dims);
+    rp.freq_scale = 1.0f;
+    rp.attn_factor = 1.0f;
+    e.rp = rp;
+    e.D = D;
+    unsigned blocks = 0;
+    for (int i = 0; i < MVR_MAX; i++) {
+        const int g = i < 3 ? i : 2;
+        a.w[i] = r[g].w;
+        a.dst[i] = g == 0 ? qout.data() : NULL;
+        e.kind[i] = g == 0 ? MVR_ST_ROPE : g == 1 ? MVR_ST_ROPE_CACHE : MVR_ST_CACHE;
+        uint8_t *c = g == 1 ? kc.data() : vc.data();
+        e.cache[i] = (char *)c;
+        e.ctype[i] = ctype;
+        e.cnb0[i] = (int64_t)esz;
+        e.cnb1[i] = Ms[g] * (int64_t)esz;
+        e.crows[i] = crows;
+        e.idx[i] = (const char *)&idx;
+        e.itype[i] = PYG_TYPE_I64;
+        a.blk0[i] = blocks;
+        if (i < 3) blocks += (unsigned)(r[g].w.Mp / (8 * NB));
+    }
+    a.blk0[MVR_MAX] = blocks;
+    switch (J * 10 + NB) {
+    case 11: run_qkv<T, 1, 1>(a, e, KW, blocks); break;
+    case 12: run_qkv<T, 1, 2>(a, e, KW, blocks); break;
+    case 21: run_qkv<T, 2, 1>(a, e, KW, blocks); break;
+    case 22: run_qkv<T, 2, 2>(a, e, KW, blocks); break;
+    default: CHECK(false, "test_qkv: J=%d", J); return;
+    }
+    auto cache_at = [&](const std::vector<uint8_t> &c, int64_t M, int64_t row, int64_t col) {
+        const uint8_t *p = c.data() + (row * M + col) * esz;
+        float f;
+        if (ctype == PYG_TYPE_F32) memcpy(&f, p, 4);
+        else f = f16_bits_to_f32((uint16_t)(p[0] | p[1] << 8));
+        return f;
+    };
+    for (int g = 0; g < 3; g++) {
+        std::vector<double> want((size_t)Ms[g]), mag((size_t)Ms[g]);
+        for (int64_t m = 0; m < Ms[g]; m++) {
+            double mg;
+            want[m] = int8_dot_ref(r[g].w, m, s, &mg);
+            mag[m] = mg;
+        }
+        if (g < 2) /* rotate the pairs of each head's first n_dims */
+            for (int64_t m = 0; m < Ms[g]; m += 2) {
+                const int64_t d = m % D;
+                if (d >= n_dims) continue;
+                const double th = rope_ref(rp, pos, d / 2), c = cos(th), sn = sin(th);
+                const double x0 = want[m], x1 = want[m + 1];
+                want[m] = x0 * c - x1 * sn;
+                want[m + 1] = x0 * sn + x1 * c;
+                mag[m] = mag[m + 1] = mag[m] + mag[m + 1];
+            }
+        for (int64_t m = 0; m < Ms[g]; m++) {
+            const double tol = 1e-5 * mag[m] + 1e-6 + (g > 0 && ctype == PYG_TYPE_F16 ? fabs(want[m]) / 1024.0 : 0.0);
+            if (g == 0) {
+                CHECK(fabs(qout[m] - want[m]) <= tol, "type %d K %lld NB %d n_dims %d: rotated q row %lld = %.9g, "
+                      "want %.9g", T, (long long)K, NB, n_dims, (long long)m, qout[m], want[m]);
+                continue;
+            }
+            const std::vector<uint8_t> &c = g == 1 ? kc : vc;
+            if (slot >= 0 && slot < crows) {
+                const float got = cache_at(c, Ms[g], slot, m);
+                CHECK(fabs(got - want[m]) <= tol, "type %d K %lld NB %d n_dims %d: %s cache row %lld col %lld = "
+                      "%.9g, want %.9g", T, (long long)K, NB, n_dims, g == 1 ? "K" : "V", (long long)slot,
+                      (long long)m, got, want[m]);
+            }
+        }
+    }
+    /* every other byte of both caches as it was (all of them for an index out of range) */
+    for (int g = 1; g < 3; g++) {
+        const std::vector<uint8_t> &c = g == 1 ? kc : vc, &c0 = g == 1 ? kc0 : vc0;
+        const size_t row_bytes = (size_t)Ms[g] * esz;
+        for (int64_t rw = 0; rw < crows; rw++)
+            if (rw != slot)
+                CHECK(memcmp(c.data() + rw * row_bytes, c0.data() + rw * row_bytes, row_bytes) == 0,
+                      "type %d: %s cache row %lld written (the token's row is %lld)", T, g == 1 ? "K" : "V",
+                      (long long)rw, (long long)slot);
+    }
+    fprintf(stderr, "type %d: q/k/v + rope + cache K %lld (%d warps, NB %d, n_dims %d, %s cache, row %lld) ok\n", T,
+            (long long)K, KW, NB, n_dims, ctype == PYG_TYPE_F32 ? "f32" : "f16", (long long)slot);
+}
+
 /* ---------------------------------------------------------------- int8 GEMM */
 
 template <int T>
@@ -315,6 +444,9 @@ static void test_type(void) {
     test_matvec<T>(k_mid, 1, true);
     test_glu<T>(96, k_small, true);
     test_glu<T>(72, k_mid, false);
+    test_qkv<T>(k_small, 1, 32, PYG_TYPE_F16, 3);
+    test_qkv<T>(k_mid, 2, 24, PYG_TYPE_F32, 0);
+    test_qkv<T>(k_small, 2, 32, PYG_TYPE_F16, 5); /* index past the cache: no row written */
     const bool kq = T == PYG_TYPE_Q4_K || T == PYG_TYPE_Q6_K;
     test_mmq<T>(200, kq ? 512 : 480, 4);
     test_mmq<T>(130, kq ? 256 : 160, 2);
