@@ -112,3 +112,36 @@ def test_qkv_rope_cache_is_one_launch(mode):
         assert "k_mvr_qkv" in names and "k_rope" not in names, names
     else:
         assert "k_mvr_qkv" not in names and "k_rope" in names, names
+
+
+def test_model_decode_uses_it_and_matches():
+    """In a model's decode graph (the synthetic tiny LLaMA, q4_0, on the GPU) the pattern holds: the
+    planner reuses the mat-vec outputs' bytes for later tensors, which must not count as reads. The
+    logits match those with qkv_rope=0 (the separate rope and cache-write launches)."""
+    pg, dev = _cuda_device()
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    from pyggml import models
+    from pyggml.bench_model import resolve_model
+    path = resolve_model("synth:tiny:q4_0", quiet=True)
+    d = pg.get_device(dev)
+    logits = {}
+    for on in (0, 1):
+        d.set_option("qkv_rope", str(on))
+        try:
+            m = models.load(path, devices=[dev], n_ctx=64, progress=False)
+            m.prefill([1, 5, 9, 13])
+            out = [m.decode(20 + i) for i in range(3)]     # direct launches, capture, replay
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                out.append(m.decode(40))
+                torch.cuda.synchronize()
+            names = " ".join(e.key for e in prof.key_averages())
+            logits[on] = np.stack(out)
+            if on:
+                assert "k_mvr_qkv" in names and "k_rope" not in names, names
+            else:
+                assert "k_mvr_qkv" not in names and "k_rope" in names, names
+            del m
+        finally:
+            d.set_option("qkv_rope", "1")
+    assert _nmse(logits[1], logits[0]) < 1e-6

@@ -8,7 +8,7 @@
  *   sk, sv       set_rows(K cache, view of rk, idx), set_rows(V cache, mv, idx') in either order
  * The launch writes what the nodes after the group can read: rq (rotated q) and the two cache rows.
  * It writes neither mq, mk, mv nor rk, so the pattern also asks that nothing after the group reads
- * their bytes and that none is a graph output; otherwise the nodes run as before (a grouped mat-vec,
+ * their bytes before they are overwritten and that none is a graph output; otherwise the nodes run as before (a grouped mat-vec,
  * then the rope and cache-write launches). On the H200 those two launches were about 5 us of a 1b
  * q4_0 decode layer's 48 (bench/results/vulkan-vs-cuda-profile-20261201T040434.json: k_rope 2.3 us,
  * k_rope_store_pair 2.6 us per launch). */
@@ -19,17 +19,24 @@
 #include "mul_mat_rp.h"
 #include "repack.h"
 
-static int overlaps(const pyg_tensor *a, const pyg_tensor *b) {
-    const char *x = (const char *)a->data, *y = (const char *)b->data;
-    return x < y + pyg_tensor_nbytes(b) && y < x + pyg_tensor_nbytes(a);
-}
-
-/* x's bytes are read by no node from `from` on, and x is no graph output */
+/* x is no graph output, and no node from `from` on reads its bytes before they are overwritten
+ * (the planner reuses a dead tensor's bytes for later ones: a read of those is no read of x). A node
+ * reads its operands before it writes its output; a write that covers a prefix or a suffix of what
+ * is left of x takes that part off, one in the middle is ignored (it only keeps x alive longer). */
 static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n, int from) {
     if (x->flags & PYG_TENSOR_FLAG_OUTPUT) return 0;
-    for (int j = from; j < n; j++)
-        for (int s = 0; s < PYG_MAX_SRC; s++)
-            if (nodes[j]->src[s] && nodes[j]->src[s]->data && overlaps(x, nodes[j]->src[s])) return 0;
+    const char *lo = (const char *)x->data, *hi = lo + pyg_tensor_nbytes(x);
+    for (int j = from; j < n && lo < hi; j++) {
+        for (int s = 0; s < PYG_MAX_SRC; s++) {
+            const pyg_tensor *r = nodes[j]->src[s];
+            if (!r || !r->data) continue;
+            const char *a = (const char *)r->data, *b = a + pyg_tensor_nbytes(r);
+            if (a < hi && lo < b) return 0;
+        }
+        const char *a = (const char *)nodes[j]->data, *b = a + pyg_tensor_nbytes(nodes[j]);
+        if (a <= lo && b > lo) lo = b < hi ? b : hi;
+        if (a < hi && b >= hi) hi = a > lo ? a : lo;
+    }
     return 1;
 }
 
