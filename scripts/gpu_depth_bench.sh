@@ -23,9 +23,8 @@
 #      cuda:fa_mma=1 (the older kernels) and the summary says so;
 #   3. while llama-bench still builds (these runs are marked during_peer_build in the summary: the
 #      compile loads the CPU; with llama-bench built already they run after step 4, time left): tg128 at depth 0 with n_ctx 512 and 16896 (the n_ctx cost),
-#      1b q4_0 tg128 at depth 0 and 4096 with qkv_rope=0, with pdl=0 and with the defaults (the
-#      decode launches of this round, each off once), and the kernels of a 1b decode token under
-#      PyTorch's profiler (scripts/profile_decode.py);
+#      1b q4_0 tg128 at depth 0 and 4096, and under PyTorch's profiler (scripts/profile_decode.py) the
+#      kernels of a 1b decode token at depth 0 and 4096 and of a 512-token prefill chunk at depth 4096;
 #   4. once llama-bench is there (or at the latest when DEPTH_BENCH_PEER_WAIT_S, default 360 s, have
 #      passed: then without the llama.cpp column; on a warm machine it is built already), the decode-at-depth table:
 #      `pyggml bench --depth 0,4096,16384 -p 512 -n 128 --llama-bench PATH` for 1b q4_0, 7b q4_0 and
@@ -142,14 +141,15 @@ diagnostics() {
     DIAG_DONE=1
     bench 1b_q4_0_nctx512 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 512 --no-peer "${DEVOPT[@]}"
     bench 1b_q4_0_nctx16896 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 16896 --no-peer "${DEVOPT[@]}"
-    # the decode launches of this round, each turned off once (same models, depth 0 and 4096)
-    bench 1b_q4_0_qkv_rope0 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer -O "$OPTDEV:qkv_rope=0" "${DEVOPT[@]}"
-    bench 1b_q4_0_pdl0 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer -O "$OPTDEV:pdl=0" "${DEVOPT[@]}"
     bench 1b_q4_0_new 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer "${DEVOPT[@]}"
-    if [ "$(left)" -gt 60 ] && $PY -c "import torch" 2>/dev/null; then   # the kernels of a decode token
-        say "profile: 1b q4_0 decode kernels (scripts/profile_decode.py)"
-        timeout 60 $PY scripts/profile_decode.py $S:q4_0 --steps 16 --devices "$DEV" >"$OUT_DIR/profile-decode-1b.txt" 2>&1
-        head -30 "$OUT_DIR/profile-decode-1b.txt" | tee -a "$LOG"
+    if [ "$(left)" -gt 90 ] && $PY -c "import torch" 2>/dev/null; then   # where a token's / a chunk's GPU time goes
+        say "profile: 1b q4_0 decode at depth 0 and 4096, prefill 512 at depth 4096 (scripts/profile_decode.py)"
+        timeout 40 $PY scripts/profile_decode.py $S:q4_0 --steps 16 --devices "$DEV" >"$OUT_DIR/profile-decode-1b.txt" 2>&1
+        timeout 40 $PY scripts/profile_decode.py $S:q4_0 --steps 16 --depth 4096 --devices "$DEV" >"$OUT_DIR/profile-decode-1b-d4096.txt" 2>&1
+        timeout 60 $PY scripts/profile_decode.py $S:q4_0 --steps 4 --depth 4096 --prefill 512 --devices "$DEV" >"$OUT_DIR/profile-prefill-1b-d4096.txt" 2>&1
+        for f in profile-decode-1b profile-decode-1b-d4096 profile-prefill-1b-d4096; do
+            grep -E "^ *(void )?k_|nvjet|Memcpy" "$OUT_DIR/$f.txt" | head -12 | cut -c1-70,150-205 | tee -a "$LOG"
+        done
         pack
     fi
 }
