@@ -10,10 +10,8 @@
  * row reduce their partial dot products by xor shuffles, so every lane of the row holds the score
  * and keeps its own online softmax state (max, sum, 8 output dims per head): no per-tile
  * block-wide reductions. The row groups of a warp, then the 4 warps (shared memory), then the
- * splits are merged at the end. A cell whose mask is -inf is not read past a block's first step: the
- * mask of the next step is loaded one step ahead, so K/V loads wait for nothing, and a masked region
- * costs its mask values. The first step loads its K/V rows with its masks (and zeroes the masked
- * ones), so a block starts after one round trip, not two.
+ * splits are merged at the end. A cell whose mask is -inf is not read: the mask of the next step is
+ * loaded one step ahead, so K/V loads wait for nothing, and a masked region costs its mask values.
  *
  * Splits: as many as fill the device once (blocks per multiprocessor at the kernel's launch bounds)
  * but at least 64 cells each, so the split count follows n_kv: a decode step over the filled cells
@@ -38,6 +36,7 @@
 #define FD_MAX_SPLITS 64
 #define FD_MIN_KV_PER_SPLIT 64
 #define FD_SPARSE_MAX_KV 4096
+#define FD_MERGE_BATCH 16 /* split partials loaded at once per lane in the final merge */
 
 struct fd_args : fa_views {
     int nsplit, chunk;
@@ -148,24 +147,29 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
     }
 
     int base = c0 + w * WSTEP;
-    float mv[U], mnext[U];
-    uint4 kr[U], vr[U];
-    /* the first step's K/V rows are loaded with its mask, not after it (one round trip less at the
-     * start of every block); a masked one is then zeroed: cells a mask hides may hold anything */
+    float mnext[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int p = base + u * RPW + sub;
-        const bool in = p < c1;
-        const int j = SPARSE && in ? (int)live[p] : p;
-        mv[u] = in ? fd_mask_at(a, mrow, j) : -INFINITY;
-        kr[u] = in ? *(const uint4 *)(kb + (int64_t)j * a.k_nb1) : make_uint4(0u, 0u, 0u, 0u);
-        vr[u] = in ? *(const uint4 *)(vb + (int64_t)j * a.v_nb1) : make_uint4(0u, 0u, 0u, 0u);
+        mnext[u] = p < c1 ? (SPARSE ? 0.0f : fd_mask_at(a, mrow, p)) : -INFINITY;
     }
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (mv[u] == -INFINITY) kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
     for (; base < c1; base += BSTEP) {
-        /* the next step's masks, ahead of this step's arithmetic */
+        float mv[U];
+        uint4 kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = base + u * RPW + sub;
+            mv[u] = mnext[u];
+            const int j = SPARSE && p < c1 ? (int)live[p] : p;
+            if (mv[u] != -INFINITY) {
+                kr[u] = *(const uint4 *)(kb + (int64_t)j * a.k_nb1);
+                vr[u] = *(const uint4 *)(vb + (int64_t)j * a.v_nb1);
+                if (SPARSE) mv[u] = fd_mask_at(a, mrow, j);   /* its additive value (finite) */
+            } else {
+                kr[u] = make_uint4(0u, 0u, 0u, 0u);
+                vr[u] = kr[u];
+            }
+        }
         if (!SPARSE) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -214,21 +218,6 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
                 for (int e = 0; e < 8; e++) acc[g][e] += p * vf[u][e];
             }
             m[g] = mn;
-        }
-        /* the next step's K/V rows, where its mask lets a cell through */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int p = base + BSTEP + u * RPW + sub;
-            mv[u] = mnext[u];
-            const int j = SPARSE && mv[u] != -INFINITY ? (int)live[p] : p;
-            if (mv[u] != -INFINITY) {
-                kr[u] = *(const uint4 *)(kb + (int64_t)j * a.k_nb1);
-                vr[u] = *(const uint4 *)(vb + (int64_t)j * a.v_nb1);
-                if (SPARSE) mv[u] = fd_mask_at(a, mrow, j);   /* its additive value (finite) */
-            } else {
-                kr[u] = make_uint4(0u, 0u, 0u, 0u);
-                vr[u] = kr[u];
-            }
         }
     }
 
@@ -288,9 +277,8 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
         __threadfence();
         const volatile float *all = a.part + rg * a.nsplit * G * rec; /* other blocks' writes: not via L1 */
         /* Every load of the merge is issued in parallel: the (max, sum) pairs by all threads at once,
-         * then for each output all its splits at once (one round trip per output a thread owns: 2 at
-         * the 1b layout; batches of 16 splits took 4 each). A per-head serial walk over the splits
-         * costs one L2 round trip per split: 64 splits x 3 walks was ~25 us per layer. */
+         * the outputs in batches of FD_MERGE_BATCH splits per lane. (A per-head serial walk over the
+         * splits costs one L2 round trip per split: 64 splits x 3 walks was ~25 us per layer.) */
         for (int i = threadIdx.x; i < G * a.nsplit; i += FD_THREADS) {
             const int g = i / a.nsplit, sp = i % a.nsplit;
             s_ms[g][sp] = all[(sp * G + g) * rec];
@@ -315,12 +303,16 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
         for (int i0 = w * PYG_WARP_SIZE; i0 < G * D; i0 += FD_THREADS) { /* whole warps: the quantizer shuffles */
             const int i = i0 + lane, g = i / D, d = i % D;
             const volatile float *col = all + g * rec + 2 + d;
-            float x[FD_MAX_SPLITS], o = 0.0f;
+            float o = 0.0f;
+            int sp = 0;
+            for (; sp + FD_MERGE_BATCH <= a.nsplit; sp += FD_MERGE_BATCH) {
+                float x[FD_MERGE_BATCH];
 #pragma unroll
-            for (int u = 0; u < FD_MAX_SPLITS; u++) x[u] = u < a.nsplit ? col[u * sstride] : 0.0f;
+                for (int u = 0; u < FD_MERGE_BATCH; u++) x[u] = col[(sp + u) * sstride];
 #pragma unroll
-            for (int u = 0; u < FD_MAX_SPLITS; u++)
-                if (u < a.nsplit) o += x[u] * s_f[g][u];
+                for (int u = 0; u < FD_MERGE_BATCH; u++) o += x[u] * s_f[g][sp + u];
+            }
+            for (; sp < a.nsplit; sp++) o += col[sp * sstride] * s_f[g][sp];
             *(float *)(a.dst + (int64_t)d * 4 + (int64_t)(hk * G + g) * a.d_nb1 + (int64_t)iq * a.d_nb2 +
                        (int64_t)b * a.d_nb3) = o;
             if (a.yq) warp_quant_block(o, a.yq, a.yds, ((int64_t)hk * G * D + i0) / 32);
