@@ -38,6 +38,15 @@ struct mvr_args {
     unsigned blk0[MVR_MAX + 1];        /* first block of each matrix; blk0[n] = grid size */
 };
 
+/* a zeroed mvr_args over the activation column yq/yds of length K, for n matrices */
+static inline void mvr_args_init(mvr_args &a, const int8_t *yq, const float *yds, int64_t K, int n) {
+    memset(&a, 0, sizeof a);
+    a.yq = yq;
+    a.yds = yds;
+    a.K = K;
+    a.n = n;
+}
+
 PYG_HD float f16_lo(uint32_t w) { return f16_bits_to_f32((uint16_t)(w & 0xffffu)); }
 PYG_HD float f16_hi(uint32_t w) { return f16_bits_to_f32((uint16_t)(w >> 16)); }
 PYG_HD uint32_t u4_word(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
@@ -256,25 +265,34 @@ PYG_KB void mvr_dot_rows(const mvr_slice<T, J> &sl, const mvr_rows<T, J> &rw, fl
     }
 }
 
-/* Rows [r0, r0 + 8 NB) of matrix g (r0 from the block index); sh: MVR_MAX_KW * 8 * NB floats. */
+/* The lane's partial sums of the 8 NB rows this block owns: rows [*r0, *r0 + 8 NB) of the matrix
+ * it returns (from the block index). */
 template <int T, int J, int NB, class Thr>
-PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
+PYG_KB int mvr_block_rows(const Thr &t, const mvr_args &a, float acc[NB][8], int64_t *r0) {
     int g = 0;
 #pragma unroll
     for (int i = 1; i < MVR_MAX; i++)
         if (i < a.n && t.bx >= (int64_t)a.blk0[i]) g = i;
-    const rq_w &w = a.w[g];
-    const int64_t r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
+    *r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
     mvr_slice<T, J> sl;
     mvr_slice_init(t, a.K, sl);
-    float acc[NB][8];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
         mvr_rows<T, J> rw;
-        mvr_load_rows(w, (r0 >> 3) + nb, sl, rw);
+        mvr_load_rows(a.w[g], (*r0 >> 3) + nb, sl, rw);
         if (nb == 0) mvr_load_y(t, a.yq, a.yds, sl);
         mvr_dot_rows(sl, rw, acc[nb]);
     }
+    return g;
+}
+
+/* Rows [r0, r0 + 8 NB) of matrix g (r0 from the block index); sh: MVR_MAX_KW * 8 * NB floats. */
+template <int T, int J, int NB, class Thr>
+PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
+    float acc[NB][8];
+    int64_t r0;
+    const int g = mvr_block_rows<T, J, NB>(t, a, acc, &r0);
+    const rq_w &w = a.w[g];
     const int KW = t.nthreads / 32;
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
@@ -343,22 +361,10 @@ PYG_HD void mvr_qkv_store(const mvr_qkv &e, int g, float *dst, int64_t row, floa
  * own. The sums of a block's 8 NB rows meet in shared memory, where each row finds its pair's. */
 template <int T, int J, int NB, class Thr>
 PYG_KB void mvr_qkv_body(const Thr &t, const mvr_args &a, const mvr_qkv &e, float *sh) {
-    int g = 0;
-#pragma unroll
-    for (int i = 1; i < MVR_MAX; i++)
-        if (i < a.n && t.bx >= (int64_t)a.blk0[i]) g = i;
-    const rq_w &w = a.w[g];
-    const int64_t r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
-    mvr_slice<T, J> sl;
-    mvr_slice_init(t, a.K, sl);
     float acc[NB][8];
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
-        mvr_rows<T, J> rw;
-        mvr_load_rows(w, (r0 >> 3) + nb, sl, rw);
-        if (nb == 0) mvr_load_y(t, a.yq, a.yds, sl);
-        mvr_dot_rows(sl, rw, acc[nb]);
-    }
+    int64_t r0;
+    const int g = mvr_block_rows<T, J, NB>(t, a, acc, &r0);
+    const rq_w &w = a.w[g];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
         const float v = warp_sum8(t, acc[nb]);

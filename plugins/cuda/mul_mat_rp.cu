@@ -77,11 +77,7 @@ int mvr_launch(const pyg_tensor *const *nodes, const rq_w *const *w, int g, cons
     }
     const int NB = cuda_opts()->mmv_nb == 2 ? 2 : 1;
     mvr_args a;
-    memset(&a, 0, sizeof a);
-    a.yq = yq;
-    a.yds = yds;
-    a.K = K;
-    a.n = g;
+    mvr_args_init(a, yq, yds, K, g);
     unsigned blocks = 0;
     for (int i = 0; i < MVR_MAX; i++) {
         const int k = i < g ? i : g - 1;
@@ -135,11 +131,7 @@ int mvr_launch_glu(const pyg_tensor *const *nodes, const rq_w *wg, const rq_w *w
         return PYG_ERR_INTERNAL;
     }
     mvr_args a;
-    memset(&a, 0, sizeof a);
-    a.yq = yq;
-    a.yds = yds;
-    a.K = K;
-    a.n = 2;
+    mvr_args_init(a, yq, yds, K, 2);
     a.w[0] = *wg;
     a.w[1] = *wu;
     a.dst[0] = (float *)nodes[0]->data;

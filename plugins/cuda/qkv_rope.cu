@@ -161,11 +161,7 @@ int qkv_rope_launch(const pyg_tensor *const *nd, const rq_w *const *ws, const in
         return PYG_ERR_INTERNAL;
     }
     mvr_args a;
-    memset(&a, 0, sizeof a);
-    a.yq = yq;
-    a.yds = yds;
-    a.K = K;
-    a.n = 3;
+    mvr_args_init(a, yq, yds, K, 3);
     mvr_qkv e;
     memset(&e, 0, sizeof e);
     const pyg_tensor *rq = nd[r.rq];
