@@ -27,7 +27,7 @@ def _fuse(pg, dev, on):
         d.set_option("fuse", "1")
 
 
-def _build(pg, rng_seed, qtype, mode, itype, ctype, n_dims):
+def _build(pg, rng_seed, qtype, mode, itype, ctype, n_dims, keep=None):
     rng = np.random.default_rng(rng_seed)
     g = pg.Graph()
     x = g.input("x", (T, K), pg.f32)
@@ -48,7 +48,12 @@ def _build(pg, rng_seed, qtype, mode, itype, ctype, n_dims):
     k = pg.rope(pg.reshape(k, (T, HKV, D)), pos, **kw)
     ks = pg.set_rows(kc, pg.reshape(k, (T, HKV * D)), idx)
     vs = pg.set_rows(vc, v, idx)
-    return [q, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
+    outs = [q, pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
+    if keep == "mat-vec":                            # a mat-vec output the launch would not write
+        outs.append(v)
+    elif keep == "view":                             # a view of one
+        outs.append(pg.reshape(k, (T, HKV * D)))
+    return outs
 
 
 def _feeds(step, itype_np):
@@ -145,3 +150,19 @@ def test_model_decode_uses_it_and_matches():
         finally:
             d.set_option("qkv_rope", "1")
     assert _nmse(logits[1], logits[0]) < 1e-6
+
+
+@pytest.mark.parametrize("keep", ["mat-vec", "view"])
+def test_outputs_on_the_intermediates_keep_the_separate_launches(keep):
+    """A graph output on bytes the launch does not write (v's mat-vec output, a view of the k rope's
+    output) keeps the separate launches, and every output matches the CPU plugin."""
+    pg, dev = _cuda_device()
+    cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
+    feeds = _feeds(0, np.int64)
+    want = pg.Scheduler([cpu]).compute(_build(pg, 5, "q4_0", pg.ROPE_NORMAL, pg.i64, pg.f16, D, keep), feeds)
+    outs = _build(pg, 5, "q4_0", pg.ROPE_NORMAL, pg.i64, pg.f16, D, keep)
+    got = pg.Scheduler([dev]).compute(outs, feeds)
+    for gv, wv in zip(got, want):
+        assert gv.shape == wv.shape and _nmse(gv, wv) < 5e-4
+    names = " ".join(_kernels(pg, dev, outs, feeds))
+    assert "k_mvr_qkv" not in names, names

@@ -457,8 +457,8 @@ int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *
 int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c);
 /* A decode layer's q/k/v mat-vecs, its q and k ropes and its K/V cache writes: the 7 plan nodes
  * from nodes[i] (of n) as one launch (qkv_rope.cu, which states the pattern; rp: the plan's repacked
- * weights per node), and that launch of nodes[0..6]. */
-int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp);
+ * weights per node; g: the graph, for its outputs), and that launch of nodes[0..6]. */
+int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g);
 int mul_mat_launch_qkv_rope(const pyg_tensor *const *nodes, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);

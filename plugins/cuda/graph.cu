@@ -202,7 +202,7 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
                  (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))
             g = 2;
-        else if (qkv_rope_can(p->nodes, p->n_nodes, i, p->rp)) {
+        else if (qkv_rope_can(p->nodes, p->n_nodes, i, p->rp, graph)) {
             g = 7; /* q/k/v, their ropes and the cache writes: one launch */
             p->quant[i] |= Q_QKV;
         } else {

@@ -8,8 +8,8 @@
  *   sk, sv       set_rows(K cache, view of rk, idx), set_rows(V cache, mv, idx') in either order
  * The launch writes what the nodes after the group can read: rq (rotated q) and the two cache rows.
  * It writes neither mq, mk, mv nor rk, so the pattern also asks that nothing after the group reads
- * their bytes before they are overwritten and that none is a graph output; otherwise the nodes run as before (a grouped mat-vec,
- * then the rope and cache-write launches). On the H200 those two launches were about 5 us of a 1b
+ * their bytes before they are overwritten and that no graph output (a view of one included) lies on
+ * them; otherwise the nodes run as before (a grouped mat-vec, then the rope and cache-write launches). On the H200 those two launches were about 5 us of a 1b
  * q4_0 decode layer's 48 (bench/results/vulkan-vs-cuda-profile-20261201T040434.json: k_rope 2.3 us,
  * k_rope_store_pair 2.6 us per launch). */
 #include <stdio.h>
@@ -19,12 +19,20 @@
 #include "mul_mat_rp.h"
 #include "repack.h"
 
-/* x is no graph output, and no node from `from` on reads its bytes before they are overwritten
- * (the planner reuses a dead tensor's bytes for later ones: a read of those is no read of x). A node
- * reads its operands before it writes its output; a write that covers a prefix or a suffix of what
- * is left of x takes that part off, one in the middle is ignored (it only keeps x alive longer). */
-static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n, int from) {
-    if (x->flags & PYG_TENSOR_FLAG_OUTPUT) return 0;
+static int overlaps(const pyg_tensor *x, const pyg_tensor *y) {
+    const char *a = (const char *)x->data, *b = (const char *)y->data;
+    return a < b + pyg_tensor_nbytes(y) && b < a + pyg_tensor_nbytes(x);
+}
+
+/* No graph output (any node of g flagged OUTPUT, views too) lies on x's bytes, and no plan node from
+ * `from` on reads them before they are overwritten (the planner reuses a dead tensor's bytes for
+ * later ones: a read of those is no read of x). A node reads its operands before it writes its
+ * output; a write that covers a prefix or a suffix of what is left of x takes that part off, one in
+ * the middle is ignored (it only keeps x alive longer). */
+static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n, int from, const pyg_graph *g) {
+    for (int j = 0; g && j < g->n_nodes; j++)
+        if (g->nodes[j] && (g->nodes[j]->flags & PYG_TENSOR_FLAG_OUTPUT) && g->nodes[j]->data && overlaps(x, g->nodes[j]))
+            return 0;
     const char *lo = (const char *)x->data, *hi = lo + pyg_tensor_nbytes(x);
     for (int j = from; j < n && lo < hi; j++) {
         for (int s = 0; s < PYG_MAX_SRC; s++) {
@@ -91,7 +99,7 @@ static int qkv_roles_of(const pyg_tensor *const *nd, qkv_roles *o) {
     return 0;
 }
 
-int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp) {
+int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g) {
     if (!cuda_fuse_enabled() || !cuda_opts()->qkv_rope || !cuda_opts()->repack || !rp || i + 7 > n) return 0;
     const pyg_tensor *const *nd = nodes + i;
     if (!mul_mat_can_group(nd[0], nd[1]) || !mul_mat_can_group(nd[0], nd[2])) return 0;
@@ -101,8 +109,8 @@ int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *cons
     if (!rows_can_pair_rope(nd[3], nd[4])) return 0; /* same parameters, positions and frequency factors */
     qkv_roles r;
     if (!qkv_roles_of(nd, &r) || !is_plain_float(nd[r.sk]->src[0]->type)) return 0;
-    return dead_after(nd[r.q], nodes, n, i + 7) && dead_after(nd[r.k], nodes, n, i + 7) &&
-           dead_after(nd[r.v], nodes, n, i + 7) && dead_after(nd[r.rk], nodes, n, i + 7);
+    return dead_after(nd[r.q], nodes, n, i + 7, g) && dead_after(nd[r.k], nodes, n, i + 7, g) &&
+           dead_after(nd[r.v], nodes, n, i + 7, g) && dead_after(nd[r.rk], nodes, n, i + 7, g);
 }
 
 template <int T, int J, int NB>
