@@ -108,7 +108,7 @@ def test_loader_lists_cuda_with_reason():
 
 # ---------------------------------------------------------------- block layouts, on the CPU
 
-_QUANTS = [("q4_0", 2, 18, [0]), ("q8_0", 8, 34, [0]), ("q4_K", 12, 144, [0, 2]), ("q6_K", 14, 210, [208])]
+_QUANTS = [("q4_0", 2, 18, [0]), ("q4_1", 3, 20, [0, 2]), ("q8_0", 8, 34, [0]), ("q4_K", 12, 144, [0, 2]), ("q6_K", 14, 210, [208])]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_block_decoders_match_gguf(dequant_host, tmp_path, name, type_id, size, 
 
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q8_0", "q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [1, 3, 8, 17, 37, 100])
 def test_quant_mul_mat_on_cuda(qtype, n):
     """int8 mat-vec (n <= 8), FFMA GEMM (8 < n < 32) and tensor-core GEMM (n >= 32) on quantized
@@ -252,7 +252,7 @@ def test_flash_attn_paths_on_cuda(n_kv, D, H, Hk, n_q, kvt):
     assert _nmse(out, ref) < 5e-4
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q8_0", "q4_K", "q6_K"])
 def test_quant_get_rows_and_cont_on_cuda(qtype):
     pg, dev = _cuda_device()
     rng = np.random.default_rng(3)
@@ -289,7 +289,7 @@ def test_cpy_between_shapes_and_set_rows_bf16_on_cuda():
     assert np.array_equal(out_b, ref_b)
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q8_0", "q4_K", "q6_K"])
 def test_grouped_decode_mat_vecs_on_cuda(qtype):
     """Mat-vecs over one activation column (a layer's q/k/v, gate/up) run as one launch with the
     column quantized once (device option fuse); every output must match its own weights, including

@@ -165,6 +165,7 @@ static inline int is_plain_float(int type) {
  * Offsets in bytes inside one block; blocks are only 2-byte aligned in general. */
 
 /* q4_0: 32 weights, 18 bytes: f16 d; 16 bytes of nibbles (low = weights 0..15, high = 16..31); w = d*(q-8) */
+/* q4_1: 32 weights, 20 bytes: f16 d, f16 m; 16 bytes of nibbles as q4_0; w = d*q + m */
 /* q8_0: 32 weights, 34 bytes: f16 d; 32 int8; w = d*q */
 /* q4_K: 256 weights, 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins for 8 sub-blocks,
  *       128 bytes of nibbles: byte 32g+l holds weight 64g+l (low) and 64g+32+l (high);
@@ -198,6 +199,11 @@ PYG_HD float dequant_one(const uint8_t *blk, int type, int i) {
         const int q = (i < 16 ? (b & 15) : (b >> 4)) - 8;
         return d * (float)q;
     }
+    case PYG_TYPE_Q4_1: { /* f16 d, f16 m, nibbles as q4_0's: w = d*q + m */
+        const uint8_t b = blk[4 + (i & 15)];
+        const int q = i < 16 ? (b & 15) : (b >> 4);
+        return f16_bits_to_f32(rd16(blk)) * (float)q + f16_bits_to_f32(rd16(blk + 2));
+    }
     case PYG_TYPE_Q8_0:
         return f16_bits_to_f32(rd16(blk)) * (float)(int8_t)blk[2 + i];
     case PYG_TYPE_Q4_K: {
@@ -224,7 +230,7 @@ PYG_HD float dequant_one(const uint8_t *blk, int type, int i) {
 }
 
 static inline int is_supported_quant(int type) {
-    return type == PYG_TYPE_Q4_0 || type == PYG_TYPE_Q8_0 || type == PYG_TYPE_Q4_K ||
+    return type == PYG_TYPE_Q4_0 || type == PYG_TYPE_Q4_1 || type == PYG_TYPE_Q8_0 || type == PYG_TYPE_Q4_K ||
            type == PYG_TYPE_Q6_K;
 }
 
@@ -233,7 +239,7 @@ __device__ __forceinline__ float load_row_elem(const char *row, int type, int64_
     switch (type) {
     case PYG_TYPE_F32: case PYG_TYPE_F16: case PYG_TYPE_BF16:
         return load_f(row + i0 * nb0, type);
-    case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0:
+    case PYG_TYPE_Q4_0: case PYG_TYPE_Q4_1: case PYG_TYPE_Q8_0:
         return dequant_one((const uint8_t *)row + (i0 >> 5) * nb0, type, (int)(i0 & 31));
     default:
         return dequant_one((const uint8_t *)row + (i0 >> 8) * nb0, type, (int)(i0 & 255));

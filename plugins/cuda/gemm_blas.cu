@@ -483,6 +483,7 @@ static int gpu_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int
         const unsigned grid = gb_blocks(units, 65535);
         switch (a->type) {
         case PYG_TYPE_Q4_0: k_gb_dequant_a<PYG_TYPE_Q4_0><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
+        case PYG_TYPE_Q4_1: k_gb_dequant_a<PYG_TYPE_Q4_1><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
         case PYG_TYPE_Q8_0: k_gb_dequant_a<PYG_TYPE_Q8_0><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
         case PYG_TYPE_Q4_K: k_gb_dequant_a<PYG_TYPE_Q4_K><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;
         default: k_gb_dequant_a<PYG_TYPE_Q6_K><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;

@@ -120,6 +120,16 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, 
     }
 }
 
+template <> PYG_HD void gb_unit32<PYG_TYPE_Q4_1>(const uint8_t *row, int64_t u, float w[32]) {
+    const uint8_t *blk = row + u * 20;
+    const float d = f16_bits_to_f32(rd16(blk)), m = f16_bits_to_f32(rd16(blk + 2));
+    for (int j = 0; j < 16; j++) {
+        const uint8_t q = blk[4 + j];
+        w[j] = d * (float)(q & 15) + m;
+        w[j + 16] = d * (float)(q >> 4) + m;
+    }
+}
+
 template <> PYG_HD void gb_unit32<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[32]) {
     const uint8_t *blk = row + u * 34;
     const float d = f16_bits_to_f32(rd16(blk));

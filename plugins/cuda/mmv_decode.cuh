@@ -33,6 +33,25 @@ PYG_UNROLL
     }
 };
 
+template <> struct mv<PYG_TYPE_Q4_1> {
+    static constexpr int RUNS = 2, RL = 16, ROFF = 16;
+    static PYG_HD int64_t units(int64_t K) { return K / 32; }
+    static PYG_HD int64_t decode(const char *row, int64_t u, int64_t, float *w) {
+        const uint8_t *blk = (const uint8_t *)row + u * 20;
+        const float d = f16_bits_to_f32(*(const uint16_t *)blk), m = f16_bits_to_f32(*(const uint16_t *)(blk + 2));
+        const uint16_t *q = (const uint16_t *)(blk + 4);
+PYG_UNROLL
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = q[i];
+            w[2 * i] = d * (float)(v & 15) + m;
+            w[2 * i + 1] = d * (float)((v >> 8) & 15) + m;
+            w[16 + 2 * i] = d * (float)((v >> 4) & 15) + m;
+            w[16 + 2 * i + 1] = d * (float)((v >> 12) & 15) + m;
+        }
+        return u * 32;
+    }
+};
+
 template <> struct mv<PYG_TYPE_Q8_0> {
     static constexpr int RUNS = 1, RL = 32, ROFF = 0;
     static PYG_HD int64_t units(int64_t K) { return K / 32; }

@@ -121,6 +121,35 @@ template <> struct mmvq<PYG_TYPE_Q4_0> {
     }
 };
 
+template <> struct mmvq<PYG_TYPE_Q4_1> { /* sum(d q + m) y = d dy sum(q qy) + m sum(y) */
+    static PYG_HD int64_t units(int64_t K) { return K / 32; }
+    template <int NC>
+    static PYG_HD void unit(const char *row, int64_t u, const int8_t *yq, const float *yds, int64_t sq, int64_t sd,
+                            int ncols, float *acc) {
+        const uint8_t *blk = (const uint8_t *)row + u * 20;
+        const float dw = f16_bits_to_f32(rd16(blk)), mw = f16_bits_to_f32(rd16(blk + 2));
+        uint32_t w[4];
+        PYGQ_UNROLL
+        for (int i = 0; i < 4; i++) w[i] = ld_u32_a2(blk + 4 + 4 * i);
+        PYGQ_UNROLL
+        for (int c = 0; c < NC; c++) {
+            if (c >= ncols) break;
+            const int8_t *y = yq + c * sq + u * 32;
+            const float *ds = yds + c * sd + 2 * u;
+            int ya[4], yb[4];
+            ld_y16(y, ya);
+            ld_y16(y + 16, yb);
+            int s = 0;
+            PYGQ_UNROLL
+            for (int i = 0; i < 4; i++) {
+                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
+                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
+            }
+            acc[c] += dw * ds[0] * (float)s + mw * ds[1];
+        }
+    }
+};
+
 template <> struct mmvq<PYG_TYPE_Q8_0> {
     static PYG_HD int64_t units(int64_t K) { return K / 32; }
     template <int NC>

@@ -268,7 +268,7 @@ static int matvec_ok(const pyg_tensor *n) {
     if (!aligned16(b->data) || (b->nb[1] | b->nb[2] | b->nb[3]) & 15) return 0;
     if (n->ne[0] > 0x7fffffffLL) return 0;
     if (a->type == PYG_TYPE_Q4_K && (!aligned16(a->data) || (a->nb[1] | a->nb[2] | a->nb[3]) & 15)) return 0;
-    if ((a->type == PYG_TYPE_Q4_0 || a->type == PYG_TYPE_Q8_0 || a->type == PYG_TYPE_Q6_K) &&
+    if ((a->type == PYG_TYPE_Q4_0 || a->type == PYG_TYPE_Q4_1 || a->type == PYG_TYPE_Q8_0 || a->type == PYG_TYPE_Q6_K) &&
         (((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 1))
         return 0;
     if ((a->type == PYG_TYPE_F16 || a->type == PYG_TYPE_BF16) && (((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 1))
@@ -389,6 +389,7 @@ static int run_mmvq(const pyg_tensor *n, const rq_w *w, op_ctx *c) {
     const unsigned gy = (unsigned)(b->ne[2] * b->ne[3]);
     switch (a->type) {
     case PYG_TYPE_Q4_0: launch_mmvq<PYG_TYPE_Q4_0>(args, a->ne[1], gy, nc, c->stream); break;
+    case PYG_TYPE_Q4_1: launch_mmvq<PYG_TYPE_Q4_1>(args, a->ne[1], gy, nc, c->stream); break;
     case PYG_TYPE_Q8_0: launch_mmvq<PYG_TYPE_Q8_0>(args, a->ne[1], gy, nc, c->stream); break;
     case PYG_TYPE_Q4_K: launch_mmvq<PYG_TYPE_Q4_K>(args, a->ne[1], gy, nc, c->stream); break;
     case PYG_TYPE_Q6_K: launch_mmvq<PYG_TYPE_Q6_K>(args, a->ne[1], gy, nc, c->stream); break;
@@ -505,6 +506,7 @@ template <int U>
 static int launch_mmvq_group_u(int type, const mvq_group_args &args, unsigned blocks, unsigned th, gpuStream_t s) {
     switch (type) {
     case PYG_TYPE_Q4_0: k_mmvq_group<PYG_TYPE_Q4_0, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
+    case PYG_TYPE_Q4_1: k_mmvq_group<PYG_TYPE_Q4_1, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
     case PYG_TYPE_Q8_0: k_mmvq_group<PYG_TYPE_Q8_0, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
     case PYG_TYPE_Q4_K: k_mmvq_group<PYG_TYPE_Q4_K, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
     case PYG_TYPE_Q6_K: k_mmvq_group<PYG_TYPE_Q6_K, U><<<blocks, th, 0, s>>>(args); return PYG_OK;
@@ -594,6 +596,7 @@ int mul_mat_launch(const pyg_tensor *n, op_ctx *c) {
         case PYG_TYPE_F16: launch_matvec<PYG_TYPE_F16>(args, grid, nc, c->stream); break;
         case PYG_TYPE_BF16: launch_matvec<PYG_TYPE_BF16>(args, grid, nc, c->stream); break;
         case PYG_TYPE_Q4_0: launch_matvec<PYG_TYPE_Q4_0>(args, grid, nc, c->stream); break;
+        case PYG_TYPE_Q4_1: launch_matvec<PYG_TYPE_Q4_1>(args, grid, nc, c->stream); break;
         case PYG_TYPE_Q8_0: launch_matvec<PYG_TYPE_Q8_0>(args, grid, nc, c->stream); break;
         case PYG_TYPE_Q4_K: launch_matvec<PYG_TYPE_Q4_K>(args, grid, nc, c->stream); break;
         case PYG_TYPE_Q6_K: launch_matvec<PYG_TYPE_Q6_K>(args, grid, nc, c->stream); break;

@@ -47,7 +47,7 @@ int cuda_repack_eligible(const pyg_tensor *node) {
     if (!node || node->op != PYG_OP_MUL_MAT) return 0;
     const pyg_tensor *w = node->src[0];
     if (!w || w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT) || !w->data) return 0;
-    if (!is_supported_quant(w->type) || w->ne[2] != 1 || w->ne[3] != 1) return 0;
+    if (!is_supported_quant(w->type) || w->type == PYG_TYPE_Q4_1 || w->ne[2] != 1 || w->ne[3] != 1) return 0; /* no repacked q4_1 layout */
     const pyg_type_traits *tr = pyg_type_get_traits(w->type);
     if (!tr || w->ne[0] % tr->block_size || w->nb[0] != (uint64_t)tr->type_size) return 0;
     if (w->ne[0] % 32 || w->ne[0] > 32768 || w->ne[1] > (1ll << 30)) return 0;

@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
 #define DEC(T) { kb = mv<T>::decode((const char *)base, u, K, w); runs = mv<T>::RUNS; rl = mv<T>::RL; roff = mv<T>::ROFF; }
         switch (type) {
         case PYG_TYPE_Q4_0: DEC(PYG_TYPE_Q4_0); break;
+        case PYG_TYPE_Q4_1: DEC(PYG_TYPE_Q4_1); break;
         case PYG_TYPE_Q8_0: DEC(PYG_TYPE_Q8_0); break;
         case PYG_TYPE_Q4_K: DEC(PYG_TYPE_Q4_K); break;
         case PYG_TYPE_Q6_K: DEC(PYG_TYPE_Q6_K); break;
@@ -80,6 +81,7 @@ int main(int argc, char **argv) {
         auto dots = [&]() {
             switch (type) {
             case PYG_TYPE_Q4_0: DOT(PYG_TYPE_Q4_0); break;
+            case PYG_TYPE_Q4_1: DOT(PYG_TYPE_Q4_1); break;
             case PYG_TYPE_Q8_0: DOT(PYG_TYPE_Q8_0); break;
             case PYG_TYPE_Q4_K: DOT(PYG_TYPE_Q4_K); break;
             case PYG_TYPE_Q6_K: DOT(PYG_TYPE_Q6_K); break;

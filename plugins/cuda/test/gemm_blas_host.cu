@@ -108,6 +108,7 @@ static int host_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, in
         for (int64_t g = 0; g < units; g++) {
             switch (a->type) {
             case PYG_TYPE_Q4_0: gb_dequant_unit<PYG_TYPE_Q4_0>(base, nb1, nb2, mc, p.K, g, out); break;
+            case PYG_TYPE_Q4_1: gb_dequant_unit<PYG_TYPE_Q4_1>(base, nb1, nb2, mc, p.K, g, out); break;
             case PYG_TYPE_Q8_0: gb_dequant_unit<PYG_TYPE_Q8_0>(base, nb1, nb2, mc, p.K, g, out); break;
             case PYG_TYPE_Q4_K: gb_dequant_unit<PYG_TYPE_Q4_K>(base, nb1, nb2, mc, p.K, g, out); break;
             default: gb_dequant_unit<PYG_TYPE_Q6_K>(base, nb1, nb2, mc, p.K, g, out); break;
@@ -191,8 +192,9 @@ static void check_decoder(int block_bytes, int block_elems, const int *d_offs, i
 }
 
 static int run_decoders(void) {
-    const int q40[] = { 0 }, q80[] = { 0 }, q4k[] = { 0, 2 }, q6k[] = { 208 };
+    const int q40[] = { 0 }, q41[] = { 0, 2 }, q80[] = { 0 }, q4k[] = { 0, 2 }, q6k[] = { 208 };
     check_decoder<PYG_TYPE_Q4_0>(18, 32, q40, 1);
+    check_decoder<PYG_TYPE_Q4_1>(20, 32, q41, 2);
     check_decoder<PYG_TYPE_Q8_0>(34, 32, q80, 1);
     check_decoder<PYG_TYPE_Q4_K>(Q4_K_BYTES, 256, q4k, 2);
     check_decoder<PYG_TYPE_Q6_K>(Q6_K_BYTES, 256, q6k, 1);
@@ -242,7 +244,7 @@ static void make_tensor(owned &o, int type, const int64_t ne[4], const uint64_t 
     o.mem.assign(bytes + 64, 0);
     o.t.data = (void *)(((uintptr_t)o.mem.data() + 31) & ~(uintptr_t)31);
     if (fill && tr->is_quantized) { /* random blocks with small finite f16 scales */
-        const int nd = type == PYG_TYPE_Q4_K ? 2 : 1, doff = type == PYG_TYPE_Q6_K ? 208 : 0;
+        const int nd = type == PYG_TYPE_Q4_K || type == PYG_TYPE_Q4_1 ? 2 : 1, doff = type == PYG_TYPE_Q6_K ? 208 : 0;
         const uint64_t nblk = bytes / (uint64_t)tr->type_size;
         uint8_t *q = (uint8_t *)o.t.data;
         for (uint64_t i = 0; i < nblk * (uint64_t)tr->type_size; i++) q[i] = (uint8_t)rnd();
@@ -465,7 +467,7 @@ static int run_pipeline(void) {
     g_steps.copy_c = host_copy_c;
     const double tol = 5e-5; /* f16/bf16 rounding of both operands: ~1e-7 / ~3e-6 */
     node3 n;
-    const int types[] = { PYG_TYPE_Q4_0, PYG_TYPE_Q8_0, PYG_TYPE_Q4_K, PYG_TYPE_Q6_K, PYG_TYPE_F16, PYG_TYPE_BF16,
+    const int types[] = { PYG_TYPE_Q4_0, PYG_TYPE_Q4_1, PYG_TYPE_Q8_0, PYG_TYPE_Q4_K, PYG_TYPE_Q6_K, PYG_TYPE_F16, PYG_TYPE_BF16,
                           PYG_TYPE_F32 };
     for (int t : types) {
         char name[64];
