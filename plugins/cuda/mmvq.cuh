@@ -89,6 +89,21 @@ PYG_HD void q8_block(const float *y, int8_t *q, float *ds) {
     ds[1] = d * (float)sum;
 }
 
+/* The integer dot of a block's 32 nibbles (4 words, q4_0's order: low nibbles elements 0..15, high
+ * 16..31) with 32 int8 activation quants (16-byte aligned). */
+PYG_HD int nib_dot(const uint32_t w[4], const int8_t *y) {
+    int ya[4], yb[4];
+    ld_y16(y, ya);
+    ld_y16(y + 16, yb);
+    int s = 0;
+    PYGQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+        s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
+        s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
+    }
+    return s;
+}
+
 /* One unit of row `row` against NC int8 columns: column c's quants at yq + c*sq, its (d, s) pairs
  * at yds + c*sd (float pairs, one per 32 activations). Adds into acc[c] for c < ncols. */
 template <int T> struct mmvq;
@@ -105,18 +120,8 @@ template <> struct mmvq<PYG_TYPE_Q4_0> {
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
-            const int8_t *y = yq + c * sq + u * 32;
             const float *ds = yds + c * sd + 2 * u;
-            int ya[4], yb[4];
-            ld_y16(y, ya);
-            ld_y16(y + 16, yb);
-            int s = 0;
-            PYGQ_UNROLL
-            for (int i = 0; i < 4; i++) {
-                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
-                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
-            }
-            acc[c] += dw * (ds[0] * (float)s - 8.0f * ds[1]);
+            acc[c] += dw * (ds[0] * (float)nib_dot(w, yq + c * sq + u * 32) - 8.0f * ds[1]);
         }
     }
 };
@@ -134,18 +139,8 @@ template <> struct mmvq<PYG_TYPE_Q4_1> { /* sum(d q + m) y = d dy sum(q qy) + m 
         PYGQ_UNROLL
         for (int c = 0; c < NC; c++) {
             if (c >= ncols) break;
-            const int8_t *y = yq + c * sq + u * 32;
             const float *ds = yds + c * sd + 2 * u;
-            int ya[4], yb[4];
-            ld_y16(y, ya);
-            ld_y16(y + 16, yb);
-            int s = 0;
-            PYGQ_UNROLL
-            for (int i = 0; i < 4; i++) {
-                s = dp4a_s8((int)(w[i] & 0x0f0f0f0fu), ya[i], s);
-                s = dp4a_s8((int)((w[i] >> 4) & 0x0f0f0f0fu), yb[i], s);
-            }
-            acc[c] += dw * ds[0] * (float)s + mw * ds[1];
+            acc[c] += dw * ds[0] * (float)nib_dot(w, yq + c * sq + u * 32) + mw * ds[1];
         }
     }
 };
