@@ -149,13 +149,6 @@ __device__ __forceinline__ float load_f(const char *p, int type) {
     }
 }
 
-__device__ __forceinline__ void store_f(char *p, int type, float v) {
-    switch (type) {
-    case PYG_TYPE_F16: { gpu_half h = gpu_float2half(v); *(gpu_half *)p = h; break; }
-    case PYG_TYPE_BF16: *(uint16_t *)p = f32_to_bf16_bits(v); break;
-    default: *(float *)p = v; break;
-    }
-}
 
 static inline int is_plain_float(int type) {
     return type == PYG_TYPE_F32 || type == PYG_TYPE_F16 || type == PYG_TYPE_BF16;

@@ -385,27 +385,25 @@ size_t flash_attn_dec_sync_bytes(const pyg_tensor *n, int n_sm) {
 }
 
 #ifdef PYG_GPU_HOST_EMU /* plugins/cuda/test/fattn_dec_host.cpp: blocks run on host threads */
-#define FD_LAUNCH(kernel, grid, a, st) ((void)st, emu_launch(kernel, grid, FD_THREADS, a) == 0 || (abort(), 0))
+#define FD_LAUNCH(kernel, grid, a, st, pdl) ((void)st, (void)pdl, emu_launch(kernel, grid, FD_THREADS, a) == 0 || (abort(), 0))
 #else
-#define FD_LAUNCH(kernel, grid, a, st) \
-    launch_maybe_pdl(cuda_opts()->pdl && fd_cc >= 90, kernel, grid, dim3(FD_THREADS), st, a)
+#define FD_LAUNCH(kernel, grid, a, st, pdl) launch_maybe_pdl(pdl, kernel, grid, dim3(FD_THREADS), st, a)
 #endif
 
 template <int D, int G>
-static void fd_launch_dg(const fd_args &a, dim3 grid, bool sparse, gpuStream_t st, int fd_cc) {
+static void fd_launch_dg(const fd_args &a, dim3 grid, bool sparse, gpuStream_t st, int pdl) {
     constexpr int U = G <= 2 ? 4 : 2;
     void (*kern)(fd_args) = sparse ? k_fattn_dec<D, G, U, true> : k_fattn_dec<D, G, U, false>;
-    (void)fd_cc;
-    FD_LAUNCH(kern, grid, a, st);
+    FD_LAUNCH(kern, grid, a, st, pdl);
 }
 
 template <int D>
-static void fd_launch_d(const fd_args &a, int G, dim3 grid, bool sparse, gpuStream_t st, int cc) {
+static void fd_launch_d(const fd_args &a, int G, dim3 grid, bool sparse, gpuStream_t st, int pdl) {
     switch (G) {
-    case 1: fd_launch_dg<D, 1>(a, grid, sparse, st, cc); break;
-    case 2: fd_launch_dg<D, 2>(a, grid, sparse, st, cc); break;
-    case 4: fd_launch_dg<D, 4>(a, grid, sparse, st, cc); break;
-    default: fd_launch_dg<D, 8>(a, grid, sparse, st, cc); break;
+    case 1: fd_launch_dg<D, 1>(a, grid, sparse, st, pdl); break;
+    case 2: fd_launch_dg<D, 2>(a, grid, sparse, st, pdl); break;
+    case 4: fd_launch_dg<D, 4>(a, grid, sparse, st, pdl); break;
+    default: fd_launch_dg<D, 8>(a, grid, sparse, st, pdl); break;
     }
 }
 
@@ -435,8 +433,9 @@ int flash_attn_dec_launch(const pyg_tensor *n, op_ctx *c) {
     }
     const dim3 grid((unsigned)k->ne[2], (unsigned)a.nsplit, (unsigned)(a.n_q * q->ne[3]));
     const bool sparse = fd_sparse(n);
-    if (D == 64) fd_launch_d<64>(a, G, grid, sparse, c->stream, c->cc);
-    else if (D == 128) fd_launch_d<128>(a, G, grid, sparse, c->stream, c->cc);
-    else fd_launch_d<256>(a, G, grid, sparse, c->stream, c->cc);
+    const int pdl = cuda_opts()->pdl && c->cc >= 90;
+    if (D == 64) fd_launch_d<64>(a, G, grid, sparse, c->stream, pdl);
+    else if (D == 128) fd_launch_d<128>(a, G, grid, sparse, c->stream, pdl);
+    else fd_launch_d<256>(a, G, grid, sparse, c->stream, pdl);
     return check_launch(c, "flash_attn_ext (decode)");
 }

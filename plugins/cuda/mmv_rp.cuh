@@ -319,10 +319,9 @@ PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
 }
 
 /* What a layer's q/k/v launch does with each matrix's rows (mvr_qkv_body), per matrix g: */
-#define MVR_ST_F32 0        /* dst[g][row] = the sum (what mvr_body stores) */
-#define MVR_ST_ROPE 1       /* the row pair (2i, 2i + 1) of a head rotated, into dst[g] (the rope's output) */
-#define MVR_ST_ROPE_CACHE 2 /* rotated, into cache row idx[0] (the K write; the rope's own output is dead) */
-#define MVR_ST_CACHE 3      /* the sum into cache row idx[0] (the V write) */
+#define MVR_ST_ROPE 0       /* the row pair (2i, 2i + 1) of a head rotated, into dst[g] (the rope's output) */
+#define MVR_ST_ROPE_CACHE 1 /* rotated, into cache row idx[0] (the K write; the rope's own output is dead) */
+#define MVR_ST_CACHE 2      /* the sum into cache row idx[0] (the V write) */
 struct mvr_qkv {
     int kind[MVR_MAX];
     char *cache[MVR_MAX];          /* the cache's data; column `row` of cache row r at r * cnb1 + row * cnb0 */
@@ -339,7 +338,7 @@ struct mvr_qkv {
 PYG_HD void mvr_qkv_store(const mvr_qkv &e, int g, float *dst, int64_t row, float v, float partner) {
     const int kind = e.kind[g];
     float y = v;
-    if (kind == MVR_ST_ROPE || kind == MVR_ST_ROPE_CACHE) {
+    if (kind != MVR_ST_CACHE) {
         const int64_t d = row % e.D;
         if (d < e.rp.n_dims) {
             float c, s;
@@ -347,7 +346,7 @@ PYG_HD void mvr_qkv_store(const mvr_qkv &e, int g, float *dst, int64_t row, floa
             y = (d & 1) ? partner * s + v * c : v * c - partner * s; /* (x0, x1) -> (x0 c - x1 s, x0 s + x1 c) */
         }
     }
-    if (kind == MVR_ST_F32 || kind == MVR_ST_ROPE) {
+    if (kind == MVR_ST_ROPE) {
         dst[row] = y;
         return;
     }

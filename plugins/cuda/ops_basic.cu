@@ -55,7 +55,7 @@ __global__ void k_elementwise(tview d, tview a, tview b, float p0, float p1, int
             const int64_t ia = swap ? i0 + n : i0, ib = swap ? i0 : i0 + n;
             r = silu_f(load_f(arow + ia * a.nb[0], a.type)) * load_f(arow + ib * a.nb[0], a.type);
         }
-        store_f(drow + i0 * d.nb[0], d.type, r);
+        store_plain(drow + i0 * d.nb[0], d.type, r);
     }
 }
 
@@ -76,7 +76,7 @@ __global__ void k_copy_same(tview d, tview s) {
     char *drow = d.data + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
     for (int64_t i0 = threadIdx.x; i0 < d.ne[0]; i0 += blockDim.x)
-        store_f(drow + i0 * d.nb[0], d.type, load_row_elem(srow, s.type, i0, s.nb[0]));
+        store_plain(drow + i0 * d.nb[0], d.type, load_row_elem(srow, s.type, i0, s.nb[0]));
 }
 
 /* Converting copy between different shapes of equal element count: the k-th element in logical
@@ -93,7 +93,7 @@ __global__ void k_copy_flat(tview d, tview s) {
         const int64_t s2 = k % s.ne[2]; k /= s.ne[2];
         const int64_t s3 = k;
         const float v = load_f(s.data + s0 * s.nb[0] + s1 * s.nb[1] + s2 * s.nb[2] + s3 * s.nb[3], s.type);
-        store_f(drow + i0 * d.nb[0], d.type, v);
+        store_plain(drow + i0 * d.nb[0], d.type, v);
     }
 }
 
@@ -108,7 +108,7 @@ __global__ void k_get_rows(tview d, tview s, tview idx) {
     const char *srow = s.data + (ok ? r : 0) * s.nb[1] + (i2 % s.ne[2]) * s.nb[2] + (i3 % s.ne[3]) * s.nb[3];
     for (int64_t i0 = threadIdx.x; i0 < d.ne[0]; i0 += blockDim.x) {
         const float v = ok ? load_row_elem(srow, s.type, i0, s.nb[0]) : 0.0f; /* bad index: zeros, no OOB read */
-        store_f(drow + i0 * d.nb[0], d.type, v);
+        store_plain(drow + i0 * d.nb[0], d.type, v);
     }
 }
 

@@ -36,7 +36,7 @@ __global__ void k_norm(tview d, tview s, float eps) {
     }
     const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        store_f(drow + i * d.nb[0], d.type, (load_f(srow + i * s.nb[0], s.type) - mean) * inv);
+        store_plain(drow + i * d.nb[0], d.type, (load_f(srow + i * s.nb[0], s.type) - mean) * inv);
 }
 
 /* rms_norm followed by a mul with a weight row (the model's norm * weight): one kernel writes both
@@ -56,11 +56,11 @@ __global__ void k_rms_mul(tview d, tview s, float eps, tview md, const float *w)
     }
     const float inv = rsqrtf(block_sum(acc, sh) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        store_f(drow + i * d.nb[0], d.type, load_f(srow + i * s.nb[0], s.type) * inv);
+        store_plain(drow + i * d.nb[0], d.type, load_f(srow + i * s.nb[0], s.type) * inv);
     __syncthreads(); /* the row's source is read for the last time above: the product may lie on it */
     /* the mul reads the stored norm (so it rounds as the unfused pair does when the norm is not f32) */
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        store_f(mrow + i * md.nb[0], md.type, load_f(drow + i * d.nb[0], d.type) * w[i]);
+        store_plain(mrow + i * md.nb[0], md.type, load_f(drow + i * d.nb[0], d.type) * w[i]);
 }
 
 /* add -> rms_norm -> mul(norm, weight row) (the residual add and the next norm): one block per
@@ -139,7 +139,7 @@ __global__ void k_soft_max(tview d, tview s, tview m, int has_mask, float scale,
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(SM_VAL(i) - mx);
     sum = block_sum(sum, sh);
     const float inv = 1.0f / sum;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_f(drow + i * d.nb[0], d.type, expf(SM_VAL(i) - mx) * inv);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_plain(drow + i * d.nb[0], d.type, expf(SM_VAL(i) - mx) * inv);
 #undef SM_VAL
 }
 
@@ -163,11 +163,11 @@ __device__ __forceinline__ void rope_row_t(const tview &d, const tview &s, int64
         const int64_t i0 = 2 * ip;
         if (i0 >= p.n_dims) {
             const float y0 = load_f(srow + i0 * s.nb[0], s.type), y1 = load_f(srow + (i0 + 1) * s.nb[0], s.type);
-            store_f(drow + i0 * d.nb[0], d.type, y0);
-            store_f(drow + (i0 + 1) * d.nb[0], d.type, y1);
+            store_plain(drow + i0 * d.nb[0], d.type, y0);
+            store_plain(drow + (i0 + 1) * d.nb[0], d.type, y1);
             if (ST && crow) {
-                store_f(crow + i0 * kc.nb[0], kc.type, y0);
-                store_f(crow + (i0 + 1) * kc.nb[0], kc.type, y1);
+                store_plain(crow + i0 * kc.nb[0], kc.type, y0);
+                store_plain(crow + (i0 + 1) * kc.nb[0], kc.type, y1);
             }
             continue;
         }
@@ -176,11 +176,11 @@ __device__ __forceinline__ void rope_row_t(const tview &d, const tview &s, int64
         const int64_t ia = p.neox ? ip : i0, ib = p.neox ? ip + p.n_dims / 2 : i0 + 1;
         const float x0 = load_f(srow + ia * s.nb[0], s.type), x1 = load_f(srow + ib * s.nb[0], s.type);
         const float y0 = x0 * c - x1 * sn, y1 = x0 * sn + x1 * c;
-        store_f(drow + ia * d.nb[0], d.type, y0);
-        store_f(drow + ib * d.nb[0], d.type, y1);
+        store_plain(drow + ia * d.nb[0], d.type, y0);
+        store_plain(drow + ib * d.nb[0], d.type, y1);
         if (ST && crow) {
-            store_f(crow + ia * kc.nb[0], kc.type, y0);
-            store_f(crow + ib * kc.nb[0], kc.type, y1);
+            store_plain(crow + ia * kc.nb[0], kc.type, y0);
+            store_plain(crow + ib * kc.nb[0], kc.type, y1);
         }
     }
 }

@@ -22,7 +22,7 @@ __device__ __forceinline__ void set_rows_elem(const tview &d, const tview &s, co
     if (r < 0 || r >= d.ne[1]) return;
     char *drow = d.data + r * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
     const char *srow = s.data + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
-    store_f(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
+    store_plain(drow + i0 * d.nb[0], d.type, load_f(srow + i0 * s.nb[0], s.type));
 }
 
 #endif

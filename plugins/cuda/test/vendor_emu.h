@@ -42,7 +42,7 @@ typedef void *gpuStream_t;
 #define __launch_bounds__(...)
 #define __shared__ static
 
-typedef uint16_t gpu_half; /* common.cuh's store_f: f32 -> f16 bits, round to nearest even */
+typedef uint16_t gpu_half; /* common.cuh's store_plain: f32 -> f16 bits, round to nearest even */
 static inline gpu_half gpu_float2half(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
