@@ -7,7 +7,7 @@
 #      4096 and 16384 (with the stall samples of its SASS at 16384, scripts/ncu_top.py); the prefill
 #      flash attention of a 512-token chunk at depth 4096.
 # Results: $OUT/ncu-attn.tar.gz and $OUT/summary.log (scripts/gpu_prelude.sh).
-#   one device call, kind nvidia-h200, timeout_s 600:
+#   one device call, kind nvidia-h200, carry [".whl"] (gguf + pyyaml wheels, see install_wheels), timeout_s 600:
 #   GPU_CHECK_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_ncu_attn.sh
 # Env: NCU_ATTN_BUDGET_S (480): no phase starts after it; NCU_ATTN_TESTS (the test files; "" skips).
 set -u -o pipefail
@@ -16,6 +16,9 @@ GPU_TAG=ncu-attn GPU_BUDGET_S=${NCU_ATTN_BUDGET_S:-480}
 . scripts/gpu_prelude.sh
 TESTS=${NCU_ATTN_TESTS-tests/test_cuda_qkv_rope.py tests/test_cuda_build.py tests/test_cuda_blas.py tests/test_cuda_repack.py tests/test_cuda_fattn_dec.py tests/test_cuda_fattn_mma.py}
 say "commit $GPU_CHECK_COMMIT; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+[ -d .whl ] && { install_wheels || say "carried wheels did not install"; }   # gguf (the decoders' reference)
+# no network there: the build's pip step is skipped when what it installs for the build is present
+if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi
 make -j16 ext pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-cpu.so >"$W/build.log" 2>&1 \
     || { say "build failed"; tail -30 "$W/build.log"; pack; exit 1; }
 say "built"
