@@ -263,9 +263,11 @@ cdef class DeviceGraph:
         free(self.nodes)
 
 
-def make_device_graph(Device dev, list needed, list nodes, locate, str what):
+def make_device_graph(Device dev, list needed, list nodes, locate, str what, read_after=()):
     """Descriptors for `needed` tensors (nodes among them) at the memory `locate(t)` gives as
-    (DeviceBuffer, offset), and the device's graph plan over `nodes`."""
+    (DeviceBuffer, offset), and the device's graph plan over `nodes`. The ids in `read_after`
+    (nodes whose bytes are read once the graph has run: by the host or another split) get
+    PYG_TENSOR_FLAG_OUTPUT."""
     idx = {t.id: i for i, t in enumerate(needed)}
     cdef DeviceGraph D = DeviceGraph.__new__(DeviceGraph)
     D.dev = dev
@@ -278,6 +280,8 @@ def make_device_graph(Device dev, list needed, list nodes, locate, str what):
     cdef uint64_t off
     for i, t in enumerate(needed):
         _fill_desc(&D.ct[i], t)
+        if t.id in read_after:
+            D.ct[i].flags |= PYG_TENSOR_FLAG_OUTPUT
         for j, s in enumerate(t.src[:6]):
             D.ct[i].src[j] = &D.ct[idx[s.id]] if (s is not None and s.id in idx) else NULL
         if t.view_src is not None and t.view_src.id in idx:

@@ -78,6 +78,26 @@ def _policy(sync: Optional[str]) -> str:
     return env or sync or "events"
 
 
+
+def _bases(t):
+    """t and the tensors it views, down to the one that owns the bytes."""
+    while t is not None:
+        yield t
+        t = t.view_src
+
+
+def _read_after_split(splits, needed, readable) -> list:
+    """Per split, the ids of its nodes whose bytes are read after the split's graph has run: the
+    outputs the host reads (and what they view) and what another split reads. Their descriptors
+    carry PYG_TENSOR_FLAG_OUTPUT (include/pyggml/tensor.h), so a plugin that fuses nodes knows
+    which intermediates must still be written."""
+    node_ids = [{t.id for t in ts} for _, ts in splits]
+    later = {b.id for o in readable for b in _bases(o)}
+    for j, ts in enumerate(needed):
+        for t in ts:
+            later.update(b.id for b in _bases(t) if b.id not in node_ids[j])
+    return [ids & later for ids in node_ids]
+
 class Scheduler:
     """Runs graphs on one or more devices.
 
@@ -430,13 +450,15 @@ class Scheduler:
                 plan.slot_mem[(si, bid, k)] = _plan.Mem(buf, off, ("slots", d))
         for t, d in _plan.leaves_needed(plan):
             plan.mem[(t.id, d)] = self._leaf(self.devices[d], t)
+        needed = [plan.split_tensors(si) for si in range(len(plan.splits))]
+        read_after = _read_after_split(plan.splits, needed, readable)
         for si, (d, ts) in enumerate(plan.splits):
-            needed = plan.split_tensors(si)
             for k in range(self.n_copies):
                 def locate(t, d=d, si=si, k=k):
                     m, extra = plan.locate(t, d, si, k)
                     return m.buf, m.off + extra
-                plan.descs[(si, k)] = R.make_device_graph(self.devices[d], needed, ts, locate, f"split {si}")
+                plan.descs[(si, k)] = R.make_device_graph(self.devices[d], needed[si], ts, locate, f"split {si}",
+                                                          read_after[si])
         return plan
 
     def _leaf(self, dev, t: Tensor):

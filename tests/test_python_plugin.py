@@ -115,3 +115,62 @@ def test_errors_raised_with_a_code_keep_it():
     with pytest.raises(pg.PluginError, match="wants a prime") as e:
         p.devices[0].set_option("n", "4")
     assert e.value.code == A.ERR_INVALID_ARGUMENT
+
+
+class _Recorder(P.Device):
+    """add / scale / rms_norm on the host (float64, f32 stored); each computed node's flags kept."""
+    description = "records the flags of the nodes it computes"
+
+    def __init__(self):
+        super().__init__()
+        self.flags = {}
+
+    def supports(self, node):
+        return node.op in (A.OP_ADD, A.OP_SCALE, A.OP_RMS_NORM) and node.type == A.TYPE_F32
+
+    def compute(self, node):
+        a = node.src[0].array().astype(np.float64)
+        if node.op == A.OP_ADD:
+            r = a + node.src[1].array()
+        elif node.op == A.OP_SCALE:
+            r = a * node.param_f32(0)
+        else:
+            r = a / np.sqrt(np.mean(a * a, axis=-1, keepdims=True) + node.param_f32(0))
+        node.array()[...] = r
+        self.flags[node.name] = node.flags
+
+
+class _RecorderBackend(P.Backend):
+    name = "flagrec"
+
+    def init(self):
+        self.devs = [_Recorder()]
+        return self.devs
+
+
+def test_nodes_read_after_the_graph_carry_the_output_flag():
+    """PYG_TENSOR_FLAG_OUTPUT marks the nodes whose bytes are read once a device's graph has run
+    (include/pyggml/tensor.h), so a plugin that fuses nodes (CUDA's qkv_rope) keeps writing them:
+    an output the host reads, a node another split reads (the CPU's mul_mat), a node a read output
+    views; never an intermediate only the same graph reads. (On the H200 the scheduler set the flag
+    nowhere, the CUDA plugin fused away a mat-vec the host read, and the host got zeros.)"""
+    be = _RecorderBackend()
+    p = P.load(be)
+    dev = p.devices[0]
+    x = np.random.default_rng(3).standard_normal((2, 32)).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal((8, 32)).astype(np.float32)
+    g = pg.Graph()
+    xi = g.input("x", x.shape)
+    with g.on(str(dev)):
+        a = pg.add(xi, xi)             # read only by b, in this graph
+        b = pg.scale(a, 0.5)           # read by the CPU split (mul_mat)
+        c = pg.rms_norm(b, 1e-5)       # the host reads a view of it
+        d = pg.scale(b, 3.0)           # the host reads it
+    y = pg.mul_mat(g.weight("w", w), b)
+    outs = pg.Scheduler([str(dev), "cpu"]).compute([y, pg.reshape(c, (64,)), d], {"x": x})
+    assert np.allclose(outs[2], 3 * x, atol=1e-5) and np.allclose(outs[0], x @ w.T, atol=1e-4)
+    flags = be.devs[0].flags
+    name = {t: f"{t.op_name}#{t.id}" for t in (a, b, c, d)}
+    OUT = A.TENSOR_FLAG_OUTPUT
+    assert set(flags) == set(name.values()), flags
+    assert [bool(flags[name[t]] & OUT) for t in (a, b, c, d)] == [False, True, True, True], flags

@@ -32,7 +32,10 @@ typedef struct pyg_buffer pyg_buffer; /* opaque, plugin-owned; see plugin.h */
 
 /* Tensor flags (bit mask). */
 #define PYG_TENSOR_FLAG_INPUT  (1u << 0) /* written by the host before each compute */
-#define PYG_TENSOR_FLAG_OUTPUT (1u << 1) /* read by the host after compute; never reused by the allocator */
+#define PYG_TENSOR_FLAG_OUTPUT (1u << 1) /* a node whose bytes are read after the graph has run (by the
+                                          * host, or by another split): a plugin that fuses nodes must
+                                          * still write it; never reused by the allocator. The scheduler
+                                          * sets it on graph-plan nodes (views: on the viewed node too) */
 #define PYG_TENSOR_FLAG_WEIGHT (1u << 2) /* constant data uploaded once */
 #define PYG_TENSOR_FLAG_STATE  (1u << 3) /* persistent, written by the graph (KV cache) */
 
