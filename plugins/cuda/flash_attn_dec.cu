@@ -36,7 +36,12 @@
 #define FD_MAX_SPLITS 64
 #define FD_MIN_KV_PER_SPLIT 64
 #define FD_SPARSE_MAX_KV 4096
-#define FD_MERGE_BATCH 16 /* split partials loaded at once per lane in the final merge */
+#define FD_MERGE_BATCH 32 /* split partials loaded at once per lane in the final merge */
+#define FD_LOG2E 1.4426950408889634f
+/* Lazy rescaling: a lane keeps its running max m until a score passes m + FD_RESCALE_TH (base-2
+ * units), so p = 2^(s - m) stays below 2^FD_RESCALE_TH = 256 and the rescale of (l, acc), taken by
+ * the whole warp when any lane needs it, is skipped once the max has settled. */
+#define FD_RESCALE_TH 8.0f
 
 struct fd_args : fa_views {
     int nsplit, chunk;
@@ -60,11 +65,11 @@ __device__ __forceinline__ void fd_unpack8(const uint4 &r, float *f) {
     }
 }
 
-/* (m, l, acc) <- the merge of two online-softmax states */
+/* (m, l, acc) <- the merge of two online-softmax states (base-2 maxima) */
 template <int N>
 __device__ __forceinline__ void fd_merge(float &m, float &l, float *acc, float mo, float lo, const float *acco) {
     const float mn = fmaxf(m, mo);
-    const float fa = m == -INFINITY ? 0.0f : expf(m - mn), fb = mo == -INFINITY ? 0.0f : expf(mo - mn);
+    const float fa = m == -INFINITY ? 0.0f : gpu_exp2_fast(m - mn), fb = mo == -INFINITY ? 0.0f : gpu_exp2_fast(mo - mn);
     l = l * fa + lo * fb;
 #pragma unroll
     for (int e = 0; e < N; e++) acc[e] = acc[e] * fa + acco[e] * fb;
@@ -94,8 +99,8 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
         const int h = hk * G + g;
         const float *qp = (const float *)(a.q + (int64_t)iq * a.q_nb1 + (int64_t)h * a.q_nb2 + (int64_t)b * a.q_nb3) + col * 8;
 #pragma unroll
-        for (int e = 0; e < 8; e++) q[g][e] = qp[e] * a.scale;
-        slope[g] = a.mask ? alibi_slope(a.max_bias, h, a.H) : 0.0f;
+        for (int e = 0; e < 8; e++) q[g][e] = qp[e] * (a.scale * FD_LOG2E); /* scores in base-2 units */
+        slope[g] = a.mask ? alibi_slope(a.max_bias, h, a.H) * FD_LOG2E : 0.0f;
     }
     const char *kb = a.k + (int64_t)hk * a.k_nb2 + (int64_t)(b % a.k_ne3) * a.k_nb3 + col * 16;
     const char *vb = a.v + (int64_t)hk * a.v_nb2 + (int64_t)(b % a.v_ne3) * a.v_nb3 + col * 16;
@@ -192,32 +197,43 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
                 for (int e = 0; e < 8; e++) t += q[g][e] * kf[e];
 #pragma unroll
                 for (int o = LPR / 2; o > 0; o >>= 1) t += gpu_shfl_xor(t, o);
-                if (a.softcap != 0.0f) t = a.softcap * tanhf(t);
+                if (a.softcap != 0.0f) t = (a.softcap * FD_LOG2E) * tanhf(t * (1.0f / FD_LOG2E));
                 s[u][g] = mv[u] == -INFINITY ? -INFINITY : t + slope[g] * mv[u];
             }
         }
         float vf[U][8];
 #pragma unroll
         for (int u = 0; u < U; u++) fd_unpack8(vr[u], vf[u]);
+        float smax[G];
+        bool grow = false;
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            float smax = s[0][g];
+            smax[g] = s[0][g];
 #pragma unroll
-            for (int u = 1; u < U; u++) smax = fmaxf(smax, s[u][g]);
-            if (smax == -INFINITY) continue;
-            const float mn = fmaxf(m[g], smax);
-            const float corr = expf(m[g] - mn); /* 0 while m is -inf */
-            l[g] *= corr;
+            for (int u = 1; u < U; u++) smax[g] = fmaxf(smax[g], s[u][g]);
+            grow |= smax[g] > m[g] + FD_RESCALE_TH; /* true for any finite score while m is -inf */
+        }
+        if (gpu_any(grow)) { /* uniform over the warp: every lane passes the same loop steps */
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[g][e] *= corr;
+            for (int g = 0; g < G; g++) {
+                if (!(smax[g] > m[g])) continue;
+                const float corr = gpu_exp2_fast(m[g] - smax[g]); /* 0 while m is -inf */
+                l[g] *= corr;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] *= corr;
+                m[g] = smax[g];
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float mg = m[g] == -INFINITY ? 0.0f : m[g]; /* then every s of g is -inf: p = 0 */
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const float p = expf(s[u][g] - mn); /* 0 for a masked cell, whose K/V were not read */
+                const float p = gpu_exp2_fast(s[u][g] - mg); /* 0 for a masked cell, whose K/V were not read */
                 l[g] += p;
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[g][e] += p * vf[u][e];
             }
-            m[g] = mn;
         }
     }
 
@@ -247,7 +263,7 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
         float M = -INFINITY, L = 0.0f;
         for (int k = 0; k < FD_WARPS; k++) M = fmaxf(M, s_m[k][g]);
         for (int k = 0; k < FD_WARPS; k++) {
-            s_f[g][k] = s_m[k][g] == -INFINITY ? 0.0f : expf(s_m[k][g] - M);
+            s_f[g][k] = s_m[k][g] == -INFINITY ? 0.0f : gpu_exp2_fast(s_m[k][g] - M);
             L += s_l[k][g] * s_f[g][k];
         }
         s_bm[g] = M;
@@ -279,10 +295,23 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
         /* Every load of the merge is issued in parallel: the (max, sum) pairs by all threads at once,
          * the outputs in batches of FD_MERGE_BATCH splits per lane. (A per-head serial walk over the
          * splits costs one L2 round trip per split: 64 splits x 3 walks was ~25 us per layer.) */
-        for (int i = threadIdx.x; i < G * a.nsplit; i += FD_THREADS) {
-            const int g = i / a.nsplit, sp = i % a.nsplit;
-            s_ms[g][sp] = all[(sp * G + g) * rec];
-            s_ls[g][sp] = all[(sp * G + g) * rec + 1];
+        constexpr int PAIRS = (G * FD_MAX_SPLITS + FD_THREADS - 1) / FD_THREADS; /* per thread, at most */
+        float pm[PAIRS], pl[PAIRS];
+#pragma unroll
+        for (int r = 0; r < PAIRS; r++) { /* all loads first: one round trip */
+            const int i = threadIdx.x + r * FD_THREADS, g = i / a.nsplit, sp = i % a.nsplit;
+            if (i < G * a.nsplit) {
+                pm[r] = all[(sp * G + g) * rec];
+                pl[r] = all[(sp * G + g) * rec + 1];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < PAIRS; r++) {
+            const int i = threadIdx.x + r * FD_THREADS, g = i / a.nsplit, sp = i % a.nsplit;
+            if (i < G * a.nsplit) {
+                s_ms[g][sp] = pm[r];
+                s_ls[g][sp] = pl[r];
+            }
         }
         __syncthreads();
         for (int g = w; g < G; g += FD_WARPS) { /* one warp per head: max, sum, then each split's factor */
@@ -291,12 +320,12 @@ __global__ void __launch_bounds__(FD_THREADS, G <= 4 ? 4 : 2) k_fattn_dec(fd_arg
 #pragma unroll
             for (int o = PYG_WARP_SIZE / 2; o > 0; o >>= 1) M = fmaxf(M, gpu_shfl_xor(M, o));
             for (int sp = lane; sp < a.nsplit; sp += PYG_WARP_SIZE)
-                if (s_ms[g][sp] != -INFINITY) L += s_ls[g][sp] * expf(s_ms[g][sp] - M);
+                if (s_ms[g][sp] != -INFINITY) L += s_ls[g][sp] * gpu_exp2_fast(s_ms[g][sp] - M);
 #pragma unroll
             for (int o = PYG_WARP_SIZE / 2; o > 0; o >>= 1) L += gpu_shfl_xor(L, o);
             const float inv = L > 0.0f ? 1.0f / L : 0.0f;
             for (int sp = lane; sp < a.nsplit; sp += PYG_WARP_SIZE)
-                s_f[g][sp] = s_ms[g][sp] == -INFINITY ? 0.0f : expf(s_ms[g][sp] - M) * inv;
+                s_f[g][sp] = s_ms[g][sp] == -INFINITY ? 0.0f : gpu_exp2_fast(s_ms[g][sp] - M) * inv;
         }
         __syncthreads();
         const int64_t sstride = (int64_t)G * rec;

@@ -90,6 +90,13 @@ typedef cudaDeviceProp gpuDeviceProp;
 #define PYG_WARP_SIZE 32
 #define gpu_shfl_xor(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), PYG_WARP_SIZE)
 #define gpu_shfl(v, lane) __shfl_sync(0xffffffffu, (v), (lane), PYG_WARP_SIZE)
+#define gpu_any(p) __any_sync(0xffffffffu, (p)) /* nonzero when p is, on any lane of the warp */
+/* 2^x by the special-function unit (ex2.approx.ftz: 2 ulp; -inf gives 0) */
+static __device__ __forceinline__ float gpu_exp2_fast(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 typedef __half gpu_half;
 #define gpu_half2float __half2float
 #define gpu_float2half __float2half_rn

@@ -131,6 +131,8 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE % PYG_WARP_SIZE == 0,
 #endif
 #define gpu_shfl_xor(v, mask) __shfl_xor((v), (mask), PYG_WARP_SIZE)
 #define gpu_shfl(v, lane) __shfl((v), (lane), PYG_WARP_SIZE)
+#define gpu_any(p) __any(p) /* over the whole wavefront (both logical warps): callers only need "some lane" */
+#define gpu_exp2_fast(x) exp2f(x)
 typedef __half gpu_half;
 #define gpu_half2float __half2float
 #define gpu_float2half __float2half_rn

@@ -99,6 +99,8 @@ typedef musaDeviceProp gpuDeviceProp;
 #define PYG_WARP_SIZE 32 /* logical warp: shuffles below use an explicit width of 32 */
 #define gpu_shfl_xor(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask), PYG_WARP_SIZE)
 #define gpu_shfl(v, lane) __shfl_sync(0xffffffffu, (v), (lane), PYG_WARP_SIZE)
+#define gpu_any(p) __any_sync(0xffffffffu, (p))
+#define gpu_exp2_fast(x) exp2f(x) /* no PTX here */
 typedef __half gpu_half;
 #define gpu_half2float __half2float
 #define gpu_float2half __float2half_rn

@@ -130,6 +130,12 @@ static inline T emu_shfl(T v, int src) {
 }
 #define gpu_shfl_xor(v, mask) emu_shfl((v), (int)(threadIdx.x % PYG_WARP_SIZE) ^ (mask))
 #define gpu_shfl(v, lane) emu_shfl((v), (lane))
+static inline int gpu_any(int p) {
+    int r = p != 0;
+    for (int o = 1; o < PYG_WARP_SIZE; o <<= 1) r |= emu_shfl(r, (int)(threadIdx.x % PYG_WARP_SIZE) ^ o);
+    return r;
+}
+#define gpu_exp2_fast(x) exp2f(x)
 
 static std::function<void()> emu_body;
 static void emu_entry() {
