@@ -168,17 +168,78 @@ template <> PYG_HD void gb_unit32<PYG_TYPE_Q6_K>(const uint8_t *row, int64_t u, 
     }
 }
 
-/* Unit g (32 weights) of one chunk of weight rows [m0, m0 + mc) of every dim-2 batch (`a` points at
- * row m0) -> f16 [b2][mc][K]. */
+/* 8 consecutive bytes at p (any alignment) into b[8]: 16-bit loads where p is even. */
+PYG_HD void gb_bytes8(const uint8_t *p, uint8_t b[8]) {
+    if (((uintptr_t)p & 1) == 0) {
+        for (int j = 0; j < 4; j++) {
+            const uint16_t h = *(const uint16_t *)(p + 2 * j);
+            b[2 * j] = (uint8_t)h;
+            b[2 * j + 1] = (uint8_t)(h >> 8);
+        }
+    } else {
+        for (int j = 0; j < 8; j++) b[j] = p[j];
+    }
+}
+
+/* Weights 8u .. 8u + 7 of a quantized row, as float, bit for bit gb_unit32's (and dequant_one's). The
+ * prefill dequantizer gives each thread 8 weights, so that a warp's loads cover a few consecutive
+ * blocks and its 16-byte stores one contiguous 512-byte run (32 weights per thread strided both). */
+template <int T> PYG_HD void gb_unit8(const uint8_t *row, int64_t u, float w[8]);
+
+template <> PYG_HD void gb_unit8<PYG_TYPE_Q4_0>(const uint8_t *row, int64_t u, float w[8]) {
+    const uint8_t *blk = row + (u >> 2) * 18;
+    const int q = (int)(u & 3), sh = (q >> 1) * 4;
+    const float d = f16_bits_to_f32(rd16(blk));
+    uint8_t b[8];
+    gb_bytes8(blk + 2 + (q & 1) * 8, b);
+    for (int j = 0; j < 8; j++) w[j] = d * (float)(((b[j] >> sh) & 15) - 8);
+}
+
+template <> PYG_HD void gb_unit8<PYG_TYPE_Q4_1>(const uint8_t *row, int64_t u, float w[8]) {
+    const uint8_t *blk = row + (u >> 2) * 20;
+    const int q = (int)(u & 3), sh = (q >> 1) * 4;
+    const float d = f16_bits_to_f32(rd16(blk)), m = f16_bits_to_f32(rd16(blk + 2));
+    uint8_t b[8];
+    gb_bytes8(blk + 4 + (q & 1) * 8, b);
+    for (int j = 0; j < 8; j++) w[j] = d * (float)((b[j] >> sh) & 15) + m;
+}
+
+template <> PYG_HD void gb_unit8<PYG_TYPE_Q8_0>(const uint8_t *row, int64_t u, float w[8]) {
+    const uint8_t *blk = row + (u >> 2) * 34;
+    const float d = f16_bits_to_f32(rd16(blk));
+    uint8_t b[8];
+    gb_bytes8(blk + 2 + (u & 3) * 8, b);
+    for (int j = 0; j < 8; j++) w[j] = d * (float)(int8_t)b[j];
+}
+
+template <> PYG_HD void gb_unit8<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, float w[8]) {
+    const uint8_t *blk = row + (u >> 5) * Q4_K_BYTES;
+    const int sub = (int)((u >> 2) & 7), g = sub >> 1, sh = (sub & 1) * 4, q = (int)(u & 3);
+    const float d = f16_bits_to_f32(rd16(blk)), dmin = f16_bits_to_f32(rd16(blk + 2));
+    int sc, mn;
+    q4k_scale_min(blk + 4, sub, &sc, &mn);
+    const float ds = d * (float)sc, dm = dmin * (float)mn;
+    uint8_t b[8];
+    gb_bytes8(blk + 16 + 32 * g + 8 * q, b);
+    for (int j = 0; j < 8; j++) w[j] = ds * (float)((b[j] >> sh) & 15) - dm;
+}
+
+/* Weights per dequantizer unit: 8 where gb_unit8 exists, 32 (gb_unit32) for q6_K. */
+template <int T> constexpr int gb_dq_elems() { return T == PYG_TYPE_Q6_K ? 32 : 8; }
+
+/* Unit g (gb_dq_elems<T>() weights) of one chunk of weight rows [m0, m0 + mc) of every dim-2 batch
+ * (`a` points at row m0) -> f16 [b2][mc][K]. */
 template <int T>
 PYG_HD void gb_dequant_unit(const char *a, int64_t nb1, int64_t nb2, int64_t mc, int64_t K, int64_t g,
                             uint16_t *out) {
-    const int64_t uk = K / 32, u = g % uk, r = g / uk;
+    constexpr int E = gb_dq_elems<T>();
+    const int64_t uk = K / E, u = g % uk, r = g / uk;
     const uint8_t *row = (const uint8_t *)(a + (r / mc) * nb2 + (r % mc) * nb1);
-    float w[32];
-    gb_unit32<T>(row, u, w);
-    uint4 *d = (uint4 *)(out + r * K + u * 32);
-    for (int q = 0; q < 4; q++) {
+    float w[E];
+    if constexpr (E == 8) gb_unit8<T>(row, u, w);
+    else gb_unit32<T>(row, u, w);
+    uint4 *d = (uint4 *)(out + r * K + u * E);
+    for (int q = 0; q < E / 8; q++) {
         uint4 v;
         v.x = gb_to16<GB_F16>(w[8 * q + 0]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 1]) << 16);
         v.y = gb_to16<GB_F16>(w[8 * q + 2]) | ((uint32_t)gb_to16<GB_F16>(w[8 * q + 3]) << 16);

@@ -104,7 +104,7 @@ static int host_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, in
     const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
     const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
     if (is_supported_quant(a->type)) {
-        const int64_t units = p.b2 * mc * (p.K / 32);
+        const int64_t units = p.b2 * mc * (p.K / (a->type == PYG_TYPE_Q6_K ? 32 : 8)); /* gb_dq_elems */
         for (int64_t g = 0; g < units; g++) {
             switch (a->type) {
             case PYG_TYPE_Q4_0: gb_dequant_unit<PYG_TYPE_Q4_0>(base, nb1, nb2, mc, p.K, g, out); break;
@@ -176,7 +176,20 @@ static void check_decoder(int block_bytes, int block_elems, const int *d_offs, i
         for (int64_t u = 0; u < units && !bad; u++) {
             float w[32];
             gb_unit32<T>(r, u, w);
-            for (int j = 0; j < 32; j++) {
+            if constexpr (gb_dq_elems<T>() == 8) { /* the prefill dequantizer's 8-weight units, too */
+                float w8[8];
+                for (int q = 0; q < 4 && !bad; q++) {
+                    gb_unit8<T>(r, u * 4 + q, w8);
+                    for (int j = 0; j < 8; j++)
+                        if (memcmp(&w8[j], &w[8 * q + j], 4) != 0) {
+                            printf("FAIL unit8 type %d offset %d: unit %lld elem %d: %g != %g\n", T, off,
+                                   (long long)u, 8 * q + j, w8[j], w[8 * q + j]);
+                            bad = g_fail = 1;
+                            break;
+                        }
+                }
+            }
+            for (int j = 0; j < 32 && !bad; j++) {
                 const int64_t i = u * 32 + j;
                 const float ref = dequant_one(r + (i / block_elems) * block_bytes, T, (int)(i % block_elems));
                 if (w[j] != ref) {
