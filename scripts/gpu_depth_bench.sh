@@ -102,6 +102,9 @@ TEST_RC=$?
 timeout 150 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_qkv_rope.py tests/test_cuda_repack.py \
     tests/test_cuda_build.py -k "qkv or rope or fused or prequant or grouped or repacked or decode" >>"$OUT_DIR/pytest.log" 2>&1
 TEST_RC=$(( TEST_RC | $? ))
+# the prefill GEMM path: the dequantizer to f16, cuBLAS and our WMMA kernel
+timeout 100 $PY -m pytest -q -p no:cacheprovider -rfs tests/test_cuda_blas.py >>"$OUT_DIR/pytest.log" 2>&1
+TEST_RC=$(( TEST_RC | $? ))
 grep -E "^FAILED|^ERROR|passed|failed" "$OUT_DIR/pytest.log" | tail -15 | tee -a "$LOG"
 TEST_SUMMARY=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT_DIR/pytest.log" | tr '\n' ' ')
 DEVOPT=()
