@@ -24,15 +24,29 @@ static int overlaps(const pyg_tensor *x, const pyg_tensor *y) {
     return a < b + pyg_tensor_nbytes(y) && b < a + pyg_tensor_nbytes(x);
 }
 
-/* No graph output (any node of g flagged OUTPUT, views too) lies on x's bytes, and no plan node from
- * `from` on reads them before they are overwritten (the planner reuses a dead tensor's bytes for
- * later ones: a read of those is no read of x). A node reads its operands before it writes its
- * output; a write that covers a prefix or a suffix of what is left of x takes that part off, one in
- * the middle is ignored (it only keeps x alive longer). */
-static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n, int from, const pyg_graph *g) {
-    for (int j = 0; g && j < g->n_nodes; j++)
-        if (g->nodes[j] && (g->nodes[j]->flags & PYG_TENSOR_FLAG_OUTPUT) && g->nodes[j]->data && overlaps(x, g->nodes[j]))
-            return 0;
+static int within(const pyg_tensor *x, const pyg_tensor *y) { /* x's bytes inside y's */
+    const char *a = (const char *)x->data, *b = (const char *)y->data;
+    return a >= b && a + pyg_tensor_nbytes(x) <= b + pyg_tensor_nbytes(y);
+}
+
+/* No graph output (any node of g flagged OUTPUT: the scheduler flags what is read after the graph,
+ * and the nodes a read view views) holds x's bytes at the end, and no plan node from `from` on reads
+ * them before they are overwritten (the planner reuses a dead tensor's bytes for later ones: a read
+ * of those is no read of x). An output on x's bytes is harmless when it lies inside bytes the launch
+ * writes (`w`, nw nodes: the rotated q and the caches) or is a later plan node that owns its bytes
+ * (no view_src: it writes all of them itself, after x is dead). A node reads its operands before it
+ * writes its output; a write that covers a prefix or a suffix of what is left of x takes that part
+ * off, one in the middle is ignored (it only keeps x alive longer). */
+static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n, int from, const pyg_graph *g,
+                      const pyg_tensor *const *w, int nw) {
+    for (int j = 0; g && j < g->n_nodes; j++) {
+        const pyg_tensor *o = g->nodes[j];
+        if (!o || !(o->flags & PYG_TENSOR_FLAG_OUTPUT) || !o->data || !overlaps(x, o)) continue;
+        int written = 0;
+        for (int k = 0; k < nw && !written; k++) written = within(o, w[k]);
+        for (int k = from; k < n && !written; k++) written = nodes[k] == o && !o->view_src;
+        if (!written) return 0;
+    }
     const char *lo = (const char *)x->data, *hi = lo + pyg_tensor_nbytes(x);
     for (int j = from; j < n && lo < hi; j++) {
         for (int s = 0; s < PYG_MAX_SRC; s++) {
@@ -109,8 +123,9 @@ int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *cons
     if (!rows_can_pair_rope(nd[3], nd[4])) return 0; /* same parameters, positions and frequency factors */
     qkv_roles r;
     if (!qkv_roles_of(nd, &r) || !is_plain_float(nd[r.sk]->src[0]->type)) return 0;
-    return dead_after(nd[r.q], nodes, n, i + 7, g) && dead_after(nd[r.k], nodes, n, i + 7, g) &&
-           dead_after(nd[r.v], nodes, n, i + 7, g) && dead_after(nd[r.rk], nodes, n, i + 7, g);
+    const pyg_tensor *const wr[3] = {nd[r.rq], nd[r.sk], nd[r.sv]}; /* what the launch writes */
+    return dead_after(nd[r.q], nodes, n, i + 7, g, wr, 3) && dead_after(nd[r.k], nodes, n, i + 7, g, wr, 3) &&
+           dead_after(nd[r.v], nodes, n, i + 7, g, wr, 3) && dead_after(nd[r.rk], nodes, n, i + 7, g, wr, 3);
 }
 
 template <int T, int J, int NB>
