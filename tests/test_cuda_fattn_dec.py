@@ -79,20 +79,23 @@ def test_unsupported_shapes_are_left_to_the_other_kernels(harness):
 
 # ---------------------------------------------------------------- on a CUDA device
 
-FA_OPTIONS = [(1, 0), (1, 1), (0, 0), (0, 1)]          # (fa_decode, fa_sparse); the defaults are (1, 0)
+# (fa_decode, fa_sparse, fa_split_cells); the defaults are (1, 0, 64); 16: splits of at least 16 cells
+FA_OPTIONS = [(1, 0, 64), (1, 1, 64), (0, 0, 64), (0, 1, 64), (1, 0, 16)]
 
 
 @contextlib.contextmanager
-def _fa_options(pg, dev, fa_decode, fa_sparse):
+def _fa_options(pg, dev, fa_decode, fa_sparse, split_cells=64):
     """The options for plans made inside the block (a new Scheduler per run makes new plans)."""
     d = pg.get_device(dev)
     try:
         d.set_option("fa_decode", str(fa_decode))
         d.set_option("fa_sparse", str(fa_sparse))
+        d.set_option("fa_split_cells", str(split_cells))
         yield
     finally:
         d.set_option("fa_decode", "1")
         d.set_option("fa_sparse", "0")
+        d.set_option("fa_split_cells", "64")
 
 
 def _mask(rng, kind, n_q, n_kv):
@@ -107,7 +110,7 @@ def _mask(rng, kind, n_q, n_kv):
     return m.astype(np.float16)
 
 
-@pytest.mark.parametrize("fa_decode,fa_sparse", FA_OPTIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize("fa_decode,fa_sparse,split_cells", FA_OPTIONS, ids=lambda v: str(v))
 @pytest.mark.parametrize("D,H,Hkv,n_q,n_kv,n_ctx,kind", [
     (64, 32, 8, 1, 4096, 4352, "prefix:4000"),          # the 1b layout at depth
     (128, 32, 32, 1, 1024, 1280, "prefix:1000"),        # the 7b layout
@@ -115,7 +118,7 @@ def _mask(rng, kind, n_q, n_kv):
     (64, 8, 2, 4, 640, 768, "prefix:600"),              # several query rows
     (128, 4, 4, 1, 8192, 8192, "prefix:8100"),          # past the sparse path's 4096 cells
 ])
-def test_decode_flash_attention_on_cuda(fa_decode, fa_sparse, D, H, Hkv, n_q, n_kv, n_ctx, kind):
+def test_decode_flash_attention_on_cuda(fa_decode, fa_sparse, split_cells, D, H, Hkv, n_q, n_kv, n_ctx, kind):
     pg, dev = _cuda_device()
     from pyggml.conformance import reference as R
     rng = np.random.default_rng(D + H + n_kv)
@@ -130,7 +133,7 @@ def test_decode_flash_attention_on_cuda(fa_decode, fa_sparse, D, H, Hkv, n_q, n_
     k, v = pg.view(ks, (1, Hkv, n_kv, D), st), pg.view(vs, (1, Hkv, n_kv, D), st)
     scale = 1.0 / np.sqrt(D)
     y = pg.flash_attn_ext(q, k, v, m, scale=scale)
-    with _fa_options(pg, dev, fa_decode, fa_sparse):
+    with _fa_options(pg, dev, fa_decode, fa_sparse, split_cells):
         out = pg.Scheduler([dev]).compute(y, {"q": qv, "k": kc, "v": vc, "m": mv})
     k64 = kc[:n_kv].astype(np.float64).reshape(n_kv, Hkv, D).transpose(1, 0, 2)[None]
     v64 = vc[:n_kv].astype(np.float64).reshape(n_kv, Hkv, D).transpose(1, 0, 2)[None]
@@ -144,8 +147,8 @@ def depth_model(tmp_path_factory):
     return _depth_model(tmp_path_factory.mktemp("fattn_model"), 11)
 
 
-@pytest.mark.parametrize("fa_decode,fa_sparse", FA_OPTIONS, ids=lambda v: str(v))
-def test_model_decode_at_depth_on_cuda(depth_model, fa_decode, fa_sparse):
+@pytest.mark.parametrize("fa_decode,fa_sparse,split_cells", FA_OPTIONS, ids=lambda v: str(v))
+def test_model_decode_at_depth_on_cuda(depth_model, fa_decode, fa_sparse, split_cells):
     """The model prefilled to 1000 cells, then decoding across the next extent: every step's logits
     against the float64 reference, with each option setting (q/k weights of std 0.2: peaked
     attention; on the CPU this model stays under 7e-5)."""
@@ -153,7 +156,7 @@ def test_model_decode_at_depth_on_cuda(depth_model, fa_decode, fa_sparse):
     import pyggml.models as models
     from test_llama import NMSE_LIMIT, nmse
     path, toks, ref = depth_model
-    with _fa_options(pg, dev, fa_decode, fa_sparse):
+    with _fa_options(pg, dev, fa_decode, fa_sparse, split_cells):
         m = models.load(path, devices=[dev, "cpu"], n_ctx=1280, progress=False)
         try:
             errs = [nmse(m.prefill(toks[:1000]), ref[999])]

@@ -14,7 +14,7 @@
  * loaded one step ahead, so K/V loads wait for nothing, and a masked region costs its mask values.
  *
  * Splits: as many as fill the device once (blocks per multiprocessor at the kernel's launch bounds)
- * but at least 64 cells each, so the split count follows n_kv: a decode step over the filled cells
+ * but at least 64 cells each (device option fa_split_cells), so the split count follows n_kv: a decode step over the filled cells
  * of a cache (the model's kv extent) spreads them over the whole device at every depth. Each split
  * writes (max, sum, unnormalised output) per head to the plan scratch; the last block of a
  * (kv head, query row) to finish -- a counter in the plan's zero-initialised sync area, reset by
@@ -34,7 +34,6 @@
 #define FD_WARPS 4
 #define FD_THREADS (FD_WARPS * PYG_WARP_SIZE)
 #define FD_MAX_SPLITS 64
-#define FD_MIN_KV_PER_SPLIT 64
 #define FD_SPARSE_MAX_KV 4096
 #define FD_MERGE_BATCH 32 /* split partials loaded at once per lane in the final merge */
 #define FD_LOG2E 1.4426950408889634f
@@ -383,14 +382,15 @@ static int fd_sparse(const pyg_tensor *n) {
     return cuda_opts()->fa_sparse && n->src[3] && n->src[1]->ne[1] <= FD_SPARSE_MAX_KV;
 }
 
-/* Splits: blocks for one wave at the kernel's launch bounds, >= FD_MIN_KV_PER_SPLIT cells each. */
+/* Splits: blocks for one wave at the kernel's launch bounds, >= option fa_split_cells cells each. */
 static int fd_splits(const pyg_tensor *n, int n_sm, int *chunk) {
     const pyg_tensor *q = n->src[0], *k = n->src[1];
     const int64_t groups = k->ne[2] * q->ne[1] * q->ne[3], n_kv = k->ne[1];
     const int64_t G = q->ne[2] / k->ne[2];
     const int64_t want = (int64_t)n_sm * (G <= 4 ? 4 : 2);
     int64_t s = want / groups;
-    const int64_t by_kv = (n_kv + FD_MIN_KV_PER_SPLIT - 1) / FD_MIN_KV_PER_SPLIT;
+    const int64_t per = cuda_opts()->fa_split_cells;
+    const int64_t by_kv = (n_kv + per - 1) / per;
     if (s > by_kv) s = by_kv;
     if (s > FD_MAX_SPLITS) s = FD_MAX_SPLITS;
     if (s < 1) s = 1;

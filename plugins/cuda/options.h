@@ -34,6 +34,7 @@ struct cuda_options {
                               0: the older split + merge kernels of flash_attn.cu */
     int64_t fa_sparse;     /* 1: that kernel's compacted-index path where n_kv <= 4096 */
     int64_t qkv_rope;      /* 1 (with fuse, repack): a decode layer's q/k/v, ropes and cache writes as one launch */
+    int64_t fa_split_cells; /* the decode attention's fewest kv cells per split (16..4096) */
 };
 
 #define MMVQ_OFF 0
