@@ -79,12 +79,12 @@ def test_unsupported_shapes_are_left_to_the_other_kernels(harness):
 
 # ---------------------------------------------------------------- on a CUDA device
 
-# (fa_decode, fa_sparse, fa_split_cells); the defaults are (1, 0, 64); 16: splits of at least 16 cells
-FA_OPTIONS = [(1, 0, 64), (1, 1, 64), (0, 0, 64), (0, 1, 64), (1, 0, 16)]
+# (fa_decode, fa_sparse, fa_split_cells); the defaults are (1, 0, 32); 16 and 64: other split counts
+FA_OPTIONS = [(1, 0, 32), (1, 1, 32), (0, 0, 32), (0, 1, 32), (1, 0, 16), (1, 0, 64)]
 
 
 @contextlib.contextmanager
-def _fa_options(pg, dev, fa_decode, fa_sparse, split_cells=64):
+def _fa_options(pg, dev, fa_decode, fa_sparse, split_cells=32):
     """The options for plans made inside the block (a new Scheduler per run makes new plans)."""
     d = pg.get_device(dev)
     try:
@@ -95,7 +95,7 @@ def _fa_options(pg, dev, fa_decode, fa_sparse, split_cells=64):
     finally:
         d.set_option("fa_decode", "1")
         d.set_option("fa_sparse", "0")
-        d.set_option("fa_split_cells", "64")
+        d.set_option("fa_split_cells", "32")
 
 
 def _mask(rng, kind, n_q, n_kv):
