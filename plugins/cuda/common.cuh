@@ -150,6 +150,12 @@ __device__ __forceinline__ float load_f(const char *p, int type) {
 }
 
 
+/* a's bytes and b's share none (host: plan-time checks of graph.cu and qkv_rope.cu) */
+static inline int tensors_disjoint(const pyg_tensor *a, const pyg_tensor *b) {
+    const char *x = (const char *)a->data, *y = (const char *)b->data;
+    return x + pyg_tensor_nbytes(a) <= y || y + pyg_tensor_nbytes(b) <= x;
+}
+
 static inline int is_plain_float(int type) {
     return type == PYG_TYPE_F32 || type == PYG_TYPE_F16 || type == PYG_TYPE_BF16;
 }

@@ -14,8 +14,9 @@
  * loaded one step ahead, so K/V loads wait for nothing, and a masked region costs its mask values.
  *
  * Splits: as many as fill the device once (blocks per multiprocessor at the kernel's launch bounds)
- * but at least 32 cells each (device option fa_split_cells), so the split count follows n_kv: a decode step over the filled cells
- * of a cache (the model's kv extent) spreads them over the whole device at every depth. Each split
+ * but at least 32 cells each (device option fa_split_cells), so the split count follows n_kv: a
+ * decode step over the filled cells of a cache (the model's kv extent) spreads them over the whole
+ * device at every depth. Each split
  * writes (max, sum, unnormalised output) per head to the plan scratch; the last block of a
  * (kv head, query row) to finish -- a counter in the plan's zero-initialised sync area, reset by
  * that block -- merges them and writes the output (and, when the next mat-vec asked for it, its

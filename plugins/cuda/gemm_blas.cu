@@ -479,7 +479,7 @@ static int gpu_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, int
     const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
     const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
     if (is_supported_quant(a->type)) { /* K % 32 == 0: Kp == K */
-        const int64_t units = p.b2 * mc * (p.K / (a->type == PYG_TYPE_Q6_K ? 32 : 8)); /* gb_dq_elems */
+        const int64_t units = p.b2 * mc * (p.K / gb_dq_elems_of(a->type));
         const unsigned grid = gb_blocks(units, 65535);
         switch (a->type) {
         case PYG_TYPE_Q4_0: k_gb_dequant_a<PYG_TYPE_Q4_0><<<grid, GB_THREADS, 0, c->stream>>>(base, nb1, nb2, mc, p.K, units, out); break;

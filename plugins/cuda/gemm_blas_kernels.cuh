@@ -225,7 +225,8 @@ template <> PYG_HD void gb_unit8<PYG_TYPE_Q4_K>(const uint8_t *row, int64_t u, f
 }
 
 /* Weights per dequantizer unit: 8 where gb_unit8 exists, 32 (gb_unit32) for q6_K. */
-template <int T> __host__ __device__ constexpr int gb_dq_elems() { return T == PYG_TYPE_Q6_K ? 32 : 8; }
+__host__ __device__ constexpr int gb_dq_elems_of(int type) { return type == PYG_TYPE_Q6_K ? 32 : 8; }
+template <int T> __host__ __device__ constexpr int gb_dq_elems() { return gb_dq_elems_of(T); }
 
 /* Unit g (gb_dq_elems<T>() weights) of one chunk of weight rows [m0, m0 + mc) of every dim-2 batch
  * (`a` points at row m0) -> f16 [b2][mc][K]. */

@@ -110,19 +110,14 @@ void pyg_cuda_plan_destroy(pyg_graph_plan *p) {
     free(p);
 }
 
-static int disjoint(const pyg_tensor *a, const pyg_tensor *b) {
-    const char *x = (const char *)a->data, *y = (const char *)b->data;
-    return x + pyg_tensor_nbytes(a) <= y || y + pyg_tensor_nbytes(b) <= x;
-}
-
 /* Can x and y run in one launch, in any interleaving? Neither reads or writes bytes the other
  * writes (the planner may place y's output on an input that x reads for the last time). Each
  * node's output is its data range (a set_rows node's data is the cache it writes). */
 static int independent(const pyg_tensor *x, const pyg_tensor *y) {
-    if (!disjoint(x, y)) return 0;
+    if (!tensors_disjoint(x, y)) return 0;
     for (int s = 0; s < PYG_MAX_SRC; s++) {
-        if (y->src[s] && y->src[s]->data && !disjoint(x, y->src[s])) return 0;
-        if (x->src[s] && x->src[s]->data && !disjoint(y, x->src[s])) return 0;
+        if (y->src[s] && y->src[s]->data && !tensors_disjoint(x, y->src[s])) return 0;
+        if (x->src[s] && x->src[s]->data && !tensors_disjoint(y, x->src[s])) return 0;
     }
     return 1;
 }
@@ -196,8 +191,8 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
         else if (i + 1 < p->n_nodes && rows_can_fuse_mul(p->nodes[i], p->nodes[i + 1])) g = 2;
         else if (i + 2 < p->n_nodes && rows_can_rope_store(p->nodes[i], p->nodes[i + 1]) &&
                  basic_can_pair_set_rows(p->nodes[i + 1], p->nodes[i + 2]) && independent(p->nodes[i], p->nodes[i + 2]) &&
-                 independent(p->nodes[i + 1], p->nodes[i + 2]) && disjoint(p->nodes[i + 1], p->nodes[i]) &&
-                 disjoint(p->nodes[i + 1], p->nodes[i]->src[0]) && disjoint(p->nodes[i + 1], p->nodes[i]->src[1]))
+                 independent(p->nodes[i + 1], p->nodes[i + 2]) && tensors_disjoint(p->nodes[i + 1], p->nodes[i]) &&
+                 tensors_disjoint(p->nodes[i + 1], p->nodes[i]->src[0]) && tensors_disjoint(p->nodes[i + 1], p->nodes[i]->src[1]))
             g = 3;
         else if (i + 1 < p->n_nodes && independent(p->nodes[i], p->nodes[i + 1]) &&
                  (rows_can_pair_rope(p->nodes[i], p->nodes[i + 1]) || basic_can_pair_set_rows(p->nodes[i], p->nodes[i + 1])))

@@ -19,18 +19,13 @@
 #include "mul_mat_rp.h"
 #include "repack.h"
 
-static int overlaps(const pyg_tensor *x, const pyg_tensor *y) {
-    const char *a = (const char *)x->data, *b = (const char *)y->data;
-    return a < b + pyg_tensor_nbytes(y) && b < a + pyg_tensor_nbytes(x);
-}
-
 static int within(const pyg_tensor *x, const pyg_tensor *y) { /* x's bytes inside y's */
     const char *a = (const char *)x->data, *b = (const char *)y->data;
     return a >= b && a + pyg_tensor_nbytes(x) <= b + pyg_tensor_nbytes(y);
 }
 
-/* No graph output (any node of g flagged OUTPUT: the scheduler flags what is read after the graph,
- * and the nodes a read view views) holds x's bytes at the end, and no plan node from `from` on reads
+/* No graph output (any node of g flagged OUTPUT: the scheduler flags what the host or another split
+ * reads after the graph, a view's owner for a view) holds x's bytes at the end, and no plan node from `from` on reads
  * them before they are overwritten (the planner reuses a dead tensor's bytes for later ones: a read
  * of those is no read of x). An output on x's bytes is harmless when it lies inside bytes the launch
  * writes (`w`, nw nodes: the rotated q and the caches) or is a later plan node that owns its bytes
@@ -41,7 +36,7 @@ static int dead_after(const pyg_tensor *x, const pyg_tensor *const *nodes, int n
                       const pyg_tensor *const *w, int nw) {
     for (int j = 0; g && j < g->n_nodes; j++) {
         const pyg_tensor *o = g->nodes[j];
-        if (!o || !(o->flags & PYG_TENSOR_FLAG_OUTPUT) || !o->data || !overlaps(x, o)) continue;
+        if (!o || !(o->flags & PYG_TENSOR_FLAG_OUTPUT) || !o->data || tensors_disjoint(x, o)) continue;
         int written = 0;
         for (int k = 0; k < nw && !written; k++) written = within(o, w[k]);
         for (int k = from; k < n && !written; k++) written = nodes[k] == o && !o->view_src;

@@ -104,7 +104,7 @@ static int host_convert_a(const pyg_tensor *a, const gb_plan &p, int64_t i03, in
     const char *base = (const char *)a->data + i03 * (int64_t)a->nb[3] + m0 * (int64_t)a->nb[1];
     const int64_t nb1 = (int64_t)a->nb[1], nb2 = (int64_t)a->nb[2];
     if (is_supported_quant(a->type)) {
-        const int64_t units = p.b2 * mc * (p.K / (a->type == PYG_TYPE_Q6_K ? 32 : 8)); /* gb_dq_elems */
+        const int64_t units = p.b2 * mc * (p.K / gb_dq_elems_of(a->type));
         for (int64_t g = 0; g < units; g++) {
             switch (a->type) {
             case PYG_TYPE_Q4_0: gb_dequant_unit<PYG_TYPE_Q4_0>(base, nb1, nb2, mc, p.K, g, out); break;
