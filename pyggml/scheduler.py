@@ -79,24 +79,18 @@ def _policy(sync: Optional[str]) -> str:
 
 
 
-def _bases(t):
-    """t and the tensors it views, down to the one that owns the bytes."""
-    while t is not None:
-        yield t
-        t = t.view_src
-
-
 def _read_after_split(splits, needed, readable) -> list:
     """Per split, the ids of its nodes whose bytes are read after the split's graph has run: the
-    outputs the host reads (and what they view) and what another split reads. Their descriptors
-    carry PYG_TENSOR_FLAG_OUTPUT (include/pyggml/tensor.h), so a plugin that fuses nodes knows
-    which intermediates must still be written."""
+    outputs the host reads (readable ones own their bytes: a view is read through a cont()) and
+    what another split reads (a view there marks the node it views: view_src names the owner).
+    Their descriptors carry PYG_TENSOR_FLAG_OUTPUT (include/pyggml/tensor.h), so a plugin that
+    fuses nodes knows which intermediates must still be written."""
     node_ids = [{t.id for t in ts} for _, ts in splits]
-    later = {b.id for o in readable for b in _bases(o)}
+    later = {o.id for o in readable}
     for j, ts in enumerate(needed):
-        for t in ts:
-            later.update(b.id for b in _bases(t) if b.id not in node_ids[j])
+        later.update(i for t in ts for i in (t.id, _plan.base(t).id) if i not in node_ids[j])
     return [ids & later for ids in node_ids]
+
 
 class Scheduler:
     """Runs graphs on one or more devices.

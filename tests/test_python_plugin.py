@@ -151,8 +151,9 @@ class _RecorderBackend(P.Backend):
 def test_nodes_read_after_the_graph_carry_the_output_flag():
     """PYG_TENSOR_FLAG_OUTPUT marks the nodes whose bytes are read once a device's graph has run
     (include/pyggml/tensor.h), so a plugin that fuses nodes (CUDA's qkv_rope) keeps writing them:
-    an output the host reads, a node another split reads (the CPU's mul_mat), a node a read output
-    views; never an intermediate only the same graph reads. (On the H200 the scheduler set the flag
+    an output the host reads, a node another split reads (the CPU's mul_mat; c, whose view the host
+    reads through a cont() the recorder leaves to the CPU); never an intermediate only the same
+    graph reads. (On the H200 the scheduler set the flag
     nowhere, the CUDA plugin fused away a mat-vec the host read, and the host got zeros.)"""
     be = _RecorderBackend()
     p = P.load(be)

@@ -35,7 +35,8 @@ typedef struct pyg_buffer pyg_buffer; /* opaque, plugin-owned; see plugin.h */
 #define PYG_TENSOR_FLAG_OUTPUT (1u << 1) /* a node whose bytes are read after the graph has run (by the
                                           * host, or by another split): a plugin that fuses nodes must
                                           * still write it; never reused by the allocator. The scheduler
-                                          * sets it on graph-plan nodes (views: on the viewed node too) */
+                                          * sets it on graph-plan nodes (for a view another split reads:
+                                          * on the node it views) */
 #define PYG_TENSOR_FLAG_WEIGHT (1u << 2) /* constant data uploaded once */
 #define PYG_TENSOR_FLAG_STATE  (1u << 3) /* persistent, written by the graph (KV cache) */
 
