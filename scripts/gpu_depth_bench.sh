@@ -23,7 +23,8 @@
 #      cuda:fa_mma=1 (the older kernels) and the summary says so;
 #   3. while llama-bench still builds (these runs are marked during_peer_build in the summary: the
 #      compile loads the CPU; with llama-bench built already they run after step 4, time left): tg128 at depth 0 with n_ctx 512 and 16896 (the n_ctx cost),
-#      1b q4_0 tg128 at depth 0 and 4096, and under PyTorch's profiler (scripts/profile_decode.py) the
+#      1b q4_0 tg128 at depth 0 and 4096, 1b q4_0 and q4_K tg128 interleaved twice (q4_K's share of
+#      bandwidth against q4_0's: tg128 x file bytes), and under PyTorch's profiler (scripts/profile_decode.py) the
 #      kernels of a 1b decode token at depth 0 and 4096 and of a 512-token prefill chunk at depth 4096;
 #   4. once llama-bench is there (or at the latest when DEPTH_BENCH_PEER_WAIT_S, default 360 s, have
 #      passed: then without the llama.cpp column; on a warm machine it is built already), the decode-at-depth table:
@@ -145,6 +146,10 @@ diagnostics() {
     bench 1b_q4_0_nctx512 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 512 --no-peer "${DEVOPT[@]}"
     bench 1b_q4_0_nctx16896 40 $S:q4_0 -p 0 -n 128 --depth $D0 --n-ctx 16896 --no-peer "${DEVOPT[@]}"
     bench 1b_q4_0_new 50 $S:q4_0 -p 0 -n 128 --depth 0,4096 --no-peer "${DEVOPT[@]}"
+    for round in 1 2; do   # q4_K's share of bandwidth against q4_0's, runs interleaved (summary: bandwidth_share)
+        bench share${round}_q4_0 30 $S:q4_0 -p 0 -n 128 --no-peer "${DEVOPT[@]}"
+        bench share${round}_q4_K 30 $S:q4_K -p 0 -n 128 --no-peer "${DEVOPT[@]}"
+    done
     if [ "$(left)" -gt 90 ] && $PY -c "import torch" 2>/dev/null; then   # where a token's / a chunk's GPU time goes
         say "profile: 1b q4_0 decode at depth 0 and 4096, prefill 512 at depth 4096 (scripts/profile_decode.py)"
         timeout 40 $PY scripts/profile_decode.py $S:q4_0 --steps 16 --devices "$DEV" >"$OUT_DIR/profile-decode-1b.txt" 2>&1
@@ -198,11 +203,23 @@ for line in open(os.path.join(out_dir, "index.txt")):
     runs[name] = {"file": f, "n_ctx": doc["n_ctx"], "device_options": doc.get("device_options"), "tests": rows,
                   "during_peer_build": during == "1", "peer": (doc.get("llama_cpp") or {}).get("command"),
                   "forwards": (doc.get("pyggml") or {}).get("forwards")}
+# q4_K's share of bandwidth against q4_0's: tg128 x the file's bytes, q4_K over q4_0, per interleaved
+# round (share1/share2) and from the table's two 1b runs
+def tg_bytes(name):
+    r = runs.get(name)
+    tg = r and (r["tests"].get("tg128") or {}).get("pyggml_median")
+    f = r and json.load(open(os.path.join(out_dir, r["file"])))["results"][0].get("model_file")
+    return tg * os.path.getsize(f) if tg and f and os.path.exists(f) else None
+share = {}
+for a, b in (("share1_q4_0", "share1_q4_K"), ("share2_q4_0", "share2_q4_K"), ("1b_q4_0_depth", "1b_q4_K_depth")):
+    x, y = tg_bytes(a), tg_bytes(b)
+    if x and y:
+        share[b] = round(y / x, 4)
 summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-depth-bench", "gpu": """$GPU""",
            "commit": "$COMMIT", "command": "bash scripts/gpu_depth_bench.sh", "devices": "$DEV", "reps": $REPS,
            "tests_rc": $TEST_RC, "tests": """$TEST_SUMMARY""", "peer_ready_s": $PEER_BUILD_S,
            "benches_with_old_decode_kernels": $([ $TEST_RC -ne 0 ] && echo True || echo False),
-           "decode_at_depth": table, "runs": runs}
+           "decode_at_depth": table, "bandwidth_share_q4_K_vs_q4_0": share, "runs": runs}
 json.dump(summary, open(path, "w"), indent=1)
 print("| model | test | pyggml t/s | llama.cpp t/s | ratio |")
 print("|---|---|---:|---:|---:|")
@@ -210,6 +227,7 @@ for r in table:
     ratio = f"{r['ratio_median']:.2f}x" if r["ratio_median"] else "-"
     lc = f"{r['llama_cpp_median']:.1f}" if r["llama_cpp_median"] else "-"
     print(f"| {r['model']} | {r['test']} | {r['pyggml_median'] or 0:.1f} | {lc} | {ratio} |")
+print("q4_K's share of bandwidth against q4_0's (tg128 x file bytes):", share)
 for name, r in runs.items():
     if name.endswith(("_depth", "_pp4096")):
         continue

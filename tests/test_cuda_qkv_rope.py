@@ -35,14 +35,16 @@ def _build(pg, rng_seed, qtype, mode, itype, ctype, n_dims, keep=None):
     idx = g.input("idx", (T,), itype)
     kc, vc = g.state("kc", (N_CTX, HKV * D), ctype), g.state("vc", (N_CTX, HKV * D), ctype)
 
-    def weight(name, rows):
-        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), qtype)
-        return g.weight(name, blocks, type=qtype, shape=(rows, K))
+    qk_type, v_type = (qtype.split("+") * 2)[:2]   # "q4_K+q6_K": llama.cpp's Q4_K_M v beside q4_K q, k
+
+    def weight(name, rows, t=qk_type):
+        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), t)
+        return g.weight(name, blocks, type=t, shape=(rows, K))
 
     h = pg.mul(pg.rms_norm(x, 1e-5), g.weight("nw", rng.standard_normal(K).astype(np.float32)))
     q = pg.mul_mat(weight("wq", H * D), h)
     k = pg.mul_mat(weight("wk", HKV * D), h)
-    v = pg.mul_mat(weight("wv", HKV * D), h)
+    v = pg.mul_mat(weight("wv", HKV * D, v_type), h)
     kw = dict(n_dims=n_dims, mode=mode, freq_base=10000.0)
     q = pg.rope(pg.reshape(q, (T, H, D)), pos, **kw)
     k = pg.rope(pg.reshape(k, (T, HKV, D)), pos, **kw)
@@ -63,6 +65,7 @@ def _feeds(step, itype_np):
 
 CASES = [("q4_0", "normal", "i64", "f16", D), ("q4_K", "normal", "i32", "f16", D),
          ("q8_0", "normal", "i64", "f32", 48), ("q6_K", "normal", "i32", "f16", D),
+         ("q4_K+q6_K", "normal", "i64", "f16", D),
          ("q4_0", "neox", "i64", "f16", D)]
 
 
@@ -105,13 +108,14 @@ def _kernels(pg, dev, outs, feeds):
     return [e.key for e in prof.key_averages()]
 
 
-@pytest.mark.parametrize("mode", ["normal", "neox"])
-def test_qkv_rope_cache_is_one_launch(mode):
+@pytest.mark.parametrize("mode,qtype", [("normal", "q4_0"), ("neox", "q4_0"), ("normal", "q4_K+q6_K")])
+def test_qkv_rope_cache_is_one_launch(mode, qtype):
     """Normal pairs: the q/k/v launch does the ropes and the cache writes (k_mvr_qkv runs, k_rope and
-    k_rope_store_pair do not). Neox pairs (i, i + D/2) lie in other blocks of rows: the rope kernels run."""
+    k_rope_store_pair do not), also with a q6_K v beside q4_K q and k (a third of a Q4_K_M model's
+    layers). Neox pairs (i, i + D/2) lie in other blocks of rows: the rope kernels run."""
     pg, dev = _cuda_device()
     mode_id = pg.ROPE_NEOX if mode == "neox" else pg.ROPE_NORMAL
-    outs = _build(pg, 5, "q4_0", mode_id, pg.i64, pg.f16, D)
+    outs = _build(pg, 5, qtype, mode_id, pg.i64, pg.f16, D)
     names = " ".join(_kernels(pg, dev, outs, _feeds(0, np.int64)))
     if mode == "normal":
         assert "k_mvr_qkv" in names and "k_rope" not in names, names

@@ -465,8 +465,11 @@ int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c);
  * weights per node; g: the graph, for its outputs), and that launch of nodes[0..6]. */
 int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g);
 int mul_mat_launch_qkv_rope(const pyg_tensor *const *nodes, op_ctx *c);
-/* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)? */
+/* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)?
+ * The same weight type and K, the same activation column. mul_mat_can_group_types with k_mix also
+ * takes q4_K beside q6_K (the q/k/v launch, whose blocks take either type). */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
+int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int k_mix);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */
 int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c);
 #define MMA_MIN_N 32 /* N from which mul_mat uses the tensor-core GEMM */

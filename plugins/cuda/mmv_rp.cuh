@@ -265,24 +265,39 @@ PYG_KB void mvr_dot_rows(const mvr_slice<T, J> &sl, const mvr_rows<T, J> &rw, fl
     }
 }
 
-/* The lane's partial sums of the 8 NB rows this block owns: rows [*r0, *r0 + 8 NB) of the matrix
- * it returns (from the block index). */
-template <int T, int J, int NB, class Thr>
-PYG_KB int mvr_block_rows(const Thr &t, const mvr_args &a, float acc[NB][8], int64_t *r0) {
+/* The matrix block t.bx belongs to, and the first of the 8 NB rows it owns there (*r0). */
+template <int NB, class Thr>
+PYG_KB int mvr_block_matrix(const Thr &t, const mvr_args &a, int64_t *r0) {
     int g = 0;
 #pragma unroll
     for (int i = 1; i < MVR_MAX; i++)
         if (i < a.n && t.bx >= (int64_t)a.blk0[i]) g = i;
     *r0 = (t.bx - (int64_t)a.blk0[g]) * 8 * NB;
+    return g;
+}
+
+/* The lane's partial sums of rows [r0, r0 + 8 NB) of matrix w (of type T). */
+template <int T, int J, int NB, class Thr>
+PYG_KB void mvr_rows_sums(const Thr &t, const mvr_args &a, const rq_w &w, int64_t r0, float acc[NB][8]) {
     mvr_slice<T, J> sl;
     mvr_slice_init(t, a.K, sl);
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
         mvr_rows<T, J> rw;
-        mvr_load_rows(a.w[g], (*r0 >> 3) + nb, sl, rw);
+        mvr_load_rows(w, (r0 >> 3) + nb, sl, rw);
         if (nb == 0) mvr_load_y(t, a.yq, a.yds, sl);
         mvr_dot_rows(sl, rw, acc[nb]);
     }
+}
+
+/* The lane's partial sums of the 8 NB rows this block owns: rows [*r0, *r0 + 8 NB) of the matrix
+ * it returns (from the block index). The matrices are of type T, or with T2 != T some of type T2
+ * (a launch's blocks then take either form: each block's matrix is of one type). */
+template <int T, int T2, int J, int NB, class Thr>
+PYG_KB int mvr_block_rows(const Thr &t, const mvr_args &a, float acc[NB][8], int64_t *r0) {
+    const int g = mvr_block_matrix<NB>(t, a, r0);
+    if (T == T2 || a.w[g].type == T) mvr_rows_sums<T, J, NB>(t, a, a.w[g], *r0, acc);
+    else mvr_rows_sums<T2, J, NB>(t, a, a.w[g], *r0, acc);
     return g;
 }
 
@@ -291,7 +306,7 @@ template <int T, int J, int NB, class Thr>
 PYG_KB void mvr_body(const Thr &t, const mvr_args &a, float *sh) {
     float acc[NB][8];
     int64_t r0;
-    const int g = mvr_block_rows<T, J, NB>(t, a, acc, &r0);
+    const int g = mvr_block_rows<T, T, J, NB>(t, a, acc, &r0);
     const rq_w &w = a.w[g];
     const int KW = t.nthreads / 32;
 #pragma unroll
@@ -357,12 +372,13 @@ PYG_HD void mvr_qkv_store(const mvr_qkv &e, int g, float *dst, int64_t row, floa
 /* mvr_body for a layer's q, k and v (one activation column, one token): the same sums, then each
  * row goes where e says -- q rotated into the rope's output, k rotated into the K cache, v into the
  * V cache -- so the two rope launches and the cache writes of a decode layer need no launch of their
- * own. The sums of a block's 8 NB rows meet in shared memory, where each row finds its pair's. */
-template <int T, int J, int NB, class Thr>
+ * own. The sums of a block's 8 NB rows meet in shared memory, where each row finds its pair's.
+ * With T2 != T the matrices are of either type (a Q4_K_M layer's q4_K q and k with its q6_K v). */
+template <int T, int T2, int J, int NB, class Thr>
 PYG_KB void mvr_qkv_body(const Thr &t, const mvr_args &a, const mvr_qkv &e, float *sh) {
     float acc[NB][8];
     int64_t r0;
-    const int g = mvr_block_rows<T, J, NB>(t, a, acc, &r0);
+    const int g = mvr_block_rows<T, T2, J, NB>(t, a, acc, &r0);
     const rq_w &w = a.w[g];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {

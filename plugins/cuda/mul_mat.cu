@@ -454,14 +454,21 @@ int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer)
            consumer->src[0]->ne[0] == b->ne[0];
 }
 
-int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) {
+static int k_quant_pair(int t0, int t1) {
+    return (t0 == PYG_TYPE_Q4_K || t0 == PYG_TYPE_Q6_K) && (t1 == PYG_TYPE_Q4_K || t1 == PYG_TYPE_Q6_K);
+}
+
+int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int k_mix) {
     if (!cuda_fuse_enabled() || !mmvq_single_column(x) || !mmvq_single_column(y)) return 0;
     const pyg_tensor *a0 = x->src[0], *b0 = x->src[1], *a1 = y->src[0], *b1 = y->src[1];
-    if (a0->type != a1->type || a0->ne[0] != a1->ne[0] || b0->type != b1->type || b0->data != b1->data) return 0;
+    if (a0->type != a1->type && !(k_mix && k_quant_pair(a0->type, a1->type))) return 0;
+    if (a0->ne[0] != a1->ne[0] || b0->type != b1->type || b0->data != b1->data) return 0;
     for (int i = 0; i < 4; i++)
         if (b0->ne[i] != b1->ne[i] || b0->nb[i] != b1->nb[i]) return 0;
     return b1->data != x->data; /* y must not read what x writes */
 }
+
+int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) { return mul_mat_can_group_types(x, y, 0); }
 
 int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
                     const cuda_repack *ry) {

@@ -2,7 +2,8 @@
  * writes as one launch (mmv_rp.cuh's mvr_qkv_body): the plan pattern, and the launch.
  *
  * The seven nodes, in plan order (graph.cu groups them when qkv_rope_can says yes):
- *   mq, mk, mv   three mat-vecs of one activation column over repacked weights of one type and K
+ *   mq, mk, mv   three mat-vecs of one activation column over repacked weights of one K and one type,
+ *                or q4_K and q6_K mixed (llama.cpp's Q4_K_M gives a third of the layers a q6_K v)
  *   rq, rk       rope(reshape(mq)), rope(reshape(mk)) in either order: the same parameters and
  *                positions, normal pairs (2i, 2i + 1), one token
  *   sk, sv       set_rows(K cache, view of rk, idx), set_rows(V cache, mv, idx') in either order
@@ -111,7 +112,7 @@ static int qkv_roles_of(const pyg_tensor *const *nd, qkv_roles *o) {
 int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g) {
     if (!cuda_fuse_enabled() || !cuda_opts()->qkv_rope || !cuda_opts()->repack || !rp || i + 7 > n) return 0;
     const pyg_tensor *const *nd = nodes + i;
-    if (!mul_mat_can_group(nd[0], nd[1]) || !mul_mat_can_group(nd[0], nd[2])) return 0;
+    if (!mul_mat_can_group_types(nd[0], nd[1], 1) || !mul_mat_can_group_types(nd[0], nd[2], 1)) return 0;
     if (!mvr_k_ok(nd[0]->src[0]->ne[0])) return 0;
     for (int k = 0; k < 3; k++)
         if (!rp[i + k]) return 0;
@@ -123,34 +124,35 @@ int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *cons
            dead_after(nd[r.v], nodes, n, i + 7, g, wr, 3) && dead_after(nd[r.rk], nodes, n, i + 7, g, wr, 3);
 }
 
-template <int T, int J, int NB>
+/* T2 != T: each block's matrix is of type T or T2 (mvr_qkv_body) */
+template <int T, int T2, int J, int NB>
 __global__ void __launch_bounds__(MVR_MAX_KW * PYG_WARP_SIZE) k_mvr_qkv(mvr_args a, mvr_qkv e) {
     __shared__ float sh[MVR_MAX_KW * 8 * NB];
     DevThr t;
-    mvr_qkv_body<T, J, NB>(t, a, e, sh);
+    mvr_qkv_body<T, T2, J, NB>(t, a, e, sh);
 }
 
-template <int T, int J, int NB>
+template <int T, int T2, int J, int NB>
 static gpuError_t launch_qkv_tjn(const mvr_args &a, const mvr_qkv &e, unsigned blocks, unsigned threads, int pdl,
                                  gpuStream_t s) {
 #ifdef PYG_GPU_HAS_PDL
-    if (pdl) return gpu_launch_pdl(k_mvr_qkv<T, J, NB>, dim3(blocks), dim3(threads), 0, s, a, e);
+    if (pdl) return gpu_launch_pdl(k_mvr_qkv<T, T2, J, NB>, dim3(blocks), dim3(threads), 0, s, a, e);
 #endif
     (void)pdl;
-    k_mvr_qkv<T, J, NB><<<blocks, threads, 0, s>>>(a, e);
+    k_mvr_qkv<T, T2, J, NB><<<blocks, threads, 0, s>>>(a, e);
     return gpuGetLastError();
 }
 
-template <int T>
+template <int T, int T2>
 static gpuError_t launch_qkv_t(const mvr_args &a, const mvr_qkv &e, int J, int NB, unsigned blocks, unsigned threads,
                                int pdl, gpuStream_t s) {
     switch (J * 10 + NB) {
-    case 11: return launch_qkv_tjn<T, 1, 1>(a, e, blocks, threads, pdl, s);
-    case 12: return launch_qkv_tjn<T, 1, 2>(a, e, blocks, threads, pdl, s);
-    case 21: return launch_qkv_tjn<T, 2, 1>(a, e, blocks, threads, pdl, s);
-    case 22: return launch_qkv_tjn<T, 2, 2>(a, e, blocks, threads, pdl, s);
-    case 31: return launch_qkv_tjn<T, 3, 1>(a, e, blocks, threads, pdl, s);
-    default: return launch_qkv_tjn<T, 3, 2>(a, e, blocks, threads, pdl, s);
+    case 11: return launch_qkv_tjn<T, T2, 1, 1>(a, e, blocks, threads, pdl, s);
+    case 12: return launch_qkv_tjn<T, T2, 1, 2>(a, e, blocks, threads, pdl, s);
+    case 21: return launch_qkv_tjn<T, T2, 2, 1>(a, e, blocks, threads, pdl, s);
+    case 22: return launch_qkv_tjn<T, T2, 2, 2>(a, e, blocks, threads, pdl, s);
+    case 31: return launch_qkv_tjn<T, T2, 3, 1>(a, e, blocks, threads, pdl, s);
+    default: return launch_qkv_tjn<T, T2, 3, 2>(a, e, blocks, threads, pdl, s);
     }
 }
 
@@ -203,15 +205,26 @@ int qkv_rope_launch(const pyg_tensor *const *nd, const rq_w *const *ws, const in
     cache_dest(e, 3, nd[r.sv]);
     const unsigned threads = (unsigned)mvr_warps(K, J) * PYG_WARP_SIZE;
     const int pdl = cuda_opts()->pdl && c->cc >= 90;
+    const int t0 = ws[0]->type, mixed = t0 != ws[1]->type || t0 != ws[2]->type;
     gpuError_t err;
-    switch (ws[0]->type) {
-    case PYG_TYPE_Q4_0: err = launch_qkv_t<PYG_TYPE_Q4_0>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q8_0: err = launch_qkv_t<PYG_TYPE_Q8_0>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q4_K: err = launch_qkv_t<PYG_TYPE_Q4_K>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
-    case PYG_TYPE_Q6_K: err = launch_qkv_t<PYG_TYPE_Q6_K>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
-    default:
-        snprintf(c->err, c->errlen, "q/k/v + rope + cache launch: type %d", ws[0]->type);
-        return PYG_ERR_INTERNAL;
+    if (mixed) { /* q4_K beside q6_K (mul_mat_can_group_types) */
+        for (int i = 0; i < 3; i++)
+            if (ws[i]->type != PYG_TYPE_Q4_K && ws[i]->type != PYG_TYPE_Q6_K) {
+                snprintf(c->err, c->errlen, "q/k/v + rope + cache launch: types %d, %d, %d", ws[0]->type,
+                         ws[1]->type, ws[2]->type);
+                return PYG_ERR_INTERNAL;
+            }
+        err = launch_qkv_t<PYG_TYPE_Q4_K, PYG_TYPE_Q6_K>(a, e, J, NB, blocks, threads, pdl, c->stream);
+    } else {
+        switch (t0) {
+        case PYG_TYPE_Q4_0: err = launch_qkv_t<PYG_TYPE_Q4_0, PYG_TYPE_Q4_0>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
+        case PYG_TYPE_Q8_0: err = launch_qkv_t<PYG_TYPE_Q8_0, PYG_TYPE_Q8_0>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
+        case PYG_TYPE_Q4_K: err = launch_qkv_t<PYG_TYPE_Q4_K, PYG_TYPE_Q4_K>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
+        case PYG_TYPE_Q6_K: err = launch_qkv_t<PYG_TYPE_Q6_K, PYG_TYPE_Q6_K>(a, e, J, NB, blocks, threads, pdl, c->stream); break;
+        default:
+            snprintf(c->err, c->errlen, "q/k/v + rope + cache launch: type %d", t0);
+            return PYG_ERR_INTERNAL;
+        }
     }
     if (err != gpuSuccess) {
         gpuGetLastError();

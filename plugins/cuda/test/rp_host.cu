@@ -246,20 +246,22 @@ static double rope_ref(const rope_params &p, double pos, int64_t ip) { /* freq_s
     return pos * pow((double)p.theta_scale, (double)ip);
 }
 
-template <int T, int J, int NB>
+template <int T, int TV, int J, int NB>
 static void run_qkv(const mvr_args &a, const mvr_qkv &e, int KW, unsigned blocks) {
     simt_launch(blocks, 1, KW * 32, MVR_MAX_KW * 8 * NB * sizeof(float),
-                [&](HostThr &t, unsigned char *sm) { mvr_qkv_body<T, J, NB>(t, a, e, (float *)sm); });
+                [&](HostThr &t, unsigned char *sm) { mvr_qkv_body<T, TV, J, NB>(t, a, e, (float *)sm); });
 }
 
-template <int T>
+/* q and k of type T, v of type TV (the kernel's T2: a Q4_K_M layer's q6_K v beside q4_K q and k) */
+template <int T, int TV = T>
 static void test_qkv(int64_t K, int NB, int n_dims, int ctype, int64_t slot) {
     const int64_t H = 4, Hkv = 2, D = 32, crows = 5;
     const int64_t Ms[3] = { H * D, Hkv * D, Hkv * D };
     repacked r[3];
     for (int i = 0; i < 3; i++) {
-        const std::vector<uint8_t> rows = make_rows(T, Ms[i], K);
-        repack_host(T, rows, Ms[i], K, r[i]);
+        const int ty = i == 2 ? TV : T;
+        const std::vector<uint8_t> rows = make_rows(ty, Ms[i], K);
+        repack_host(ty, rows, Ms[i], K, r[i]);
     }
     two_mats s; /* for its activation column (and int8_dot_ref); its matrices are not used */
     const int64_t Mdummy[2] = { 8, 8 };
@@ -308,10 +310,10 @@ static void test_qkv(int64_t K, int NB, int n_dims, int ctype, int64_t slot) {
     }
     a.blk0[MVR_MAX] = blocks;
     switch (J * 10 + NB) {
-    case 11: run_qkv<T, 1, 1>(a, e, KW, blocks); break;
-    case 12: run_qkv<T, 1, 2>(a, e, KW, blocks); break;
-    case 21: run_qkv<T, 2, 1>(a, e, KW, blocks); break;
-    case 22: run_qkv<T, 2, 2>(a, e, KW, blocks); break;
+    case 11: run_qkv<T, TV, 1, 1>(a, e, KW, blocks); break;
+    case 12: run_qkv<T, TV, 1, 2>(a, e, KW, blocks); break;
+    case 21: run_qkv<T, TV, 2, 1>(a, e, KW, blocks); break;
+    case 22: run_qkv<T, TV, 2, 2>(a, e, KW, blocks); break;
     default: CHECK(false, "test_qkv: J=%d", J); return;
     }
     auto cache_at = [&](const std::vector<uint8_t> &c, int64_t M, int64_t row, int64_t col) {
@@ -364,8 +366,8 @@ static void test_qkv(int64_t K, int NB, int n_dims, int ctype, int64_t slot) {
                       "type %d: %s cache row %lld written (the token's row is %lld)", T, g == 1 ? "K" : "V",
                       (long long)rw, (long long)slot);
     }
-    fprintf(stderr, "type %d: q/k/v + rope + cache K %lld (%d warps, NB %d, n_dims %d, %s cache, row %lld) ok\n", T,
-            (long long)K, KW, NB, n_dims, ctype == PYG_TYPE_F32 ? "f32" : "f16", (long long)slot);
+    fprintf(stderr, "type %d (v %d): q/k/v + rope + cache K %lld (%d warps, NB %d, n_dims %d, %s cache, row %lld) ok\n",
+            T, TV, (long long)K, KW, NB, n_dims, ctype == PYG_TYPE_F32 ? "f32" : "f16", (long long)slot);
 }
 
 /* ---------------------------------------------------------------- int8 GEMM */
@@ -447,6 +449,11 @@ static void test_type(void) {
     test_qkv<T>(k_small, 1, 32, PYG_TYPE_F16, 3);
     test_qkv<T>(k_mid, 2, 24, PYG_TYPE_F32, 0);
     test_qkv<T>(k_small, 2, 32, PYG_TYPE_F16, 5); /* index past the cache: no row written */
+    if (T == PYG_TYPE_Q4_K) { /* Q4_K_M's q6_K v in one launch with q4_K q and k */
+        test_qkv<PYG_TYPE_Q4_K, PYG_TYPE_Q6_K>(k_small, 1, 32, PYG_TYPE_F16, 3);
+        test_qkv<PYG_TYPE_Q4_K, PYG_TYPE_Q6_K>(k_mid, 2, 24, PYG_TYPE_F32, 0);
+        test_qkv<PYG_TYPE_Q6_K, PYG_TYPE_Q4_K>(k_small, 2, 32, PYG_TYPE_F16, 1);
+    }
     const bool kq = T == PYG_TYPE_Q4_K || T == PYG_TYPE_Q6_K;
     test_mmq<T>(200, kq ? 512 : 480, 4);
     test_mmq<T>(130, kq ? 256 : 160, 2);
