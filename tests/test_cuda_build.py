@@ -365,7 +365,7 @@ def test_fused_add_rms_norm_times_weight_on_cuda(rows):
         assert _nmse(got_l, ref_s + 0.5 * ref_n * wv) < 1e-7
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_K"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_K", "q6_K"])
 def test_prequantized_decode_activations_on_cuda(qtype):
     """A decode layer's shape: add -> rms_norm -> mul feeds a group of mat-vecs, and swiglu feeds
     the down mat-vec; the norm and the swiglu launches also write their row as the int8 activation

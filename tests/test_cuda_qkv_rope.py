@@ -108,7 +108,8 @@ def _kernels(pg, dev, outs, feeds):
     return [e.key for e in prof.key_averages()]
 
 
-@pytest.mark.parametrize("mode,qtype", [("normal", "q4_0"), ("neox", "q4_0"), ("normal", "q4_K+q6_K")])
+@pytest.mark.parametrize("mode,qtype", [("normal", "q4_0"), ("neox", "q4_0"), ("normal", "q4_K+q6_K"),
+                                        ("normal", "q6_K")])
 def test_qkv_rope_cache_is_one_launch(mode, qtype):
     """Normal pairs: the q/k/v launch does the ropes and the cache writes (k_mvr_qkv runs, k_rope and
     k_rope_store_pair do not), also with a q6_K v beside q4_K q and k (a third of a Q4_K_M model's
@@ -170,3 +171,40 @@ def test_outputs_on_the_intermediates_keep_the_separate_launches(keep):
         assert gv.shape == wv.shape and _nmse(gv, wv) < 5e-4
     names = " ".join(_kernels(pg, dev, outs, feeds))
     assert "k_mvr_qkv" not in names, names
+
+
+def test_q4_K_M_model_decode_joins_the_q6_K_layers(tmp_path):
+    """A Q4_K_M mix (synth q4_K: llama.cpp's use_more_bits layers get a q6_K attn_v and ffn_down)
+    decodes with the q/k/v launch in every layer: the mixed-type kernel (k_mvr_qkv<q4_K, q6_K>) runs,
+    the rope kernels do not, and the logits match those with qkv_rope=0 (separate launches)."""
+    pg, dev = _cuda_device()
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    from pyggml import models
+    from pyggml.synth import plan_tensors, write_synth_model
+    shape = dict(n_embd=256, n_layer=8, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, n_ctx=256)
+    types = {t.name: t.type for t in plan_tensors(shape, "q4_K")}
+    assert types["blk.0.attn_v.weight"] == "q6_K" and types["blk.1.attn_v.weight"] == "q4_K", types
+    path = str(tmp_path / "q4km.gguf")
+    write_synth_model(path, shape=shape, wtype="q4_K", progress=False)
+    d = pg.get_device(dev)
+    logits = {}
+    for on in (0, 1):
+        d.set_option("qkv_rope", str(on))
+        try:
+            m = models.load(path, devices=[dev], n_ctx=64, progress=False)
+            m.prefill([1, 5, 9, 13])
+            out = [m.decode(20 + i) for i in range(3)]     # direct launches, capture, replay
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                out.append(m.decode(40))
+                torch.cuda.synchronize()
+            names = " ".join(e.key for e in prof.key_averages())
+            logits[on] = np.stack(out)
+            if on:
+                assert "k_mvr_qkv<12, 14" in names and "k_rope" not in names, names
+            else:
+                assert "k_mvr_qkv" not in names, names
+            del m
+        finally:
+            d.set_option("qkv_rope", "1")
+    assert _nmse(logits[1], logits[0]) < 1e-6

@@ -437,8 +437,9 @@ static inline void mul_mat_quant_layout(void *scratch, int64_t K, int8_t **yq, f
 }
 /* May `producer`'s launch write the quantized column that `consumer` (the first node of the next
  * launch) reads? producer: the mul of a fused add+norm+mul group, a two-operand swiglu, or a decode
- * flash_attn_ext whose kv splits are merged by a second kernel. */
-int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer);
+ * flash_attn_ext whose kv splits are merged by a second kernel. repacked: consumer's weights are
+ * repacked (a q6_K consumer then reads int8 activations too). */
+int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer, int repacked);
 /* The mul of a fused add+norm+mul group that can write them: one row, a multiple of 32, at most
  * 8192 wide (each of the kernel's 1024 threads holds at most 8 elements). */
 int rows_can_prequant_add(const pyg_tensor *mul);
@@ -466,10 +467,11 @@ int mul_mat_launch_glu(const pyg_tensor *const *nodes, op_ctx *c);
 int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g);
 int mul_mat_launch_qkv_rope(const pyg_tensor *const *nodes, op_ctx *c);
 /* Decode mat-vec grouping (plan time): may y run in the same launch as x (adjacent plan nodes)?
- * The same weight type and K, the same activation column. mul_mat_can_group_types with k_mix also
- * takes q4_K beside q6_K (the q/k/v launch, whose blocks take either type). */
+ * The same weight type and K, the same activation column. mul_mat_can_group_types for weights the
+ * caller knows are repacked (repacked: q6_K then runs the int8 mat-vec too), with k_mix also q4_K
+ * beside q6_K (the q/k/v launch, whose blocks take either type). */
 int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y);
-int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int k_mix);
+int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int repacked, int k_mix);
 /* Launch nodes[0..g-1] (each joinable to nodes[0] by mul_mat_can_group) as one; g == 1: a plain launch. */
 int mul_mat_launch_group(const pyg_tensor *const *nodes, int g, op_ctx *c);
 #define MMA_MIN_N 32 /* N from which mul_mat uses the tensor-core GEMM */

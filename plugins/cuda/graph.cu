@@ -226,7 +226,7 @@ pyg_error *pyg_cuda_plan_create(pyg_device *dev, const pyg_graph *graph, pyg_gra
                                  : p->group[i] == 1 && (swiglu_can_prequant(n) || flash_attn_can_prequant(n, dev->n_sm))
                                      ? n
                                      : NULL;
-        if (prod && mul_mat_can_prequant(prod, p->nodes[j])) {
+        if (prod && mul_mat_can_prequant(prod, p->nodes[j], p->rp && p->rp[j])) {
             const int other = (p->quant[i] & Q_IN) && !(p->quant[i] & Q_IN1); /* it reads region 0: write 1 */
             p->quant[i] |= Q_OUT | (other ? Q_OUT1 : 0);
             p->quant[j] |= Q_IN | (other ? Q_IN1 : 0);

@@ -437,16 +437,17 @@ __global__ void __launch_bounds__(MVQ_ROWS * PYG_WARP_SIZE) k_mmvq_group(mvq_gro
     if (lane == 0) a.dst[g][m] = v;
 }
 
-static int mmvq_single_column(const pyg_tensor *n) {
+/* repacked: the node's weights are repacked (a q6_K mat-vec then takes the int8 path too) */
+static int mmvq_single_column(const pyg_tensor *n, int repacked) {
     const pyg_tensor *a = n->src[0];
-    return n->op == PYG_OP_MUL_MAT && use_mmvq(n, 0) && single_column(n) && a->ne[2] == 1 && a->ne[3] == 1 &&
+    return n->op == PYG_OP_MUL_MAT && use_mmvq(n, repacked) && single_column(n) && a->ne[2] == 1 && a->ne[3] == 1 &&
            n->nb[0] == sizeof(float);
 }
 
 /* The producer writes K (a multiple of 32) contiguous f32 values, which are exactly the single
  * activation column of the consumer's int8 mat-vec (a row, or an attention output viewed as one). */
-int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer) {
-    if (!cuda_fuse_enabled() || !producer || !consumer || !mmvq_single_column(consumer)) return 0;
+int mul_mat_can_prequant(const pyg_tensor *producer, const pyg_tensor *consumer, int repacked) {
+    if (!cuda_fuse_enabled() || !producer || !consumer || !mmvq_single_column(consumer, repacked)) return 0;
     const pyg_tensor *b = consumer->src[1];
     if (b->data != producer->data || b->type != PYG_TYPE_F32 || producer->type != PYG_TYPE_F32) return 0;
     if (!pyg_tensor_is_contiguous(producer) || !pyg_tensor_is_contiguous(b)) return 0;
@@ -458,8 +459,8 @@ static int k_quant_pair(int t0, int t1) {
     return (t0 == PYG_TYPE_Q4_K || t0 == PYG_TYPE_Q6_K) && (t1 == PYG_TYPE_Q4_K || t1 == PYG_TYPE_Q6_K);
 }
 
-int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int k_mix) {
-    if (!cuda_fuse_enabled() || !mmvq_single_column(x) || !mmvq_single_column(y)) return 0;
+int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int repacked, int k_mix) {
+    if (!cuda_fuse_enabled() || !mmvq_single_column(x, repacked) || !mmvq_single_column(y, repacked)) return 0;
     const pyg_tensor *a0 = x->src[0], *b0 = x->src[1], *a1 = y->src[0], *b1 = y->src[1];
     if (a0->type != a1->type && !(k_mix && k_quant_pair(a0->type, a1->type))) return 0;
     if (a0->ne[0] != a1->ne[0] || b0->type != b1->type || b0->data != b1->data) return 0;
@@ -468,11 +469,11 @@ int mul_mat_can_group_types(const pyg_tensor *x, const pyg_tensor *y, int k_mix)
     return b1->data != x->data; /* y must not read what x writes */
 }
 
-int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) { return mul_mat_can_group_types(x, y, 0); }
+int mul_mat_can_group(const pyg_tensor *x, const pyg_tensor *y) { return mul_mat_can_group_types(x, y, 0, 0); }
 
 int mul_mat_can_glu(const pyg_tensor *x, const pyg_tensor *y, const pyg_tensor *z, const cuda_repack *rx,
                     const cuda_repack *ry) {
-    if (!cuda_opts()->repack || !rx || !ry || !z || !mul_mat_can_group(x, y)) return 0;
+    if (!cuda_opts()->repack || !rx || !ry || !z || !mul_mat_can_group_types(x, y, 1, 0)) return 0;
     if (z->op != PYG_OP_SWIGLU || !swiglu_can_prequant(z)) return 0;
     if (!((z->src[0] == x && z->src[1] == y) || (z->src[0] == y && z->src[1] == x))) return 0; /* either order */
     const rq_w *wx = cuda_repack_weights(rx), *wy = cuda_repack_weights(ry);

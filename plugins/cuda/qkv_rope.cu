@@ -112,10 +112,10 @@ static int qkv_roles_of(const pyg_tensor *const *nd, qkv_roles *o) {
 int qkv_rope_can(const pyg_tensor *const *nodes, int n, int i, cuda_repack *const *rp, const pyg_graph *g) {
     if (!cuda_fuse_enabled() || !cuda_opts()->qkv_rope || !cuda_opts()->repack || !rp || i + 7 > n) return 0;
     const pyg_tensor *const *nd = nodes + i;
-    if (!mul_mat_can_group_types(nd[0], nd[1], 1) || !mul_mat_can_group_types(nd[0], nd[2], 1)) return 0;
-    if (!mvr_k_ok(nd[0]->src[0]->ne[0])) return 0;
     for (int k = 0; k < 3; k++)
         if (!rp[i + k]) return 0;
+    if (!mul_mat_can_group_types(nd[0], nd[1], 1, 1) || !mul_mat_can_group_types(nd[0], nd[2], 1, 1)) return 0;
+    if (!mvr_k_ok(nd[0]->src[0]->ne[0])) return 0;
     if (!rows_can_pair_rope(nd[3], nd[4])) return 0; /* same parameters, positions and frequency factors */
     qkv_roles r;
     if (!qkv_roles_of(nd, &r) || !is_plain_float(nd[r.sk]->src[0]->type)) return 0;
