@@ -222,14 +222,18 @@ template <int T, int J> struct mvr_rows {
     typename mvr<T>::Wt wt[8][J];
 };
 
-template <int T, int J, class Thr>
-PYG_KB void mvr_slice_init(const Thr &t, int64_t K, mvr_slice<T, J> &sl) {
+/* the slice of K slice kw (a warp index) for lane `lane` */
+template <int T, int J>
+PYG_KB void mvr_slice_at(int kw, int lane, int64_t K, mvr_slice<T, J> &sl) {
 #pragma unroll
     for (int j = 0; j < J; j++) {
-        sl.u[j] = ((int64_t)t.warp * J + j) * 32 + t.lane;
+        sl.u[j] = ((int64_t)kw * J + j) * 32 + lane;
         sl.ok[j] = sl.u[j] < K / 32;
     }
 }
+
+template <int T, int J, class Thr>
+PYG_KB void mvr_slice_init(const Thr &t, int64_t K, mvr_slice<T, J> &sl) { mvr_slice_at<T, J>(t.warp, t.lane, K, sl); }
 
 template <int T, int J>
 PYG_KB void mvr_load_rows(const rq_w &w, int64_t rg, const mvr_slice<T, J> &sl, mvr_rows<T, J> &rw) {
@@ -406,30 +410,37 @@ struct mvr_glu {
 };
 
 /* A layer's gate and up mat-vecs (a.w[0], a.w[1], one activation column) and the swiglu that reads
- * them, as one launch: block b owns rows [32 b, 32 b + 32) of both (4 groups of 8 rows each), stores
- * both rows (other nodes may read them), then silu(gate) * up, and with e.yq the 32 results as one
- * int8 block for the down mat-vec (warp 0, a lane per row). sh: MVR_MAX_KW * 64 floats. */
-template <int T, int J, class Thr>
+ * them, as one launch: block b owns rows [32 b, 32 b + 32) of both (8 groups of 8 rows: gate's 4,
+ * then up's 4), stores both rows (other nodes may read them), then silu(gate) * up, and with e.yq the
+ * 32 results as one int8 block for the down mat-vec (warp 0, a lane per row). The block has KW * GW
+ * warps: warp w takes K slice w % KW of the 8 / GW groups from (w / KW) * 8 / GW on, so with GW > 1
+ * the groups' weight loads are in flight in several warps at once instead of one after another in
+ * each (a 1b model's gate/up had 4 warps per multiprocessor, 37% of the H200's bandwidth).
+ * sh: MVR_MAX_KW * 64 floats. */
+template <int T, int J, int GW, class Thr>
 PYG_KB void mvr_glu_body(const Thr &t, const mvr_args &a, const mvr_glu &e, float *sh) {
+    static_assert(GW == 1 || GW == 2 || GW == 4 || GW == 8, "GW divides the 8 row groups");
+    constexpr int P = 8 / GW; /* groups per warp */
     const int64_t r0 = t.bx * 32;
+    const int KW = t.nthreads / 32 / GW, kw = t.warp % KW, b0 = (t.warp / KW) * P;
     mvr_slice<T, J> sl;
-    mvr_slice_init(t, a.K, sl);
-    float acc[8][8]; /* [matrix * 4 + row group][row] */
+    mvr_slice_at<T, J>(kw, t.lane, a.K, sl);
+    float acc[P][8];
 #pragma unroll
-    for (int b = 0; b < 8; b++) {
+    for (int p = 0; p < P; p++) {
+        const int b = b0 + p; /* matrix b / 4, row group b % 4 */
         mvr_rows<T, J> rw;
         mvr_load_rows(a.w[b >> 2], (r0 >> 3) + (b & 3), sl, rw);
-        if (b == 0) mvr_load_y(t, a.yq, a.yds, sl);
-        mvr_dot_rows(sl, rw, acc[b]);
+        if (p == 0) mvr_load_y(t, a.yq, a.yds, sl);
+        mvr_dot_rows(sl, rw, acc[p]);
     }
 #pragma unroll
-    for (int b = 0; b < 8; b++) {
-        const float v = warp_sum8(t, acc[b]);
-        if ((t.lane & 3) == 0) sh[t.warp * 64 + 8 * b + warp_sum8_index(t.lane)] = v;
+    for (int p = 0; p < P; p++) {
+        const float v = warp_sum8(t, acc[p]);
+        if ((t.lane & 3) == 0) sh[kw * 64 + 8 * (b0 + p) + warp_sum8_index(t.lane)] = v;
     }
     t.sync();
     if (t.warp == 0) {
-        const int KW = t.nthreads / 32;
         float gate = 0.0f, up = 0.0f;
         for (int k = 0; k < KW; k++) {
             gate += sh[k * 64 + t.lane];
@@ -454,5 +465,15 @@ static inline int mvr_units_per_lane(int64_t K) {
     return J >= 1 && J <= 3 ? (int)J : 0;
 }
 static inline int mvr_warps(int64_t K, int J) { return (int)((K / 32 + 32 * J - 1) / (32 * J)); }
+/* The gate/up launch's warps per K slice (mvr_glu_body's GW) for KW slices of J units per lane: the
+ * most of 8, 4, 2 up to `most` (device option glu_spread) that keeps the block at 512 threads; 1 with
+ * J > 1 (ptxas spills the q8_0 and K-quant forms there at 512 threads' 128 registers). */
+static inline int mvr_glu_gw(int KW, int J, int most) {
+    int gw = 1;
+    if (J == 1)
+        for (int g = 2; g <= 8 && g <= most; g *= 2)
+            if (KW * g * 32 <= 512) gw = g;
+    return gw;
+}
 
 #endif

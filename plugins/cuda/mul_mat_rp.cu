@@ -94,28 +94,41 @@ int mvr_launch(const pyg_tensor *const *nodes, const rq_w *const *w, int g, cons
     }, c, "repacked mat-vec");
 }
 
-template <int T, int J>
-__global__ void __launch_bounds__(MVR_MAX_KW * PYG_WARP_SIZE) k_mvr_glu(mvr_args a, mvr_glu e) {
+/* GW warps per K slice (mvr_glu_body): GW > 1 blocks are up to 512 threads */
+template <int T, int J, int GW>
+__global__ void __launch_bounds__(GW == 1 ? MVR_MAX_KW * PYG_WARP_SIZE : 512) k_mvr_glu(mvr_args a, mvr_glu e) {
     __shared__ float sh[MVR_MAX_KW * 64];
     DevThr t;
-    mvr_glu_body<T, J>(t, a, e, sh);
+    mvr_glu_body<T, J, GW>(t, a, e, sh);
 }
 
-template <int T, int J>
-static gpuError_t launch_glu_tj(const mvr_args &a, const mvr_glu &e, unsigned blocks, unsigned threads, int pdl,
-                                gpuStream_t s) {
+template <int T, int J, int GW>
+static gpuError_t launch_glu_tjg(const mvr_args &a, const mvr_glu &e, unsigned blocks, unsigned threads, int pdl,
+                                 gpuStream_t s) {
 #ifdef PYG_GPU_HAS_PDL
-    if (pdl) return gpu_launch_pdl(k_mvr_glu<T, J>, dim3(blocks), dim3(threads), 0, s, a, e);
+    if (pdl) return gpu_launch_pdl(k_mvr_glu<T, J, GW>, dim3(blocks), dim3(threads), 0, s, a, e);
 #endif
     (void)pdl;
-    k_mvr_glu<T, J><<<blocks, threads, 0, s>>>(a, e);
+    k_mvr_glu<T, J, GW><<<blocks, threads, 0, s>>>(a, e);
     return gpuGetLastError();
 }
 
+template <int T, int J>
+static gpuError_t launch_glu_tj(const mvr_args &a, const mvr_glu &e, int GW, unsigned blocks, unsigned threads,
+                                int pdl, gpuStream_t s) {
+    switch (GW) {
+    case 1: return launch_glu_tjg<T, J, 1>(a, e, blocks, threads, pdl, s);
+    case 2: return launch_glu_tjg<T, J, 2>(a, e, blocks, threads, pdl, s);
+    case 4: return launch_glu_tjg<T, J, 4>(a, e, blocks, threads, pdl, s);
+    default: return launch_glu_tjg<T, J, 8>(a, e, blocks, threads, pdl, s);
+    }
+}
+
 template <int T>
-static gpuError_t launch_glu_t(const mvr_args &a, const mvr_glu &e, int J, unsigned blocks, unsigned threads, int pdl,
-                               gpuStream_t s) {
-    return J == 1 ? launch_glu_tj<T, 1>(a, e, blocks, threads, pdl, s) : launch_glu_tj<T, 2>(a, e, blocks, threads, pdl, s);
+static gpuError_t launch_glu_t(const mvr_args &a, const mvr_glu &e, int J, int GW, unsigned blocks, unsigned threads,
+                               int pdl, gpuStream_t s) {
+    return J == 1 ? launch_glu_tj<T, 1>(a, e, GW, blocks, threads, pdl, s)
+                  : launch_glu_tj<T, 2>(a, e, GW, blocks, threads, pdl, s);
 }
 
 /* K <= 16384: with 3 units per lane the q8_0 and q6_K forms spill registers (ptxas -v, sm_90) */
@@ -140,10 +153,11 @@ int mvr_launch_glu(const pyg_tensor *const *nodes, const rq_w *wg, const rq_w *w
     e.out = (float *)nodes[2]->data;
     e.yq = oq;
     e.yds = ods;
-    const unsigned blocks = ceil_div_u(M, 32), threads = (unsigned)mvr_warps(K, J) * PYG_WARP_SIZE;
+    const int KW = mvr_warps(K, J), GW = mvr_glu_gw(KW, J, (int)cuda_opts()->glu_spread);
+    const unsigned blocks = ceil_div_u(M, 32), threads = (unsigned)(KW * GW) * PYG_WARP_SIZE;
     const int pdl = cuda_opts()->pdl && c->cc >= 90;
     return launch_by_type(wg->type, [&](auto t) {
-        return launch_glu_t<decltype(t)::value>(a, e, J, blocks, threads, pdl, c->stream);
+        return launch_glu_t<decltype(t)::value>(a, e, J, GW, blocks, threads, pdl, c->stream);
     }, c, "gate/up/swiglu");
 }
 

@@ -35,6 +35,7 @@ struct cuda_options {
     int64_t fa_sparse;     /* 1: that kernel's compacted-index path where n_kv <= 4096 */
     int64_t qkv_rope;      /* 1 (with fuse, repack): a decode layer's q/k/v, ropes and cache writes as one launch */
     int64_t fa_split_cells; /* the decode attention's fewest kv cells per split (16..4096) */
+    int64_t glu_spread;    /* the gate/up/swiglu launch's most warps per K slice (1, 2, 4, 8: mvr_glu_gw) */
 };
 
 #define MMVQ_OFF 0

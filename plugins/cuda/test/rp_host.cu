@@ -196,8 +196,18 @@ static void test_matvec(int64_t K, int NB, bool with_nan) {
 
 /* gate and up mat-vecs and their swiglu in one launch (mvr_glu_body): both rows stored, silu(g) * u,
  * and with prequant the result as int8 blocks exactly as q8_block makes them */
+template <int T, int J>
+static void run_glu(const mvr_args &a, const mvr_glu &e, int KW, int GW, int64_t nblk) {
+    void (*body)(const HostThr &, const mvr_args &, const mvr_glu &, float *) =
+        GW == 1 ? mvr_glu_body<T, J, 1, HostThr> : GW == 2 ? mvr_glu_body<T, J, 2, HostThr>
+        : GW == 4 ? mvr_glu_body<T, J, 4, HostThr> : mvr_glu_body<T, J, 8, HostThr>;
+    simt_launch(nblk, 1, KW * GW * 32, MVR_MAX_KW * 64 * sizeof(float),
+                [&](HostThr &t, unsigned char *sm) { body(t, a, e, (float *)sm); });
+}
+
+/* GW: warps per K slice (mvr_glu_body); 0: what the launcher picks with glu_spread on */
 template <int T>
-static void test_glu(int64_t M, int64_t K, bool prequant) {
+static void test_glu(int64_t M, int64_t K, bool prequant, int GW = 0) {
     const int64_t Ms[2] = { M, M };
     two_mats s;
     two_mats_make(T, Ms, K, false, s);
@@ -213,10 +223,10 @@ static void test_glu(int64_t M, int64_t K, bool prequant) {
     e.out = out.data();
     e.yq = prequant ? oq.data() : NULL;
     e.yds = prequant ? ods.data() : NULL;
-    void (*body)(const HostThr &, const mvr_args &, const mvr_glu &, float *) =
-        J == 1 ? mvr_glu_body<T, 1, HostThr> : J == 2 ? mvr_glu_body<T, 2, HostThr> : mvr_glu_body<T, 3, HostThr>;
-    simt_launch(nblk, 1, KW * 32, MVR_MAX_KW * 64 * sizeof(float),
-                [&](HostThr &t, unsigned char *sm) { body(t, a, e, (float *)sm); });
+    if (!GW) GW = mvr_glu_gw(KW, J, 8);
+    if (J == 1) run_glu<T, 1>(a, e, KW, GW, nblk);
+    else if (J == 2) run_glu<T, 2>(a, e, KW, GW, nblk);
+    else { CHECK(false, "test_glu: J=%d", J); return; }
     for (int64_t m = 0; m < M; m++) {
         double mag[2];
         const double ref[2] = { int8_dot_ref(s.r[0].w, m, s, &mag[0]), int8_dot_ref(s.r[1].w, m, s, &mag[1]) };
@@ -235,8 +245,8 @@ static void test_glu(int64_t M, int64_t K, bool prequant) {
                   "type %d: swiglu block %lld quantized as (%g, %g), want (%g, %g)", T, (long long)b, ods[2 * b],
                   ods[2 * b + 1], ds[0], ds[1]);
         }
-    fprintf(stderr, "type %d: gate/up/swiglu M %lld K %lld (%d warps%s) ok\n", T, (long long)M, (long long)K, KW,
-            prequant ? ", int8 out" : "");
+    fprintf(stderr, "type %d: gate/up/swiglu M %lld K %lld (%d x %d warps%s) ok\n", T, (long long)M, (long long)K, KW,
+            GW, prequant ? ", int8 out" : "");
 }
 
 /* A layer's q, k and v mat-vecs with the ropes and the cache writes (mvr_qkv_body): q rotated into
@@ -446,6 +456,9 @@ static void test_type(void) {
     test_matvec<T>(k_mid, 1, true);
     test_glu<T>(96, k_small, true);
     test_glu<T>(72, k_mid, false);
+    test_glu<T>(96, k_mid, true, 1); /* each warp the 8 groups in turn (glu_spread 0); int8 out: M % 32 == 0 */
+    test_glu<T>(40, k_mid, false, 2);
+    test_glu<T>(40, k_big, false, 2); /* J 2: 5 K slices x 2 warps (the launcher runs J 2 with 1) */
     test_qkv<T>(k_small, 1, 32, PYG_TYPE_F16, 3);
     test_qkv<T>(k_mid, 2, 24, PYG_TYPE_F32, 0);
     test_qkv<T>(k_small, 2, 32, PYG_TYPE_F16, 5); /* index past the cache: no row written */
