@@ -9,7 +9,8 @@
 #       bash scripts/gpu_decode_ab.sh
 # Env: AB_VARIANTS (name:key=value[,key=value] ..., options of the cuda device), AB_MODELS
 # (synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0; written in parallel while the build and tests run),
-# AB_ROUNDS (3), AB_BUDGET_S (420: no run starts after it), AB_TESTS (the pytest arguments; "" skips);
+# AB_ROUNDS (3), AB_BUDGET_S (420: no run starts after it), AB_TESTS (test files; "" skips), AB_TEST_K
+# (their -k expression);
 # for a smoke run elsewhere AB_DEVICES (cuda:0,cpu) and AB_OPT_DEVICE (cuda: the device the options go to).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,8 @@ MODELS=${AB_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0"}
 ROUNDS=${AB_ROUNDS:-3}
 DEVS=${AB_DEVICES:-cuda:0,cpu}
 OPTDEV=${AB_OPT_DEVICE:-cuda}
-TESTS=${AB_TESTS-tests/test_cuda_qkv_rope.py tests/test_cuda_build.py -k "qkv or rope or fused or prequant or grouped or repacked or decode or glu"}
+TESTS=${AB_TESTS-tests/test_cuda_qkv_rope.py tests/test_cuda_build.py}
+TEST_K=${AB_TEST_K-qkv or rope or fused or prequant or grouped or repacked or decode or glu}
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 say "commit $GPU_CHECK_COMMIT; $GPU; variants: $VARIANTS"
 for m in $MODELS; do   # one writer per model, in parallel
@@ -33,7 +35,8 @@ make -j"$(nproc)" ext pyggml/plugins/libpyggml-cuda.so pyggml/plugins/libpyggml-
 say "built"
 TEST_RC=0
 if [ -n "$TESTS" ]; then
-    eval "timeout 200 $PY -m pytest -q -p no:cacheprovider -rfs $TESTS" >"$W/pytest.log" 2>&1
+    # shellcheck disable=SC2086
+    timeout 200 $PY -m pytest -q -p no:cacheprovider -rfs $TESTS ${TEST_K:+-k "$TEST_K"} >"$W/pytest.log" 2>&1
     TEST_RC=$?
     say "tests rc=$TEST_RC: $(tail -1 "$W/pytest.log")"
     grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20
