@@ -124,18 +124,14 @@ def test_qkv_rope_cache_is_one_launch(mode, qtype):
         assert "k_mvr_qkv" not in names and "k_rope" in names, names
 
 
-def test_model_decode_uses_it_and_matches():
-    """In a model's decode graph (the synthetic tiny LLaMA, q4_0, on the GPU) the pattern holds: the
-    planner reuses the mat-vec outputs' bytes for later tensors, which must not count as reads. The
-    logits match those with qkv_rope=0 (the separate rope and cache-write launches)."""
-    pg, dev = _cuda_device()
+def _decode_with_and_without(pg, dev, path):
+    """{qkv_rope: (logits of 4 decode steps, the kernel names of the last step)} for a model file:
+    direct launches, capture, replay, then one step under PyTorch's profiler."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
     from pyggml import models
-    from pyggml.bench_model import resolve_model
-    path = resolve_model("synth:tiny:q4_0", quiet=True)
     d = pg.get_device(dev)
-    logits = {}
+    res = {}
     for on in (0, 1):
         d.set_option("qkv_rope", str(on))
         try:
@@ -145,16 +141,23 @@ def test_model_decode_uses_it_and_matches():
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 out.append(m.decode(40))
                 torch.cuda.synchronize()
-            names = " ".join(e.key for e in prof.key_averages())
-            logits[on] = np.stack(out)
-            if on:
-                assert "k_mvr_qkv" in names and "k_rope" not in names, names
-            else:
-                assert "k_mvr_qkv" not in names and "k_rope" in names, names
+            res[on] = (np.stack(out), " ".join(e.key for e in prof.key_averages()))
             del m
         finally:
             d.set_option("qkv_rope", "1")
-    assert _nmse(logits[1], logits[0]) < 1e-6
+    return res
+
+
+def test_model_decode_uses_it_and_matches():
+    """In a model's decode graph (the synthetic tiny LLaMA, q4_0, on the GPU) the pattern holds: the
+    planner reuses the mat-vec outputs' bytes for later tensors, which must not count as reads. The
+    logits match those with qkv_rope=0 (the separate rope and cache-write launches)."""
+    pg, dev = _cuda_device()
+    from pyggml.bench_model import resolve_model
+    res = _decode_with_and_without(pg, dev, resolve_model("synth:tiny:q4_0", quiet=True))
+    assert "k_mvr_qkv" in res[1][1] and "k_rope" not in res[1][1], res[1][1]
+    assert "k_mvr_qkv" not in res[0][1] and "k_rope" in res[0][1], res[0][1]
+    assert _nmse(res[1][0], res[0][0]) < 1e-6
 
 
 @pytest.mark.parametrize("keep", ["mat-vec", "view"])
@@ -178,33 +181,13 @@ def test_q4_K_M_model_decode_joins_the_q6_K_layers(tmp_path):
     decodes with the q/k/v launch in every layer: the mixed-type kernel (k_mvr_qkv<q4_K, q6_K>) runs,
     the rope kernels do not, and the logits match those with qkv_rope=0 (separate launches)."""
     pg, dev = _cuda_device()
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile
-    from pyggml import models
     from pyggml.synth import plan_tensors, write_synth_model
     shape = dict(n_embd=256, n_layer=8, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, n_ctx=256)
     types = {t.name: t.type for t in plan_tensors(shape, "q4_K")}
     assert types["blk.0.attn_v.weight"] == "q6_K" and types["blk.1.attn_v.weight"] == "q4_K", types
     path = str(tmp_path / "q4km.gguf")
     write_synth_model(path, shape=shape, wtype="q4_K", progress=False)
-    d = pg.get_device(dev)
-    logits = {}
-    for on in (0, 1):
-        d.set_option("qkv_rope", str(on))
-        try:
-            m = models.load(path, devices=[dev], n_ctx=64, progress=False)
-            m.prefill([1, 5, 9, 13])
-            out = [m.decode(20 + i) for i in range(3)]     # direct launches, capture, replay
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                out.append(m.decode(40))
-                torch.cuda.synchronize()
-            names = " ".join(e.key for e in prof.key_averages())
-            logits[on] = np.stack(out)
-            if on:
-                assert "k_mvr_qkv<12, 14" in names and "k_rope" not in names, names
-            else:
-                assert "k_mvr_qkv" not in names, names
-            del m
-        finally:
-            d.set_option("qkv_rope", "1")
-    assert _nmse(logits[1], logits[0]) < 1e-6
+    res = _decode_with_and_without(pg, dev, path)
+    assert "k_mvr_qkv<12, 14" in res[1][1] and "k_rope" not in res[1][1], res[1][1]
+    assert "k_mvr_qkv" not in res[0][1], res[0][1]
+    assert _nmse(res[1][0], res[0][0]) < 1e-6
