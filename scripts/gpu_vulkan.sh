@@ -92,13 +92,13 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     if [ "${GPU_VK_PROFILE:-1}" != 0 ]; then   # GPU_VK_PROFILE=0: benches only
         say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new next}) next to CUDA: $PROF_MODELS"
         timeout $(( $(left) / 2 > 60 ? $(left) / 2 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \
-            --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new next} 2>&1 | tee "$WORK/profile.log"
+            --steps 32 --variants ${GPU_VK_PROFILE_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/profile.log"
         PROF_RC=$?
         pack
     fi
     say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new fa1} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

@@ -53,6 +53,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "fa1": {"fa_v": "1"},
             # mul_mat_vec3 with the next chunk's weights loaded ahead (mul_mat_vec3p; H200 at 7942149: no faster)
             "mv3p": {"matvec": "4"},
+            # mul_mat_vec3 on int8 activations with the integer dot product (mul_mat_vec3i; not yet on a GPU)
+            "mv3i": {"matvec": "5"},
             # the k rope and its cache write as one dispatch (rope_store; H200 at 7942149: within 1%)
             "ropest": {"fuse_rope": "1"},
             # gate, up and their swiglu as one dispatch (mul_mat_vec3g; H200 at 7942149: slower)

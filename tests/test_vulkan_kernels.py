@@ -191,6 +191,57 @@ def test_matvec3(wdt, m, k, n, rows):
     assert kernels == ["mul_mat_vec3"]
 
 
+def _int_dot_kernel():
+    """matvec=5's kernel on this device: mul_mat_vec3i where it has shaderIntegerDotProduct (lavapipe
+    and NVIDIA do: the CI device must), else mul_mat_vec3."""
+    return "mul_mat_vec3" if VK and "llvmpipe" not in pg.get_device(VK).description and not _has_int_dot() else "mul_mat_vec3i"
+
+
+def _has_int_dot():
+    with _options_logged({"matvec": "5"}, "mul_mat '") as kernels:
+        g = pg.Graph()
+        w = g.weight("w", pg.quantize(np.ones((8, 256), np.float32), "q8_0"), type="q8_0", shape=(8, 256))
+        pg.Scheduler([VK]).compute(pg.mul_mat(w, g.input("x", (1, 256))), {"x": np.ones((1, 256), np.float32)})
+    return kernels == ["mul_mat_vec3i"]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
+                                   (1000, 11008, 3), (32000, 2048, 1)])
+@pytest.mark.parametrize("rows", ["1", "2", "4"])
+def test_matvec3i(wdt, m, k, n, rows):
+    """matvec=5: mul_mat_vec3i, mul_mat_vec3 with the chunk's activations quantized to int8 blocks of 32
+    while staged and dotted by OpSDot; within the int8 activations' error of numpy (as the CUDA
+    plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "5", "matvec_rows": rows}, seed=m + k + n)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels == [_int_dot_kernel()]
+
+
+def test_matvec3i_quantizes_blocks_apart():
+    """Each block of 32 activations gets its own scale: rows whose weights lie in one block only see
+    that block's activations, 1000 times smaller than another block's (a row-wide scale would round
+    them to zero); an all-zero block divides by nothing."""
+    rng = np.random.default_rng(5)
+    wf = (rng.standard_normal((64, 512)) * 0.5).astype(np.float32)
+    wf[:32, :96] = 0.0
+    wf[:32, 128:] = 0.0                              # rows 0..31: block 3 (columns 96..127) only
+    blocks = pg.quantize(wf, "q8_0")
+    w64 = pg.dequantize(blocks, "q8_0", wf.shape).astype(np.float64)
+    g = pg.Graph()
+    w = g.weight("w", blocks, type="q8_0", shape=wf.shape)
+    xv = rng.standard_normal((1, 512)).astype(np.float32)
+    xv[0, 32:64] *= 1000.0
+    xv[0, 160:192] = 0.0
+    out, kernels = _compute(pg.mul_mat(w, g.input("x", (1, 512))), {"x": xv}, {"matvec": "5"}, "mul_mat '")
+    ref = xv.astype(np.float64) @ w64.T
+    got = np.asarray(out)
+    assert np.all(np.isfinite(got))
+    assert nmse(got[:, :32], ref[:, :32]) <= 5e-4, nmse(got[:, :32], ref[:, :32])
+    assert nmse(got[:, 32:], ref[:, 32:]) <= 5e-4, nmse(got[:, 32:], ref[:, 32:])
+    assert kernels == [_int_dot_kernel()]
+
+
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 4), (259, 4096, 2), (101, 5632, 1), (1000, 11008, 3)])
 @pytest.mark.parametrize("rows", ["2", "4"])
@@ -248,7 +299,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "5"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
+    for key, bad in (("matvec", "6"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -427,6 +478,10 @@ def test_matvec3_model_decode(wdt, tmp_path):
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
     for step, (a, b) in enumerate(zip(new, old)):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
+    i8, k5 = logits("5")                             # int8 activations: the CUDA plugin's error
+    assert _int_dot_kernel() in k5, k5
+    for step, (a, b) in enumerate(zip(i8, old)):
+        assert nmse(a, b) <= 1e-3, f"step {step}: NMSE {nmse(a, b):.3g} with matvec=5"
 
 
 @pytest.mark.parametrize("ver", ["1", "2"])

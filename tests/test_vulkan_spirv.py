@@ -131,16 +131,23 @@ def test_coopmat_shared_memory_is_16_byte_aligned(path):
         assert stride * pointee[vid][1] % 16 == 0, f"opcode {op} on %{vid}: stride {stride} elements"
 
 
-def test_the_check_finds_a_misplaced_flag(tmp_path):
-    """The check itself: the layout of flash_attn_cm.comp at 90b1674 (a 4-byte flag used before the
-    K/V tile) fails it. Built with glslc from a small shader of that shape."""
+def _glslc(tmp_path, name, source):
+    """The glslc -mfmt=c output of a compute shader (skips where glslc is missing)."""
     import shutil
     import subprocess
     glslc = shutil.which("glslc")
     if glslc is None:
         pytest.skip("no glslc here")
-    src = tmp_path / "t.comp"
-    src.write_text("""#version 450
+    src, out = tmp_path / f"{name}.comp", tmp_path / f"{name}.spv.h"
+    src.write_text(source)
+    subprocess.run([glslc, "--target-env=vulkan1.2", "-O", "-mfmt=c", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def test_the_check_finds_a_misplaced_flag(tmp_path):
+    """The check itself: the layout of flash_attn_cm.comp at 90b1674 (a 4-byte flag used before the
+    K/V tile) fails it. Built with glslc from a small shader of that shape."""
+    out = _glslc(tmp_path, "t", """#version 450
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -163,8 +170,6 @@ void main() {
     coopMatStoreNV(c, o, 0u, 16u, false);
 }
 """)
-    out = tmp_path / "t.spv.h"
-    subprocess.run([glslc, "--target-env=vulkan1.2", "-O", "-mfmt=c", "-o", str(out), str(src)], check=True)
     m = Module(read_spv_h(str(out)))
     assert len(m.cm_ops) == 2                # the buffer store is not on shared memory
     assert sorted(s for _, s, _ in m.shared) == [4, 768, 768]
@@ -179,13 +184,7 @@ def test_glslc_reaches_the_integer_dot_product(tmp_path):
     GL_EXT_spirv_intrinsics declares SPV_KHR_integer_dot_product's OpSDot (4450) on packed 4 x int8
     words directly: the int8 mat-vec of issue 18 can be built here. The module carries the opcode,
     its capabilities (DotProductInput4x8BitPacked 6018, DotProduct 6019) and the extension."""
-    import shutil
-    import subprocess
-    glslc = shutil.which("glslc")
-    if glslc is None:
-        pytest.skip("no glslc here")
-    src = tmp_path / "dot.comp"
-    src.write_text("""#version 450
+    out = _glslc(tmp_path, "dot", """#version 450
 #extension GL_EXT_spirv_intrinsics : require
 layout(local_size_x = 32) in;
 layout(std430, binding = 0) readonly buffer A { uint a[]; };
@@ -197,8 +196,6 @@ void main() {
     o[i] = sdot4x8(a[2 * i], a[2 * i + 1], 0);
 }
 """)
-    out = tmp_path / "dot.spv.h"
-    subprocess.run([glslc, "--target-env=vulkan1.2", "-O", "-mfmt=c", "-o", str(out), str(src)], check=True)
     ops = list(instructions(read_spv_h(str(out))))
     caps = {args[0] for op, args in ops if op == 17}            # OpCapability
     exts = [args for op, args in ops if op == 10]               # OpExtension

@@ -4,9 +4,13 @@
  * 16x16x16 shape of f16 A/B and f32 C/D, plus shaderFloat16 for the f16 tiles in shared memory and
  * vulkanMemoryModel (glslang declares it in every module that uses GL_NV_cooperative_matrix).
  * The NV extension rather than VK_KHR_cooperative_matrix because the shaders are compiled by the
- * glslc of the build machine (Debian 12's shaderc 2023.2 / glslang 12), which knows
+ * glslc of the build machine (Debian 12's shaderc 2023.2 / glslang 11.13), which knows
  * GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix; NVIDIA's driver exposes both.
- * A device lacking any piece (lavapipe lacks the extension) runs the tiled GEMM. */
+ * A device lacking any piece (lavapipe lacks the extension) runs the tiled GEMM.
+ *
+ * The integer dot product (VK_KHR_shader_integer_dot_product's shaderIntegerDotProduct: OpSDot on
+ * packed 4 x int8 words, which mul_mat_vec3i reads through GL_EXT_spirv_intrinsics) is enabled
+ * where the device has it (NVIDIA, lavapipe); d->int_dot says so. */
 #include <stdlib.h>
 #include <string.h>
 #include "vk_internal.h"
@@ -29,7 +33,23 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     if (!ext) return;
     if (enum_ext(d->phys, NULL, &n, ext) != VK_SUCCESS) n = 0;
     int nv_cm = has_ext(ext, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    int int_dot = has_ext(ext, n, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     free(ext);
+    d->int_dot = 0;
+    if (int_dot) {
+        VkPhysicalDeviceShaderIntegerDotProductFeatures idf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES };
+        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &idf };
+        feat2(d->phys, &fi);
+        if (idf.shaderIntegerDotProduct) {
+            en->idot = (VkPhysicalDeviceShaderIntegerDotProductFeatures){
+                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .pNext = *pnext,
+                .shaderIntegerDotProduct = VK_TRUE };
+            *pnext = &en->idot;
+            en->exts[en->n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+            d->int_dot = 1;
+        }
+    }
     if (!nv_cm) {
         vkp_log(PYG_LOG_DEBUG, "%s: no VK_NV_cooperative_matrix: tiled GEMM", d->props.deviceName);
         return;

@@ -201,6 +201,10 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
     int mv3_shader = d->opts.matvec == 4 ? VKP_SH_MUL_MAT_VEC3P : VKP_SH_MUL_MAT_VEC3;   /* 4: loads a chunk ahead */
     int *mv3_broken = d->opts.matvec == 4 ? &d->mv3p_broken : &d->mv3_broken;
+    if (d->opts.matvec == 5 && d->int_dot && !d->mv3i_broken) {   /* 5: int8 activations, OpSDot */
+        mv3_shader = VKP_SH_MUL_MAT_VEC3I;
+        mv3_broken = &d->mv3i_broken;
+    }
     if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work)) {
         *shader = mv3_shader;
         ex[0] = (uint32_t)*work;

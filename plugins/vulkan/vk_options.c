@@ -1,7 +1,10 @@
 /* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
  * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
  * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
- *   matvec       4 mul_mat_vec3p (mul_mat_vec3.comp with the next chunk's weights loaded ahead;
+ *   matvec       5 mul_mat_vec3i (mul_mat_vec3.comp on int8 activations quantized per block of 32
+ *                while staged, dotted by OpSDot) where the device has shaderIntegerDotProduct, else
+ *                as 3 (tested on lavapipe, not yet measured on a GPU);
+ *                4 mul_mat_vec3p (mul_mat_vec3.comp with the next chunk's weights loaded ahead;
  *                lavapipe only so far); 3 (default) mul_mat_vec3.comp (activations staged in shared memory, matvec_rows
  *                below) for q4_0/q8_0 rows it covers, else as 2 (H200: tg128 1b q4_0 441 vs 378 t/s,
  *                7b 137 vs 105 against 2); 2 mul_mat_vec2.comp for N <= 4 where its layout

@@ -190,7 +190,7 @@ static pyg_error *device_open(pyg_device *d) {
     if (r != VK_SUCCESS && en.n_exts) {   /* the optional features are what failed: without them */
         vkp_log(PYG_LOG_WARN, "%s: vkCreateDevice with the optional extensions failed (VkResult %d); retrying without",
                 d->props.deviceName, (int)r);
-        d->coopmat = d->float16 = 0;
+        d->coopmat = d->float16 = d->int_dot = 0;
         e12.pNext = NULL;
         e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
         di.enabledExtensionCount = 0;
@@ -368,7 +368,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
-    PYG_OPTION_INT(vkp_options, matvec, 1, 4, "decode mat-vec: 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2 (default), 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
+    PYG_OPTION_INT(vkp_options, matvec, 1, 5, "decode mat-vec: 5 mul_mat_vec3i (mul_mat_vec3 on int8 activations with the integer dot product, where the device has it; else as 3), 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2 (default), 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2); mul_mat_vec3 takes 8 times as many per workgroup"),
     PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (scalar until GPUs confirm the coopmat kernel), scalar, coopmat, cm_emulated (tests)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_tile, k_gemm_tile, "cooperative-matrix GEMM tile: auto (128 where that still gives 512 workgroups, else 64), 64, 128"),

@@ -17,8 +17,18 @@
 // Built with MV_GLU (mul_mat_vec3g, option fuse_glu=1): a = W_a x (slot 0) and b = W_b x (slot 2,
 // the same type and layout) in one dispatch, each invocation dotting its unit of both, and the
 // swiglu of the two: slot 4 = silu(a) * b, slot 3 = a, binding 6 = b (extras 2..7), all written.
+// Built with MV_INT8 (mul_mat_vec3i, option matvec=5, devices with shaderIntegerDotProduct): the
+// chunk's activations are quantized while staged (per block of 32: d = absmax / 127, int8 quants,
+// their sum; what the CUDA plugin's mat-vec reads) and each unit's blocks are dotted with
+// SPV_KHR_integer_dot_product's OpSDot on packed 4 x int8 words: a quarter of the shared-memory
+// bytes, no per-weight conversion to float.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
+#ifdef MV_INT8
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
+int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
+#endif
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgroup << 8
 const uint TY = SPEC & 255u;
@@ -34,7 +44,12 @@ layout(std430, binding = 6) buffer O6 { uint o6[]; };
 shared float red_b[128];
 #endif
 
+#ifdef MV_INT8
+shared uint yq8[UC * 64u];  // the chunk's activations as int8: 64 words per unit, 8 per block of 32
+shared vec2 yqd[UC * 8u];   // per block: (d, the sum of its quants)
+#else
 shared vec4 ys[UC * 64u];   // the chunk's activations: 64 vec4 per unit
+#endif
 shared float red[128];
 
 vec4 nib_lo(uint q) { return vec4((uvec4(q) >> uvec4(0u, 8u, 16u, 24u)) & 15u); }
@@ -44,6 +59,7 @@ vec4 sbytes(uint q) { return vec4(ivec4(uvec4(q) << uvec4(24u, 16u, 8u, 0u)) >> 
 // word i (32 bits) of the unit in registers
 #define WD(i) wv[(i) >> 2][(i) & 3u]
 
+#ifndef MV_INT8
 // the unit's 8 blocks dotted with the shared activations from vec4 index y0
 float dot_unit(uvec4 wv[17], uint y0) {
     float acc = 0.0;
@@ -73,6 +89,55 @@ float dot_unit(uvec4 wv[17], uint y0) {
     }
     return acc;
 }
+#endif
+
+#ifdef MV_INT8
+// the unit's 8 blocks dotted with the chunk's int8 activations of unit uc
+float dot_unit_i8(uvec4 wv[17], uint uc) {
+    float acc = 0.0;
+    [[unroll]] for (uint b = 0u; b < 8u; b++) {
+        uint o = (TY == TY_Q4_0 ? 18u : 34u) * b, wi = o >> 2;
+        bool odd = (b & 1u) != 0u;
+        float d = unpackHalf2x16(odd ? WD(wi) >> 16 : WD(wi)).x;
+        uint yw = 64u * uc + 8u * b;
+        vec2 yd = yqd[8u * uc + b];
+        int s = 0;
+        if (TY == TY_Q4_0) {   // word k: weights 4k..4k+3 (low nibbles), 16+4k..16+4k+3 (high)
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                s += sdot4x8(q & 0x0f0f0f0fu, yq8[yw + k], 0) + sdot4x8((q >> 4) & 0x0f0f0f0fu, yq8[yw + 4u + k], 0);
+            }
+            acc += d * yd.x * (float(s) - 8.0 * yd.y);
+        } else {
+            [[unroll]] for (uint k = 0u; k < 8u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                s += sdot4x8(q, yq8[yw + k], 0);
+            }
+            acc += d * yd.x * float(s);
+        }
+    }
+    return acc;
+}
+
+// block i (32 floats from vec4 index v0) of the chunk quantized into yq8 / yqd
+void quant_block(uint i, uint v0) {
+    vec4 x[8];
+    float amax = 0.0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        x[k] = s1v[v0 + k];
+        vec4 a = abs(x[k]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+    int sum = 0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
+        sum += q.x + q.y + q.z + q.w;
+        yq8[8u * i + k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
+    }
+    yqd[i] = vec2(d, float(sum));
+}
+#endif
 
 // unit u of the row starting at 16-byte word rq into registers (zeros where idle)
 void load_unit(out uvec4 wv[17], uint rq, uint u, bool busy) {
@@ -124,14 +189,23 @@ void main() {
         load_unit_b(wb, rqb, u, busy);
 #endif
         barrier();   // the previous chunk's readers are done with ys
+#ifdef MV_INT8
+        uint nq = min(UC, nunits - c0) * 8u;   // blocks of 32
+        for (uint i = t; i < nq; i += 128u) quant_block(i, yb + 64u * c0 + 8u * i);
+#else
         uint nv = min(UC, nunits - c0) * 64u;
         for (uint i = t; i < nv; i += 128u) ys[i] = s1v[yb + 64u * c0 + i];
+#endif
 #ifdef MV_PIPE   // the next chunk's weights in flight while this one is dotted
         uvec4 wn[17];
         load_unit(wn, rq, u + UC, live && u + UC < nunits);
 #endif
         barrier();
+#ifdef MV_INT8
+        if (busy) acc += dot_unit_i8(wv, uc);
+#else
         if (busy) acc += dot_unit(wv, 64u * uc);
+#endif
 #ifdef MV_GLU
         if (busy) acc_b += dot_unit(wb, 64u * uc);
 #endif
