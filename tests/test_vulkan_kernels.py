@@ -191,18 +191,12 @@ def test_matvec3(wdt, m, k, n, rows):
     assert kernels == ["mul_mat_vec3"]
 
 
-def _int_dot_kernel():
-    """matvec=5's kernel on this device: mul_mat_vec3i where it has shaderIntegerDotProduct (lavapipe
-    and NVIDIA do: the CI device must), else mul_mat_vec3."""
-    return "mul_mat_vec3" if VK and "llvmpipe" not in pg.get_device(VK).description and not _has_int_dot() else "mul_mat_vec3i"
-
-
-def _has_int_dot():
-    with _options_logged({"matvec": "5"}, "mul_mat '") as kernels:
-        g = pg.Graph()
-        w = g.weight("w", pg.quantize(np.ones((8, 256), np.float32), "q8_0"), type="q8_0", shape=(8, 256))
-        pg.Scheduler([VK]).compute(pg.mul_mat(w, g.input("x", (1, 256))), {"x": np.ones((1, 256), np.float32)})
-    return kernels == ["mul_mat_vec3i"]
+def _int_dot_kernels():
+    """The kernels matvec=5 may run on this device: mul_mat_vec3i where it is known to have
+    shaderIntegerDotProduct (lavapipe, the CI device, and NVIDIA's driver), else either it or
+    mul_mat_vec3 (matvec=5 runs as 3 without the feature)."""
+    desc = pg.get_device(VK).description
+    return [["mul_mat_vec3i"]] if "llvmpipe" in desc or "NVIDIA" in desc else [["mul_mat_vec3i"], ["mul_mat_vec3"]]
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -215,7 +209,7 @@ def test_matvec3i(wdt, m, k, n, rows):
     plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4."""
     e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "5", "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    assert kernels == [_int_dot_kernel()]
+    assert kernels in _int_dot_kernels(), kernels
 
 
 def test_matvec3i_quantizes_blocks_apart():
@@ -239,7 +233,7 @@ def test_matvec3i_quantizes_blocks_apart():
     assert np.all(np.isfinite(got))
     assert nmse(got[:, :32], ref[:, :32]) <= 5e-4, nmse(got[:, :32], ref[:, :32])
     assert nmse(got[:, 32:], ref[:, 32:]) <= 5e-4, nmse(got[:, 32:], ref[:, 32:])
-    assert kernels == [_int_dot_kernel()]
+    assert kernels in _int_dot_kernels(), kernels
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -478,10 +472,10 @@ def test_matvec3_model_decode(wdt, tmp_path):
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
     for step, (a, b) in enumerate(zip(new, old)):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
-    i8, k5 = logits("5")                             # int8 activations: the CUDA plugin's error
-    assert _int_dot_kernel() in k5, k5
+    i8, k5 = logits("5")                             # int8 activations: within mul_mat's NMSE threshold
+    assert any(k[0] in k5 for k in _int_dot_kernels()), k5
     for step, (a, b) in enumerate(zip(i8, old)):
-        assert nmse(a, b) <= 1e-3, f"step {step}: NMSE {nmse(a, b):.3g} with matvec=5"
+        assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec=5"
 
 
 @pytest.mark.parametrize("ver", ["1", "2"])

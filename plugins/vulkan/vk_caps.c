@@ -22,7 +22,7 @@ static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name)
 
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
     memset(en, 0, sizeof *en);
-    d->coopmat = 0;
+    d->coopmat = d->int_dot = 0;
     PFN_vkEnumerateDeviceExtensionProperties enum_ext =
         (PFN_vkEnumerateDeviceExtensionProperties)gipa(inst, "vkEnumerateDeviceExtensionProperties");
     PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");
@@ -35,7 +35,6 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     int nv_cm = has_ext(ext, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     int int_dot = has_ext(ext, n, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     free(ext);
-    d->int_dot = 0;
     if (int_dot) {
         VkPhysicalDeviceShaderIntegerDotProductFeatures idf = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES };

@@ -456,7 +456,7 @@ static void test_type(void) {
     test_matvec<T>(k_mid, 1, true);
     test_glu<T>(96, k_small, true);
     test_glu<T>(72, k_mid, false);
-    test_glu<T>(96, k_mid, true, 1); /* each warp the 8 groups in turn (glu_spread 0); int8 out: M % 32 == 0 */
+    test_glu<T>(96, k_mid, true, 1); /* each warp the 8 groups in turn (glu_spread 1); int8 out: M % 32 == 0 */
     test_glu<T>(40, k_mid, false, 2);
     test_glu<T>(40, k_big, false, 2); /* J 2: 5 K slices x 2 warps (the launcher runs J 2 with 1) */
     test_qkv<T>(k_small, 1, 32, PYG_TYPE_F16, 3);
