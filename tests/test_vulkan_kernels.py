@@ -191,28 +191,47 @@ def test_matvec3(wdt, m, k, n, rows):
     assert kernels == ["mul_mat_vec3"]
 
 
-def _int_dot_kernels():
-    """The kernels matvec=5 may run on this device: mul_mat_vec3i where it is known to have
-    shaderIntegerDotProduct (lavapipe, the CI device, and NVIDIA's driver), else either it or
-    mul_mat_vec3 (matvec=5 runs as 3 without the feature)."""
+INT8_KERNEL = {"5": "mul_mat_vec3i", "6": "mul_mat_vec3w"}
+
+
+def _int_dot_kernels(matvec="5"):
+    """The kernels matvec=5 (6) may run on this device: mul_mat_vec3i (mul_mat_vec3w) where it is
+    known to have shaderIntegerDotProduct (lavapipe, the CI device, and NVIDIA's driver), else either
+    it or mul_mat_vec3 (both run as 3 without the feature)."""
     desc = pg.get_device(VK).description
-    return [["mul_mat_vec3i"]] if "llvmpipe" in desc or "NVIDIA" in desc else [["mul_mat_vec3i"], ["mul_mat_vec3"]]
+    want = [[INT8_KERNEL[matvec]]]
+    return want if "llvmpipe" in desc or "NVIDIA" in desc else want + [["mul_mat_vec3"]]
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
                                    (1000, 11008, 3), (32000, 2048, 1)])
 @pytest.mark.parametrize("rows", ["1", "2", "4"])
-def test_matvec3i(wdt, m, k, n, rows):
+@pytest.mark.parametrize("mv", ["5", "6"])
+def test_matvec3i(mv, wdt, m, k, n, rows):
     """matvec=5: mul_mat_vec3i, mul_mat_vec3 with the chunk's activations quantized to int8 blocks of 32
     while staged and dotted by OpSDot; within the int8 activations' error of numpy (as the CUDA
-    plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4."""
-    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": "5", "matvec_rows": rows}, seed=m + k + n)
+    plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4.
+    matvec=6: mul_mat_vec3w, the same with the whole row staged once and each invocation's units
+    walked two at a time (an odd count of them, one, several)."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": mv, "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    assert kernels in _int_dot_kernels(), kernels
+    assert kernels in _int_dot_kernels(mv), kernels
 
 
-def test_matvec3i_quantizes_blocks_apart():
+@pytest.mark.parametrize("k,kernel", [(16384, "mul_mat_vec3w"), (16640, "mul_mat_vec3i")])
+def test_matvec3w_row_limit(k, kernel):
+    """mul_mat_vec3w holds rows up to K = 16384 in shared memory (64 units); a longer row runs
+    mul_mat_vec3i (matvec=6 runs as 5 there)."""
+    e, kernels = _run("q4_0", (40, k), (1, k), {"matvec": "6"}, seed=k)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    want = [[kernel]] if "llvmpipe" in pg.get_device(VK).description or "NVIDIA" in pg.get_device(VK).description \
+        else [[kernel], ["mul_mat_vec3"]]
+    assert kernels in want, kernels
+
+
+@pytest.mark.parametrize("mv", ["5", "6"])
+def test_matvec3i_quantizes_blocks_apart(mv):
     """Each block of 32 activations gets its own scale: rows whose weights lie in one block only see
     that block's activations, 1000 times smaller than another block's (a row-wide scale would round
     them to zero); an all-zero block divides by nothing."""
@@ -227,13 +246,13 @@ def test_matvec3i_quantizes_blocks_apart():
     xv = rng.standard_normal((1, 512)).astype(np.float32)
     xv[0, 32:64] *= 1000.0
     xv[0, 160:192] = 0.0
-    out, kernels = _compute(pg.mul_mat(w, g.input("x", (1, 512))), {"x": xv}, {"matvec": "5"}, "mul_mat '")
+    out, kernels = _compute(pg.mul_mat(w, g.input("x", (1, 512))), {"x": xv}, {"matvec": mv}, "mul_mat '")
     ref = xv.astype(np.float64) @ w64.T
     got = np.asarray(out)
     assert np.all(np.isfinite(got))
     assert nmse(got[:, :32], ref[:, :32]) <= 5e-4, nmse(got[:, :32], ref[:, :32])
     assert nmse(got[:, 32:], ref[:, 32:]) <= 5e-4, nmse(got[:, 32:], ref[:, 32:])
-    assert kernels in _int_dot_kernels(), kernels
+    assert kernels in _int_dot_kernels(mv), kernels
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -293,7 +312,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "6"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
+    for key, bad in (("matvec", "7"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -472,10 +491,11 @@ def test_matvec3_model_decode(wdt, tmp_path):
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
     for step, (a, b) in enumerate(zip(new, old)):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
-    i8, k5 = logits("5")                             # int8 activations: within mul_mat's NMSE threshold
-    assert any(k[0] in k5 for k in _int_dot_kernels()), k5
-    for step, (a, b) in enumerate(zip(i8, old)):
-        assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec=5"
+    for mv in ("5", "6"):                            # int8 activations: within mul_mat's NMSE threshold
+        i8, k5 = logits(mv)
+        assert any(k[0] in k5 for k in _int_dot_kernels(mv)), k5
+        for step, (a, b) in enumerate(zip(i8, old)):
+            assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec={mv}"
 
 
 @pytest.mark.parametrize("ver", ["1", "2"])

@@ -2,7 +2,8 @@
  *
  * Cooperative matrices (the tensor cores through Vulkan): VK_NV_cooperative_matrix with a subgroup
  * 16x16x16 shape of f16 A/B and f32 C/D, plus shaderFloat16 for the f16 tiles in shared memory and
- * vulkanMemoryModel (glslang declares it in every module that uses GL_NV_cooperative_matrix).
+ * vulkanMemoryModel (glslang declares it in every module that uses GL_NV_cooperative_matrix) with its
+ * device scope (once the model is enabled, every module's Device-scope barrier needs it: flash_attn_dec).
  * The NV extension rather than VK_KHR_cooperative_matrix because the shaders are compiled by the
  * glslc of the build machine (Debian 12's shaderc 2023.2 / glslang 11.13), which knows
  * GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix; NVIDIA's driver exposes both.
@@ -74,10 +75,12 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
             free(pr);
         }
     }
-    if (!cmf.cooperativeMatrix || !f12.shaderFloat16 || !f12.vulkanMemoryModel || !shape || !d->subgroup_arith) {
+    if (!cmf.cooperativeMatrix || !f12.shaderFloat16 || !f12.vulkanMemoryModel || !f12.vulkanMemoryModelDeviceScope || !shape ||
+        !d->subgroup_arith) {
         vkp_log(PYG_LOG_INFO, "%s: VK_NV_cooperative_matrix present but unusable (feature %d, shaderFloat16 %d, "
-                "vulkanMemoryModel %d, 16x16x16 f16/f32 subgroup shape %d, subgroup arithmetic %d): tiled GEMM", d->props.deviceName,
-                (int)cmf.cooperativeMatrix, (int)f12.shaderFloat16, (int)f12.vulkanMemoryModel, shape, d->subgroup_arith);
+                "vulkanMemoryModel %d, its device scope %d, 16x16x16 f16/f32 subgroup shape %d, subgroup arithmetic %d): tiled GEMM",
+                d->props.deviceName, (int)cmf.cooperativeMatrix, (int)f12.shaderFloat16, (int)f12.vulkanMemoryModel,
+                (int)f12.vulkanMemoryModelDeviceScope, shape, d->subgroup_arith);
         return;
     }
     en->cm = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){ .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,

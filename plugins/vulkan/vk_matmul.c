@@ -132,6 +132,10 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
     uint64_t shared = 128u / rw * 1024u + 512u;
+    if (shader == VKP_SH_MUL_MAT_VEC3W) {   /* the whole row as int8 (64 units), its per-block (d, sum) */
+        if (s0->ne[0] > 16384) return 0;
+        shared = 64u * 256u + 64u * 8u * 8u + 512u;
+    }
     if (*broken || !mv3_ok(d, s0, s1) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
@@ -201,11 +205,17 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
     int mv3_shader = d->opts.matvec == 4 ? VKP_SH_MUL_MAT_VEC3P : VKP_SH_MUL_MAT_VEC3;   /* 4: loads a chunk ahead */
     int *mv3_broken = d->opts.matvec == 4 ? &d->mv3p_broken : &d->mv3_broken;
-    if (d->opts.matvec == 5 && d->int_dot && !d->mv3i_broken) {   /* 5: int8 activations, OpSDot */
+    if (d->opts.matvec >= 5 && d->int_dot && !d->mv3i_broken) {   /* 5: int8 activations, OpSDot */
         mv3_shader = VKP_SH_MUL_MAT_VEC3I;
         mv3_broken = &d->mv3i_broken;
     }
-    if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work)) {
+    /* 6: the same with the whole row staged once (K <= 16384), else as 5 */
+    if (N <= 4 && d->opts.matvec == 6 && d->int_dot && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work)) {
+        mv3_shader = VKP_SH_MUL_MAT_VEC3W;
+        *shader = mv3_shader;
+        ex[0] = (uint32_t)*work;
+        kind = vkp_shader_name(mv3_shader);
+    } else if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work)) {
         *shader = mv3_shader;
         ex[0] = (uint32_t)*work;
         kind = vkp_shader_name(mv3_shader);

@@ -178,7 +178,10 @@ static pyg_error *device_open(pyg_device *d) {
     vkp_caps_probe(d, g_gipa, g_instance, &en, &chain);   /* cooperative matrices (vk_caps.c) */
     VkPhysicalDeviceVulkan12Features e12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
         .pNext = chain, .timelineSemaphore = VK_TRUE, .storageBuffer8BitAccess = f12.storageBuffer8BitAccess,
-        .shaderFloat16 = d->float16 ? VK_TRUE : VK_FALSE, .vulkanMemoryModel = d->coopmat ? VK_TRUE : VK_FALSE };
+        .shaderFloat16 = d->float16 ? VK_TRUE : VK_FALSE, .vulkanMemoryModel = d->coopmat ? VK_TRUE : VK_FALSE,
+        /* with the memory model enabled, a Device-scope barrier (flash_attn_dec's memoryBarrierBuffer) is
+         * valid only with this too (VUID-RuntimeSpirv-vulkanMemoryModel-06265); vk_caps.c requires it */
+        .vulkanMemoryModelDeviceScope = d->coopmat ? VK_TRUE : VK_FALSE };
     VkPhysicalDeviceVulkan11Features e11 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
         .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE };
     VkPhysicalDeviceFeatures2 e2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11 };
@@ -192,7 +195,7 @@ static pyg_error *device_open(pyg_device *d) {
                 d->props.deviceName, (int)r);
         d->coopmat = d->float16 = d->int_dot = 0;
         e12.pNext = NULL;
-        e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
+        e12.shaderFloat16 = e12.vulkanMemoryModel = e12.vulkanMemoryModelDeviceScope = VK_FALSE;
         di.enabledExtensionCount = 0;
         r = g_ifn.vkCreateDevice(d->phys, &di, NULL, &d->dev);
     }
@@ -368,7 +371,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
-    PYG_OPTION_INT(vkp_options, matvec, 1, 5, "decode mat-vec: 5 mul_mat_vec3i (mul_mat_vec3 on int8 activations with the integer dot product, where the device has it; else as 3), 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2 (default), 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
+    PYG_OPTION_INT(vkp_options, matvec, 1, 6, "decode mat-vec: 6 mul_mat_vec3w (mul_mat_vec3i with the whole row staged once, K <= 16384; else as 5), 5 mul_mat_vec3i (mul_mat_vec3 on int8 activations with the integer dot product, where the device has it; else as 3), 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2 (default), 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2); mul_mat_vec3 takes 8 times as many per workgroup"),
     PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (scalar until GPUs confirm the coopmat kernel), scalar, coopmat, cm_emulated (tests)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_tile, k_gemm_tile, "cooperative-matrix GEMM tile: auto (128 where that still gives 512 workgroups, else 64), 64, 128"),

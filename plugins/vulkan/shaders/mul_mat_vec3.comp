@@ -22,6 +22,11 @@
 // their sum; what the CUDA plugin's mat-vec reads) and each unit's blocks are dotted with
 // SPV_KHR_integer_dot_product's OpSDot on packed 4 x int8 words: a quarter of the shared-memory
 // bytes, no per-weight conversion to float.
+// Built with MV_INT8 and MV_WHOLE (mul_mat_vec3w, option matvec=6): the whole activation row (K up to
+// 16384) is quantized into shared memory once, behind the first unit's weight loads, and after that
+// one barrier each invocation walks its units with the next unit's weights in flight while it dots
+// the current one: no barrier in the loop (a barrier per chunk stalls the NVIDIA driver's code on
+// the loads issued before it, which is why mul_mat_vec3p's prefetch gained nothing).
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifdef MV_INT8
@@ -44,7 +49,11 @@ layout(std430, binding = 6) buffer O6 { uint o6[]; };
 shared float red_b[128];
 #endif
 
-#ifdef MV_INT8
+#if defined(MV_INT8) && defined(MV_WHOLE)
+const uint WU = 64u;        // units of the whole row (K <= 16384: host-checked)
+shared uint yq8[WU * 64u];  // the row's activations as int8: 64 words per unit, 8 per block of 32
+shared vec2 yqd[WU * 8u];   // per block: (d, the sum of its quants)
+#elif defined(MV_INT8)
 shared uint yq8[UC * 64u];  // the chunk's activations as int8: 64 words per unit, 8 per block of 32
 shared vec2 yqd[UC * 8u];   // per block: (d, the sum of its quants)
 #else
@@ -175,6 +184,18 @@ void main() {
     uint nunits = K >> 8;
     float acc = 0.0;
     uvec4 wv[17];
+#ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
+    load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
+    for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
+    barrier();
+    uvec4 wn[17];
+    for (uint u = uc; u < nunits; u += 2u * UC) {   // two units in flight: one dotted, one loading
+        load_unit(wn, rq, u + UC, live && u + UC < nunits);
+        if (live) acc += dot_unit_i8(wv, u);
+        load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits);
+        if (live && u + UC < nunits) acc += dot_unit_i8(wn, u + UC);
+    }
+#else
 #ifdef MV_PIPE
     load_unit(wv, rq, uc, live && uc < nunits);
 #endif
@@ -213,6 +234,7 @@ void main() {
         wv = wn;
 #endif
     }
+#endif   // MV_WHOLE
     red[t] = acc;
 #ifdef MV_GLU
     red_b[t] = acc_b;
