@@ -32,7 +32,9 @@
 # against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
 # rope + set_rows, mul_mat_vec3g against the gate/up mul_mat_vec3 + elementwise.swiglu),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_TEST_FILES / GPU_VK_TEST_K (the test files and pytest -k: a
-# shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles).
+# shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
+# GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
+# for GPU_VK_MATVEC_KERNELS).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -90,6 +92,12 @@ t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s):
 BENCH_RC=skipped; PROF_RC=skipped
 if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
+    if [ "${GPU_VK_MATVEC:-0}" != 0 ]; then   # the decode mat-vec kernels alone, GB/s per weight shape
+        say "mat-vec sweep: ${GPU_VK_MATVEC_KERNELS:-mv3 mv3i mv3w mv4 mv4r8 mv4r32}"
+        timeout $(( $(left) / 3 > 60 ? $(left) / 3 : 60 )) $PY scripts/vulkan_matvec_sweep.py --out "$WORK" \
+            --kernels ${GPU_VK_MATVEC_KERNELS:-mv3 mv3i mv3w mv4 mv4r8 mv4r32} 2>&1 | tee "$WORK/matvec.log"
+        pack
+    fi
     if [ "${GPU_VK_PROFILE:-1}" != 0 ]; then   # GPU_VK_PROFILE=0: benches only
         say "per-kernel GPU times, Vulkan (${GPU_VK_PROFILE_VARIANTS:-new next}) next to CUDA: $PROF_MODELS"
         timeout $(( $(left) / 2 > 60 ? $(left) / 2 : 60 )) $PY scripts/vulkan_vs_cuda.py profile --out "$WORK" --models $PROF_MODELS \

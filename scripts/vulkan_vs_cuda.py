@@ -59,6 +59,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "mv3ir8": {"matvec": "5", "matvec_rows": "1"}, "mv3ir32": {"matvec": "5", "matvec_rows": "4"},
             # mul_mat_vec3i with the whole row staged once, no barrier in the loop (mul_mat_vec3w), 16 / 8 / 32 rows
             "mv3w": {"matvec": "6"}, "mv3wr8": {"matvec": "6", "matvec_rows": "1"}, "mv3wr32": {"matvec": "6", "matvec_rows": "4"},
+            # q4_0 with coalesced weight loads through each subgroup's shared memory (mul_mat_vec4), 16 / 8 / 32 rows
+            "mv4": {"matvec": "7"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"}, "mv4r32": {"matvec": "7", "matvec_rows": "4"},
             # the k rope and its cache write as one dispatch (rope_store; H200 at 7942149: within 1%)
             "ropest": {"fuse_rope": "1"},
             # gate, up and their swiglu as one dispatch (mul_mat_vec3g; H200 at 7942149: slower)

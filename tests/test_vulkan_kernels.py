@@ -191,7 +191,7 @@ def test_matvec3(wdt, m, k, n, rows):
     assert kernels == ["mul_mat_vec3"]
 
 
-INT8_KERNEL = {"5": "mul_mat_vec3i", "6": "mul_mat_vec3w"}
+INT8_KERNEL = {"5": "mul_mat_vec3i", "6": "mul_mat_vec3w", "7": "mul_mat_vec4"}
 
 
 def _int_dot_kernels(matvec="5"):
@@ -217,6 +217,47 @@ def test_matvec3i(mv, wdt, m, k, n, rows):
     e, kernels = _run(wdt, (m, k), (n, k), {"matvec": mv, "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels in _int_dot_kernels(mv), kernels
+
+
+def _int_dot_device():
+    desc = pg.get_device(VK).description
+    return "llvmpipe" in desc or "NVIDIA" in desc
+
+
+@pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
+                                   (8192, 2048, 1), (300, 8192, 1)])
+@pytest.mark.parametrize("rows", ["1", "2", "4"])
+def test_matvec4(m, k, n, rows):
+    """matvec=7: mul_mat_vec4 (q4_0): each subgroup loads a chunk of consecutive units of the
+    workgroup's rows with consecutive 16-byte words per lane, through its region of shared memory;
+    chunks that span rows (K = 256: one unit a row), that end mid-row (K = 5632: 22 units), rows
+    past M in the last workgroup, N up to 4, 8/16/32 rows per workgroup."""
+    e, kernels = _run("q4_0", (m, k), (n, k), {"matvec": "7", "matvec_rows": rows}, seed=m + k + n)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels in ([["mul_mat_vec4"]] if _int_dot_device() else [["mul_mat_vec4"], ["mul_mat_vec3"]]), kernels
+
+
+def test_matvec4_batched():
+    """mul_mat_vec4 with the weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
+    e, kernels = _run("q4_0", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": "7"}, seed=11)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels in ([["mul_mat_vec4"]] if _int_dot_device() else [["mul_mat_vec4"], ["mul_mat_vec3"]]), kernels
+
+
+def test_matvec4_needs_rows_back_to_back():
+    """Weight rows with a gap between them (a view of the first 256 columns of 512-column rows) are
+    not one run of bytes: matvec=7 runs them as 6 (mul_mat_vec3w), q8_0 too."""
+    rng = np.random.default_rng(21)
+    for wdt in ("q4_0", "q8_0"):
+        g = pg.Graph()
+        w, w64 = _weight(g, rng, wdt, (40, 512))
+        bb = {"q4_0": 18, "q8_0": 34}[wdt]          # bytes per block of 32
+        wv = pg.view(w, (40, 256), strides=(512 // 32 * bb, bb))
+        xv = rng.standard_normal((1, 256)).astype(np.float32)
+        out, kernels = _compute(pg.mul_mat(wv, g.input("x", (1, 256))), {"x": xv}, {"matvec": "7"}, "mul_mat '")
+        ref = xv.astype(np.float64) @ w64[:, :256].T
+        assert nmse(np.asarray(out), ref) <= 5e-4
+        assert kernels in ([["mul_mat_vec3w"]] if _int_dot_device() else [["mul_mat_vec3w"], ["mul_mat_vec3"]]), kernels
 
 
 @pytest.mark.parametrize("k,kernel", [(16384, "mul_mat_vec3w"), (16640, "mul_mat_vec3i")])
@@ -312,7 +353,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "7"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -491,9 +532,10 @@ def test_matvec3_model_decode(wdt, tmp_path):
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
     for step, (a, b) in enumerate(zip(new, old)):
         assert nmse(a, b) <= 1e-6, f"step {step}: NMSE {nmse(a, b):.3g}"
-    for mv in ("5", "6"):                            # int8 activations: within mul_mat's NMSE threshold
+    for mv in ("5", "6", "7"):                       # int8 activations: within mul_mat's NMSE threshold
         i8, k5 = logits(mv)
-        assert any(k[0] in k5 for k in _int_dot_kernels(mv)), k5
+        kmv = "6" if mv == "7" and wdt == "q8_0" else mv   # mul_mat_vec4 is q4_0's: q8_0 runs as 6
+        assert any(k[0] in k5 for k in _int_dot_kernels(kmv)), k5
         for step, (a, b) in enumerate(zip(i8, old)):
             assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec={mv}"
 

@@ -350,9 +350,9 @@ static int profile_label(const dispatch *dp) {
     const pyg_type_traits *tr;
     switch (dp->shader) {
     case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
-    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W:
+    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
-        snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8);
+        snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8 & 255);
         break;
     case VKP_SH_MUL_MAT_VEC: case VKP_SH_MUL_MAT: case VKP_SH_MUL_MAT_CM: case VKP_SH_MUL_MAT_CM_EMU:
     case VKP_SH_MUL_MAT_CM128: case VKP_SH_MUL_MAT_CM128_EMU:

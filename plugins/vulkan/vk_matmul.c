@@ -144,6 +144,26 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     return 1;
 }
 
+/* mul_mat_vec4.comp (matvec=7): q4_0 in mul_mat_vec3's layout with rows back to back (a workgroup's
+ * rows are one run of bytes), K <= 16384, a subgroup size dividing its 128 invocations, its shared
+ * memory (the row as int8, each subgroup's chunk of units, one float per unit of its rows) within the
+ * device's limit. Specialization: type | rows per workgroup << 8 | units per row << 16. */
+static int mv4_plan(pyg_device *d, const pyg_tensor *n, uint32_t spec[2], uint64_t *work) {
+    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
+    uint32_t rw = 8u << d->opts.matvec_rows;
+    uint64_t K = (uint64_t)s0->ne[0], wu = K / 256u;
+    uint64_t shared = wu * 256u + wu * 64u + 128u * 9u * 16u + (uint64_t)rw * wu * 4u;
+    if (d->mv4_broken || !d->int_dot || s0->type != PYG_TYPE_Q4_0 || K > 16384 || !mv3_ok(d, s0, s1)) return 0;
+    if ((uint64_t)s0->nb[1] != K / 32u * 18u || d->subgroup_size < 1 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
+    if (shared > d->props.limits.maxComputeSharedMemorySize) return 0;
+    uint32_t sp[2] = { (uint32_t)s0->type | rw << 8 | (uint32_t)wu << 16, 1 };
+    if (!vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC4, sp, &d->mv4_broken)) return 0;
+    spec[0] = sp[0];
+    spec[1] = sp[1];
+    *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
+    return 1;
+}
+
 /* fuse_glu=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and
  * their swiglu) as one mul_mat_vec3g dispatch: W_a and W_b of one type and shape in mul_mat_vec3's
  * layout, x shared with N <= 4, a and b f32 with unit element stride, sw of their shape. The
@@ -209,8 +229,13 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         mv3_shader = VKP_SH_MUL_MAT_VEC3I;
         mv3_broken = &d->mv3i_broken;
     }
+    /* 7: mul_mat_vec4 (coalesced loads) where it applies, else as 6 */
+    if (N <= 4 && d->opts.matvec == 7 && mv4_plan(d, n, spec, work)) {
+        *shader = VKP_SH_MUL_MAT_VEC4;
+        ex[0] = (uint32_t)*work;
+        kind = "mul_mat_vec4";
     /* 6: the same with the whole row staged once (K <= 16384), else as 5 */
-    if (N <= 4 && d->opts.matvec == 6 && d->int_dot && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work)) {
+    } else if (N <= 4 && d->opts.matvec >= 6 && d->int_dot && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work)) {
         mv3_shader = VKP_SH_MUL_MAT_VEC3W;
         *shader = mv3_shader;
         ex[0] = (uint32_t)*work;

@@ -1,0 +1,53 @@
+// mv_int8.glsl — the int8 side of the q4_0/q8_0 mat-vecs (mul_mat_vec3i/w, mul_mat_vec4), included
+// after the includer declared TY (the weight type), the shared arrays yq8 (the activations as int8,
+// 8 words per block of 32) and yqd (per block: d, the sum of its quants), the activation binding
+// s1v (vec4) and the WD(i) word accessor of a unit's registers. OpSDot (SPV_KHR_integer_dot_product,
+// through GL_EXT_spirv_intrinsics, which the includer enables at its top) dots packed 4 x int8 words.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
+int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
+
+// the unit's 8 blocks dotted with the chunk's int8 activations of unit uc
+float dot_unit_i8(uvec4 wv[17], uint uc) {
+    float acc = 0.0;
+    [[unroll]] for (uint b = 0u; b < 8u; b++) {
+        uint o = (TY == TY_Q4_0 ? 18u : 34u) * b, wi = o >> 2;
+        bool odd = (b & 1u) != 0u;
+        float d = unpackHalf2x16(odd ? WD(wi) >> 16 : WD(wi)).x;
+        uint yw = 64u * uc + 8u * b;
+        vec2 yd = yqd[8u * uc + b];
+        int s = 0;
+        if (TY == TY_Q4_0) {   // word k: weights 4k..4k+3 (low nibbles), 16+4k..16+4k+3 (high)
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                s += sdot4x8(q & 0x0f0f0f0fu, yq8[yw + k], 0) + sdot4x8((q >> 4) & 0x0f0f0f0fu, yq8[yw + 4u + k], 0);
+            }
+            acc += d * yd.x * (float(s) - 8.0 * yd.y);
+        } else {
+            [[unroll]] for (uint k = 0u; k < 8u; k++) {
+                uint q = odd ? WD(wi + 1u + k) : (WD(wi + k) >> 16) | (WD(wi + k + 1u) << 16);
+                s += sdot4x8(q, yq8[yw + k], 0);
+            }
+            acc += d * yd.x * float(s);
+        }
+    }
+    return acc;
+}
+
+// block i (32 floats from vec4 index v0) of the chunk quantized into yq8 / yqd
+void quant_block(uint i, uint v0) {
+    vec4 x[8];
+    float amax = 0.0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        x[k] = s1v[v0 + k];
+        vec4 a = abs(x[k]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+    int sum = 0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
+        sum += q.x + q.y + q.z + q.w;
+        yq8[8u * i + k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
+    }
+    yqd[i] = vec2(d, float(sum));
+}
