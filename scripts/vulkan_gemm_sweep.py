@@ -68,6 +68,22 @@ def gpu_us(lines):
     return n, us
 
 
+def dispatch_times(dev, sched, outputs, feeds, reps, log):
+    """GPU us per mul_mat dispatch of each of `reps` computes (the plan's timestamp queries)."""
+    times = []
+    for _ in range(reps):
+        dev.set_option("profile_report", "1")   # report what came before, start over
+        drain_log()
+        log.lines.clear()
+        sched.compute(outputs, feeds)
+        dev.set_option("profile_report", "1")
+        drain_log()
+        nd, us = gpu_us(log.lines)
+        if nd:
+            times.append(us / nd)
+    return times
+
+
 class LogLines:
     """The pyggml logger's messages (the plugin's profile report and kernel choices) into a list."""
     def __init__(self):
@@ -108,17 +124,7 @@ def one_shape(wtype, m, k, n, kern, reps, rng, log):
             drain_log()
             r["kernel"] = next((s.rsplit(": ", 1)[1] for s in log.lines if "mul_mat '" in s), "?")
             r["nmse"] = float(nmse(out, ref))
-            times = []
-            for _ in range(reps):
-                dev.set_option("profile_report", "1")   # report what came before, start over
-                drain_log()
-                log.lines.clear()
-                sched.compute(y, {"x": xv})
-                dev.set_option("profile_report", "1")
-                drain_log()
-                nd, us = gpu_us(log.lines)
-                if nd:
-                    times.append(us / nd)
+            times = dispatch_times(dev, sched, y, {"x": xv}, reps, log)
             sched.close()
             if times:
                 r["us"] = round(float(np.median(times)), 1)

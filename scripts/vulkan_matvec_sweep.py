@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import pyggml as pg                                   # noqa: E402
 from pyggml._plugin import drain_log                  # noqa: E402
 from pyggml.conformance.cases import nmse             # noqa: E402
-from vulkan_gemm_sweep import LogLines, gpu_us        # noqa: E402
+from vulkan_gemm_sweep import LogLines, dispatch_times   # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "512x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]
@@ -65,17 +65,7 @@ def one_shape(wtype, m, k, labels, reps, rng, log):
             drain_log()
             r["kernel"] = next((s.rsplit(": ", 1)[1] for s in log.lines if "mul_mat '" in s), "?")
             r["nmse"] = float(max(nmse(np.asarray(o), rf) for o, rf in zip(out, ref)))
-            times = []
-            for _ in range(reps):
-                dev.set_option("profile_report", "1")
-                drain_log()
-                log.lines.clear()
-                sched.compute(ys, {"x": xv})
-                dev.set_option("profile_report", "1")
-                drain_log()
-                nd, us = gpu_us(log.lines)
-                if nd:
-                    times.append(us / nd)
+            times = dispatch_times(dev, sched, ys, {"x": xv}, reps, log)
             sched.close()
             if times:
                 r["us"] = round(float(np.median(times)), 2)
