@@ -194,13 +194,17 @@ def test_matvec3(wdt, m, k, n, rows):
 INT8_KERNEL = {"5": "mul_mat_vec3i", "6": "mul_mat_vec3w", "7": "mul_mat_vec4"}
 
 
-def _int_dot_kernels(matvec="5"):
-    """The kernels matvec=5 (6) may run on this device: mul_mat_vec3i (mul_mat_vec3w) where it is
+def _int_dot_want(kernel):
+    """The kernel lists an int8 mat-vec node may log on this device: just `kernel` where the device is
     known to have shaderIntegerDotProduct (lavapipe, the CI device, and NVIDIA's driver), else either
-    it or mul_mat_vec3 (both run as 3 without the feature)."""
+    it or mul_mat_vec3 (the int8 kernels run as matvec=3 without the feature)."""
     desc = pg.get_device(VK).description
-    want = [[INT8_KERNEL[matvec]]]
-    return want if "llvmpipe" in desc or "NVIDIA" in desc else want + [["mul_mat_vec3"]]
+    return [[kernel]] if "llvmpipe" in desc or "NVIDIA" in desc else [[kernel], ["mul_mat_vec3"]]
+
+
+def _int_dot_kernels(matvec="5"):
+    """What matvec=5 / 6 / 7 may run here: mul_mat_vec3i / mul_mat_vec3w / mul_mat_vec4 (_int_dot_want)."""
+    return _int_dot_want(INT8_KERNEL[matvec])
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -219,11 +223,6 @@ def test_matvec3i(mv, wdt, m, k, n, rows):
     assert kernels in _int_dot_kernels(mv), kernels
 
 
-def _int_dot_device():
-    desc = pg.get_device(VK).description
-    return "llvmpipe" in desc or "NVIDIA" in desc
-
-
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
                                    (8192, 2048, 1), (300, 8192, 1)])
 @pytest.mark.parametrize("rows", ["1", "2", "4"])
@@ -234,14 +233,14 @@ def test_matvec4(m, k, n, rows):
     past M in the last workgroup, N up to 4, 8/16/32 rows per workgroup."""
     e, kernels = _run("q4_0", (m, k), (n, k), {"matvec": "7", "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    assert kernels in ([["mul_mat_vec4"]] if _int_dot_device() else [["mul_mat_vec4"], ["mul_mat_vec3"]]), kernels
+    assert kernels in _int_dot_kernels("7"), kernels
 
 
 def test_matvec4_batched():
     """mul_mat_vec4 with the weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
     e, kernels = _run("q4_0", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": "7"}, seed=11)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    assert kernels in ([["mul_mat_vec4"]] if _int_dot_device() else [["mul_mat_vec4"], ["mul_mat_vec3"]]), kernels
+    assert kernels in _int_dot_kernels("7"), kernels
 
 
 def test_matvec4_needs_rows_back_to_back():
@@ -257,7 +256,7 @@ def test_matvec4_needs_rows_back_to_back():
         out, kernels = _compute(pg.mul_mat(wv, g.input("x", (1, 256))), {"x": xv}, {"matvec": "7"}, "mul_mat '")
         ref = xv.astype(np.float64) @ w64[:, :256].T
         assert nmse(np.asarray(out), ref) <= 5e-4
-        assert kernels in ([["mul_mat_vec3w"]] if _int_dot_device() else [["mul_mat_vec3w"], ["mul_mat_vec3"]]), kernels
+        assert kernels in _int_dot_kernels("6"), kernels
 
 
 @pytest.mark.parametrize("k,kernel", [(16384, "mul_mat_vec3w"), (16640, "mul_mat_vec3i")])
@@ -266,9 +265,7 @@ def test_matvec3w_row_limit(k, kernel):
     mul_mat_vec3i (matvec=6 runs as 5 there)."""
     e, kernels = _run("q4_0", (40, k), (1, k), {"matvec": "6"}, seed=k)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    want = [[kernel]] if "llvmpipe" in pg.get_device(VK).description or "NVIDIA" in pg.get_device(VK).description \
-        else [[kernel], ["mul_mat_vec3"]]
-    assert kernels in want, kernels
+    assert kernels in _int_dot_want(kernel), kernels
 
 
 @pytest.mark.parametrize("mv", ["5", "6"])

@@ -127,37 +127,27 @@ int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *
 /* mul_mat_vec3.comp's builds for node n where its layout holds and the pipeline is usable:
  * specialization (type | rows per workgroup << 8), workgroups (one per row group and column).
  * mul_mat_vec3 has 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
- * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each */
+ * invocations take 128 / rows units of 256 elements per chunk: 1 KiB of shared activations each.
+ * mul_mat_vec3w and mul_mat_vec4 (matvec=6, 7) hold the whole row as int8 (K <= 16384);
+ * mul_mat_vec4 also wants q4_0 rows back to back (a workgroup's rows are one run of bytes), a
+ * subgroup size dividing its 128 invocations, and specializes on the units per row (<< 16). */
 static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken, uint32_t spec[2], uint64_t *work) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
-    uint64_t shared = 128u / rw * 1024u + 512u;
-    if (shader == VKP_SH_MUL_MAT_VEC3W) {   /* the whole row as int8 (64 units), its per-block (d, sum) */
-        if (s0->ne[0] > 16384) return 0;
-        shared = 64u * 256u + 64u * 8u * 8u + 512u;
+    uint64_t shared = 128u / rw * 1024u + 512u, K = (uint64_t)s0->ne[0], wu = K / 256u;
+    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC4) {   /* the whole row as int8 */
+        if (K > 16384 || !d->int_dot) return 0;
+        shared = 64u * 256u + 64u * 8u * 8u + 512u;   /* 64 units and their per-block (d, sum) */
+    }
+    if (shader == VKP_SH_MUL_MAT_VEC4) {   /* q4_0, rows back to back, a subgroup size dividing 128 */
+        if (s0->type != PYG_TYPE_Q4_0 || (uint64_t)s0->nb[1] != K / 32u * 18u) return 0;
+        if (d->subgroup_size < 1 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
+        /* the row as int8 for this K, each subgroup's chunk of units, one float per unit of the rows */
+        shared = wu * 256u + wu * 64u + 128u * 9u * 16u + (uint64_t)rw * wu * 4u;
+        sp[0] |= (uint32_t)wu << 16;
     }
     if (*broken || !mv3_ok(d, s0, s1) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
-    spec[0] = sp[0];
-    spec[1] = sp[1];
-    *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
-    return 1;
-}
-
-/* mul_mat_vec4.comp (matvec=7): q4_0 in mul_mat_vec3's layout with rows back to back (a workgroup's
- * rows are one run of bytes), K <= 16384, a subgroup size dividing its 128 invocations, its shared
- * memory (the row as int8, each subgroup's chunk of units, one float per unit of its rows) within the
- * device's limit. Specialization: type | rows per workgroup << 8 | units per row << 16. */
-static int mv4_plan(pyg_device *d, const pyg_tensor *n, uint32_t spec[2], uint64_t *work) {
-    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
-    uint32_t rw = 8u << d->opts.matvec_rows;
-    uint64_t K = (uint64_t)s0->ne[0], wu = K / 256u;
-    uint64_t shared = wu * 256u + wu * 64u + 128u * 9u * 16u + (uint64_t)rw * wu * 4u;
-    if (d->mv4_broken || !d->int_dot || s0->type != PYG_TYPE_Q4_0 || K > 16384 || !mv3_ok(d, s0, s1)) return 0;
-    if ((uint64_t)s0->nb[1] != K / 32u * 18u || d->subgroup_size < 1 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
-    if (shared > d->props.limits.maxComputeSharedMemorySize) return 0;
-    uint32_t sp[2] = { (uint32_t)s0->type | rw << 8 | (uint32_t)wu << 16, 1 };
-    if (!vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC4, sp, &d->mv4_broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];
     *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
@@ -229,21 +219,19 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         mv3_shader = VKP_SH_MUL_MAT_VEC3I;
         mv3_broken = &d->mv3i_broken;
     }
-    /* 7: mul_mat_vec4 (coalesced loads) where it applies, else as 6 */
-    if (N <= 4 && d->opts.matvec == 7 && mv4_plan(d, n, spec, work)) {
-        *shader = VKP_SH_MUL_MAT_VEC4;
+    /* 7: mul_mat_vec4 (coalesced loads) where it applies, else as 6; 6: mul_mat_vec3w (the whole row
+     * staged once) where it applies, else as 5 */
+    int mv = -1;
+    if (N <= 4 && d->opts.matvec == 7 && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC4, &d->mv4_broken, spec, work))
+        mv = VKP_SH_MUL_MAT_VEC4;
+    else if (N <= 4 && d->opts.matvec >= 6 && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work))
+        mv = VKP_SH_MUL_MAT_VEC3W;
+    else if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work))
+        mv = mv3_shader;
+    if (mv >= 0) {
+        *shader = mv;
         ex[0] = (uint32_t)*work;
-        kind = "mul_mat_vec4";
-    /* 6: the same with the whole row staged once (K <= 16384), else as 5 */
-    } else if (N <= 4 && d->opts.matvec >= 6 && d->int_dot && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work)) {
-        mv3_shader = VKP_SH_MUL_MAT_VEC3W;
-        *shader = mv3_shader;
-        ex[0] = (uint32_t)*work;
-        kind = vkp_shader_name(mv3_shader);
-    } else if (N <= 4 && d->opts.matvec >= 3 && mv3_plan(d, n, mv3_shader, mv3_broken, spec, work)) {
-        *shader = mv3_shader;
-        ex[0] = (uint32_t)*work;
-        kind = vkp_shader_name(mv3_shader);
+        kind = vkp_shader_name(mv);
     } else if (N <= 4 && d->subgroup_arith && d->opts.matvec >= 2 && !d->mv2_broken && mv2_ok(d, s0, s1) &&
         vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC2, mv2_spec, &d->mv2_broken)) {
         uint64_t slots = (M + nr - 1) / nr * N * B;

@@ -8,9 +8,9 @@
 // subgroup's own region of shared memory (stored as loaded, read back a unit per lane: 144-byte
 // stride, an odd number of 16-byte words, no bank conflict), synchronized within the subgroup only.
 // The next chunk's loads are in flight while this one is stored, read and dotted.
-// The activation row (K <= 16384, host-checked; shared arrays sized for the node's K) is quantized to int8 blocks of 32 into shared memory
-// once, behind the first chunk's loads, as in mul_mat_vec3w (mv_int8.glsl), and each unit is dotted
-// with OpSDot. Unit g of the workgroup's rows (g = row * units per row + unit) writes its dot into
+// The activation row (K <= 16384, host-checked; the shared arrays sized for the node's K) is
+// quantized to int8 blocks of 32 into shared memory once, behind the first chunk's loads, as in
+// mul_mat_vec3w (mv_int8.glsl), and each unit is dotted with OpSDot. Unit g of the workgroup's rows (g = row * units per row + unit) writes its dot into
 // part[g]; after the last barrier invocation r < RW sums its row's units and writes the row.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
