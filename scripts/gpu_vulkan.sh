@@ -34,7 +34,8 @@
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_TEST_FILES / GPU_VK_TEST_K (the test files and pytest -k: a
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
-# for GPU_VK_MATVEC_KERNELS).
+# for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
+# CUDA: scripts/dispatch_floor.py).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -92,6 +93,11 @@ t0=$(date +%s); wait $PREP; say "models ready (waited $(( $(date +%s) - t0 ))s):
 BENCH_RC=skipped; PROF_RC=skipped
 if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
+    if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
+        say "dispatch floor: chains of scale / mat-vec nodes"
+        timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" 2>&1 | tee "$WORK/floor.log"
+        pack
+    fi
     if [ "${GPU_VK_MATVEC:-0}" != 0 ]; then   # the decode mat-vec kernels alone, GB/s per weight shape
         say "mat-vec sweep: ${GPU_VK_MATVEC_KERNELS:-mv3 mv3i mv3w mv4 mv4r8 mv4r32}"
         timeout $(( $(left) / 3 > 60 ? $(left) / 3 : 60 )) $PY scripts/vulkan_matvec_sweep.py --out "$WORK" \

@@ -1,0 +1,87 @@
+"""What one dependent node costs on a device: a chain of N nodes, each reading the one before, timed
+at two lengths; the difference over the extra nodes is the cost of one node with the launch, the
+barrier before it and its own work, with the submit, upload and read-back cancelled out.
+
+    python3 scripts/dispatch_floor.py --out DIR [--devices vulkan:0 cuda:0] [--reps 15]
+
+Chains: "scale" (y = 1.0001 * y on 2048 floats: a node with next to no work) and "matvec"
+(y = W_i y, q4_0 2048 x 2048 weights, a distinct W_i per node: 64 or more of them, 151 MB or more,
+so the H200's 50 MB L2 keeps few from one compute to the next, as in a decode). Each compute's
+wall time is the median over --reps after warm-ups; the result is checked against the CPU plugin's.
+Writes dispatch-floor-<time>.json into --out."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import pyggml as pg                                   # noqa: E402
+from pyggml.conformance.cases import nmse             # noqa: E402
+
+K = 2048
+
+
+def wall_us(sched, out, feeds, reps):
+    for _ in range(3):
+        sched.compute([out], feeds)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        sched.compute([out], feeds)
+        ts.append((time.perf_counter() - t0) * 1e6)
+    return float(np.median(ts))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--devices", nargs="+", default=["vulkan:0", "cuda:0"])
+    ap.add_argument("--lengths", nargs=2, type=int, default=[64, 128])
+    ap.add_argument("--reps", type=int, default=15)
+    a = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    n0, n1 = a.lengths
+    blocks = [pg.quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32), "q4_0") for _ in range(n1)]
+    xv = rng.standard_normal((1, K)).astype(np.float32)
+    doc = {"kind": "dispatch-floor", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "gpu": os.environ.get("GPU_VK_GPU", ""),
+           "commit": os.environ.get("GPU_VK_COMMIT", ""), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+           "lengths": [n0, n1], "note": "us_per_node = (wall(n1) - wall(n0)) / (n1 - n0), wall = median compute", "results": {}}
+    for kind in ("scale", "matvec"):
+        graphs = {}
+        for n in (n0, n1):
+            g = pg.Graph()
+            ws = [g.weight(f"w{i}", blocks[i], type="q4_0", shape=(K, K)) for i in range(n)] if kind == "matvec" else []
+            y = g.input("x", (1, K))
+            for i in range(n):
+                y = pg.scale(y, 1.0001) if kind == "scale" else pg.mul_mat(ws[i], y)
+            graphs[n] = y
+        ref = {n: np.asarray(pg.Scheduler(["cpu"]).compute([y], {"x": xv})[0], np.float64) for n, y in graphs.items()}
+        for dev in a.devices:
+            r = {}
+            try:
+                walls = {}
+                for n, y in graphs.items():
+                    sched = pg.Scheduler([dev])
+                    got = np.asarray(sched.compute([y], {"x": xv})[0], np.float64)
+                    r[f"nmse_{n}"] = float(nmse(got, ref[n]))
+                    walls[n] = wall_us(sched, y, {"x": xv}, a.reps)
+                    sched.close()
+                r.update({f"wall_us_{n}": round(w, 1) for n, w in walls.items()})
+                r["us_per_node"] = round((walls[n1] - walls[n0]) / (n1 - n0), 2)
+            except Exception as e:   # a missing device must not lose the other's figures
+                r["error"] = f"{type(e).__name__}: {e}"[:300]
+            doc["results"][f"{kind} {dev}"] = r
+            print(f"{kind:7s} {dev:10s} {r.get('us_per_node', float('nan')):8.2f} us/node  {r}", flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, time.strftime("dispatch-floor-%Y%m%dT%H%M%S.json"))
+    json.dump(doc, open(path, "w"), indent=1)
+    print(f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
