@@ -3,12 +3,14 @@ at two lengths; the difference over the extra nodes is the cost of one node with
 barrier before it and its own work, with the submit, upload and read-back cancelled out.
 
     python3 scripts/dispatch_floor.py --out DIR [--devices vulkan:0 cuda:0] [--reps 15]
+                                      [--vk-sets default params_dev=off ...]
 
 Chains: "scale" (y = 1.0001 * y on 2048 floats: a node with next to no work) and "matvec"
 (y = W_i y, q4_0 2048 x 2048 weights, a distinct W_i per node: 64 or more of them, 151 MB or more,
 so the H200's 50 MB L2 keeps few from one compute to the next, as in a decode). Each compute's
 wall time is the median over --reps after warm-ups; the result is checked against the CPU plugin's.
-Writes dispatch-floor-<time>.json into --out."""
+Each --vk-sets entry (comma-separated Vulkan device options, or "default") runs the Vulkan devices
+again under those options. Writes dispatch-floor-<time>.json into --out."""
 import argparse
 import json
 import os
@@ -43,6 +45,7 @@ def main(argv=None):
     ap.add_argument("--devices", nargs="+", default=["vulkan:0", "cuda:0"])
     ap.add_argument("--lengths", nargs=2, type=int, default=[64, 128])
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--vk-sets", nargs="+", default=["default"], help="k=v[,k=v] Vulkan option sets, or default")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     n0, n1 = a.lengths
@@ -61,9 +64,14 @@ def main(argv=None):
                 y = pg.scale(y, 1.0001) if kind == "scale" else pg.mul_mat(ws[i], y)
             graphs[n] = y
         ref = {n: np.asarray(pg.Scheduler(["cpu"]).compute([y], {"x": xv})[0], np.float64) for n, y in graphs.items()}
-        for dev in a.devices:
+        runs = [(dev, vs) for dev in a.devices for vs in (a.vk_sets if dev.startswith("vulkan") else ["default"])]
+        for dev, vs in runs:
             r = {}
+            label = dev if vs == "default" else f"{dev}[{vs}]"
             try:
+                opts = {} if vs == "default" else dict(kv.split("=", 1) for kv in vs.split(","))
+                for k, v in {**({"params_dev": "auto"} if dev.startswith("vulkan") else {}), **opts}.items():
+                    pg.get_device(dev).set_option(k, v)
                 walls = {}
                 for n, y in graphs.items():
                     sched = pg.Scheduler([dev])
@@ -75,8 +83,8 @@ def main(argv=None):
                 r["us_per_node"] = round((walls[n1] - walls[n0]) / (n1 - n0), 2)
             except Exception as e:   # a missing device must not lose the other's figures
                 r["error"] = f"{type(e).__name__}: {e}"[:300]
-            doc["results"][f"{kind} {dev}"] = r
-            print(f"{kind:7s} {dev:10s} {r.get('us_per_node', float('nan')):8.2f} us/node  {r}", flush=True)
+            doc["results"][f"{kind} {label}"] = r
+            print(f"{kind:7s} {label:28s} {r.get('us_per_node', float('nan')):8.2f} us/node  {r}", flush=True)
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, time.strftime("dispatch-floor-%Y%m%dT%H%M%S.json"))
     json.dump(doc, open(path, "w"), indent=1)

@@ -35,7 +35,7 @@
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
-# CUDA: scripts/dispatch_floor.py).
+# CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -95,7 +95,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
     if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
         say "dispatch floor: chains of scale / mat-vec nodes"
-        timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" 2>&1 | tee "$WORK/floor.log"
+        timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} 2>&1 | tee "$WORK/floor.log"
         pack
     fi
     if [ "${GPU_VK_MATVEC:-0}" != 0 ]; then   # the decode mat-vec kernels alone, GB/s per weight shape

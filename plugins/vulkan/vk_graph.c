@@ -37,8 +37,9 @@ struct pyg_graph_plan {
     VkCommandPool pool;
     VkCommandBuffer cb;
     VkDescriptorPool dpool;
-    VkBuffer pbuf;
+    VkBuffer pbuf;                  /* parameter blocks: pmem (host-visible), or pobj's (device-local) */
     VkDeviceMemory pmem;
+    pyg_buffer *pobj;
     int n_dispatch, n_barriers;
     range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
     unsigned char *acc_write;
@@ -386,7 +387,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->n_dispatch > 0) vkp_queue_idle(d);
     if (plan->pool) d->fn.vkDestroyCommandPool(d->dev, plan->pool, NULL);
     if (plan->dpool) d->fn.vkDestroyDescriptorPool(d->dev, plan->dpool, NULL);
-    if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);
+    if (plan->pobj) vkp_api_buffer_free(plan->pobj);
+    else if (plan->pbuf) d->fn.vkDestroyBuffer(d->dev, plan->pbuf, NULL);
     if (plan->pmem) d->fn.vkFreeMemory(d->dev, plan->pmem, NULL);
     if (plan->sbuf) d->fn.vkDestroyBuffer(d->dev, plan->sbuf, NULL);
     if (plan->smem) d->fn.vkFreeMemory(d->dev, plan->smem, NULL);
@@ -511,12 +513,20 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
     }
 
-    /* parameter blocks: one host-visible buffer, written once */
+    /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
+     * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
+     * dependent read of it a trip over the bus), else one host-visible buffer */
     {
-        void *map;
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
-        if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
-        memcpy(map, params, (size_t)((uint64_t)nd * pstride));
+        if (auto_on(d, d->opts.params_dev)) {
+            if ((e = vkp_api_buffer_alloc(d, psize, 0, &plan->pobj))) goto fail;
+            plan->pbuf = plan->pobj->buf;
+            if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail;
+        } else {
+            void *map;
+            if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
+            memcpy(map, params, (size_t)((uint64_t)nd * pstride));
+        }
     }
 
     /* descriptor sets */
