@@ -5,15 +5,18 @@ barrier before it and its own work, with the submit, upload and read-back cancel
     python3 scripts/dispatch_floor.py --out DIR [--devices vulkan:0 cuda:0] [--reps 15]
                                       [--vk-sets default params_dev=off ...]
 
-Chains: "scale" (y = 1.0001 * y on 2048 floats: a node with next to no work) and "matvec"
+Chains: "scale" (y = 1.0001 * y on 2048 floats: a node with next to no work), "rms_norm" (one row
+of 2048: a reduction) and "matvec"
 (y = W_i y, q4_0 2048 x 2048 weights, a distinct W_i per node: 64 or more of them, 151 MB or more,
 so the H200's 50 MB L2 keeps few from one compute to the next, as in a decode). Each compute's
 wall time is the median over --reps after warm-ups; the result is checked against the CPU plugin's.
 Each --vk-sets entry (comma-separated Vulkan device options, or "default") runs the Vulkan devices
-again under those options. Writes dispatch-floor-<time>.json into --out."""
+again under those options: debug_drop_barriers=1 shows what the barriers cost (its results race),
+profile=1 adds the GPU time per node from the plans' timestamp queries (gpu_us_per_node). Writes dispatch-floor-<time>.json into --out."""
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -23,9 +26,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import pyggml as pg                                   # noqa: E402
+from pyggml._plugin import drain_log                  # noqa: E402
 from pyggml.conformance.cases import nmse             # noqa: E402
 
 K = 2048
+
+
+def gpu_us_per_compute(dev, sched, out, feeds, reps, log):
+    """The plans' timestamp total per compute (device option profile=1), from the profile report."""
+    dev.set_option("profile_report", "1")
+    drain_log()
+    log.lines.clear()
+    for _ in range(reps):
+        sched.compute([out], feeds)
+    dev.set_option("profile_report", "1")
+    drain_log()
+    for line in log.lines:
+        m = re.search(r"profile gpu: total [0-9.]+ us, ([0-9.]+) us per plan compute", line)
+        if m:
+            return float(m.group(1))
+    return float("nan")
 
 
 def wall_us(sched, out, feeds, reps):
@@ -47,6 +67,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--vk-sets", nargs="+", default=["default"], help="k=v[,k=v] Vulkan option sets, or default")
     a = ap.parse_args(argv)
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from vulkan_gemm_sweep import LogLines
+    log = LogLines()
     rng = np.random.default_rng(0)
     n0, n1 = a.lengths
     blocks = [pg.quantize((rng.standard_normal((K, K)) / np.sqrt(K)).astype(np.float32), "q4_0") for _ in range(n1)]
@@ -54,14 +77,15 @@ def main(argv=None):
     doc = {"kind": "dispatch-floor", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "gpu": os.environ.get("GPU_VK_GPU", ""),
            "commit": os.environ.get("GPU_VK_COMMIT", ""), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
            "lengths": [n0, n1], "note": "us_per_node = (wall(n1) - wall(n0)) / (n1 - n0), wall = median compute", "results": {}}
-    for kind in ("scale", "matvec"):
+    for kind in ("scale", "rms_norm", "matvec"):
         graphs = {}
         for n in (n0, n1):
             g = pg.Graph()
             ws = [g.weight(f"w{i}", blocks[i], type="q4_0", shape=(K, K)) for i in range(n)] if kind == "matvec" else []
             y = g.input("x", (1, K))
             for i in range(n):
-                y = pg.scale(y, 1.0001) if kind == "scale" else pg.mul_mat(ws[i], y)
+                y = (pg.scale(y, 1.0001) if kind == "scale" else pg.rms_norm(y) if kind == "rms_norm"
+                     else pg.mul_mat(ws[i], y))
             graphs[n] = y
         ref = {n: np.asarray(pg.Scheduler(["cpu"]).compute([y], {"x": xv})[0], np.float64) for n, y in graphs.items()}
         runs = [(dev, vs) for dev in a.devices for vs in (a.vk_sets if dev.startswith("vulkan") else ["default"])]
@@ -72,15 +96,22 @@ def main(argv=None):
                 opts = {} if vs == "default" else dict(kv.split("=", 1) for kv in vs.split(","))
                 for k, v in {**({"params_dev": "auto"} if dev.startswith("vulkan") else {}), **opts}.items():
                     pg.get_device(dev).set_option(k, v)
-                walls = {}
+                walls, gpus = {}, {}
                 for n, y in graphs.items():
                     sched = pg.Scheduler([dev])
                     got = np.asarray(sched.compute([y], {"x": xv})[0], np.float64)
                     r[f"nmse_{n}"] = float(nmse(got, ref[n]))
                     walls[n] = wall_us(sched, y, {"x": xv}, a.reps)
+                    if opts.get("profile") == "1":
+                        gpus[n] = gpu_us_per_compute(pg.get_device(dev), sched, y, {"x": xv}, a.reps, log)
                     sched.close()
                 r.update({f"wall_us_{n}": round(w, 1) for n, w in walls.items()})
                 r["us_per_node"] = round((walls[n1] - walls[n0]) / (n1 - n0), 2)
+                if gpus:
+                    r["gpu_us_per_node"] = round((gpus[n1] - gpus[n0]) / (n1 - n0), 2)
+                if "profile" in opts or "debug_drop_barriers" in opts:   # leave the device as found
+                    for k in ("profile", "debug_drop_barriers"):
+                        pg.get_device(dev).set_option(k, "0")
             except Exception as e:   # a missing device must not lose the other's figures
                 r["error"] = f"{type(e).__name__}: {e}"[:300]
             doc["results"][f"{kind} {label}"] = r
