@@ -163,8 +163,10 @@ static pyg_error *device_open(pyg_device *d) {
     if (nq > 32) nq = 32;
     g_ifn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
     d->queue_family = UINT32_MAX;
+#ifndef VKP_QUEUE_ANY   /* an A/B build (-DVKP_QUEUE_ANY): the first family with compute, graphics or not */
     for (uint32_t i = 0; i < nq; i++)   /* prefer a compute queue without graphics */
         if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) { d->queue_family = i; break; }
+#endif
     for (uint32_t i = 0; i < nq && d->queue_family == UINT32_MAX; i++)
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d->queue_family = i;
     if (d->queue_family == UINT32_MAX)
