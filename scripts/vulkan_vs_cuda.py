@@ -72,7 +72,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"params_dev": "auto", "fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "3", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"params_dev": "auto", "fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):

@@ -96,7 +96,7 @@ def _options_logged(options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "3"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
+        for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "0"), ("fuse_glu", "0"),
                            ("fa_split", "auto")):
             dev.set_option(key, value)

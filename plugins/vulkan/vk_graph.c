@@ -681,8 +681,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
     }
-    vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers", (unsigned long long)g->id,
-            plan->n_dispatch, plan->n_barriers);
+    vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
+            plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
     free(dps); free(rd); free(wr); free(params);
     *out = plan;
     return NULL;

@@ -1,11 +1,15 @@
 /* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
  * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
  * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
- *   matvec       5 mul_mat_vec3i (mul_mat_vec3.comp on int8 activations quantized per block of 32
+ *   matvec       7 mul_mat_vec4 (q4_0 rows back to back, coalesced loads through shared memory; slower on
+ *                the H200 at 9755fdb), else as 6; 6 (default) mul_mat_vec3w (mul_mat_vec3i with the whole
+ *                activation row, K <= 16384, quantized once, no barrier in the loop; H200: tg128 7b q4_0
+ *                231-236 vs 209-217 t/s against 3, 1b 601-633 vs 572-594), else as 5;
+ *                5 mul_mat_vec3i (mul_mat_vec3.comp on int8 activations quantized per block of 32
  *                while staged, dotted by OpSDot) where the device has shaderIntegerDotProduct, else
  *                as 3 (tested on lavapipe, not yet measured on a GPU);
  *                4 mul_mat_vec3p (mul_mat_vec3.comp with the next chunk's weights loaded ahead;
- *                lavapipe only so far); 3 (default) mul_mat_vec3.comp (activations staged in shared memory, matvec_rows
+ *                lavapipe only so far); 3 mul_mat_vec3.comp (activations staged in shared memory, matvec_rows
  *                below) for q4_0/q8_0 rows it covers, else as 2 (H200: tg128 1b q4_0 441 vs 378 t/s,
  *                7b 137 vs 105 against 2); 2 mul_mat_vec2.comp for N <= 4 where its layout
  *                conditions hold; 1 the earlier mul_mat_vec.comp everywhere
@@ -45,7 +49,7 @@
 #include "vk_internal.h"
 
 void vkp_kernel_option_defaults(pyg_device *d) {
-    d->opts.matvec = 3;
+    d->opts.matvec = 6;
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 3;
