@@ -5,13 +5,24 @@ buffer of `size` bytes). Tensors whose lifetimes do not overlap share bytes.
 """
 
 
+REUSE_LAG = 2   # steps: what a device that may run neighbouring nodes together gets (_plan.build_plan)
+
+
 def align_up(n, a):
     return (n + a - 1) // a * a
 
 
-def plan_arena(sizes, first, last, alignment):
+def plan_arena(sizes, first, last, alignment, lag=0):
     """Offsets for tensors k with byte `sizes[k]`, alive from step first[k] to step last[k]
-    (inclusive). Returns (offsets, arena_size). Best fit over a free list, processed in step order."""
+    (inclusive). Returns (offsets, arena_size). Best fit over a free list, processed in step order.
+
+    A tensor's bytes are reused only from step last[k] + lag + 1 on: reusing them at the very next
+    step would make that step's node overwrite what the step before still reads, a dependency the
+    nodes do not have, and a device that runs independent nodes between the same two barriers
+    (the Vulkan plugin) would have to put a barrier there. A small lag keeps neighbouring
+    independent nodes (a layer's q/k/v ropes and cache writes) apart in memory for a few more
+    bytes of arena; lag 0 is the tightest packing. The scheduler asks REUSE_LAG of devices that
+    are not the host CPU (which runs one node after another anyway)."""
     order = sorted(range(len(sizes)), key=lambda k: (first[k], k))
     ends = sorted(range(len(sizes)), key=lambda k: last[k])
     free = []          # (offset, size), sorted by offset
@@ -21,7 +32,7 @@ def plan_arena(sizes, first, last, alignment):
     for k in order:
         step = first[k]
         # release every tensor whose last use is before this step
-        while e < len(ends) and last[ends[e]] < step:
+        while e < len(ends) and last[ends[e]] + lag < step:
             j = ends[e]
             e += 1
             _release(free, offsets[j], align_up(max(sizes[j], 1), alignment))

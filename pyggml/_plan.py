@@ -202,7 +202,8 @@ def assign_devices(order: List[Tensor], n_devices: int, dev_index: Callable[[obj
 # ---------------------------------------------------------------- layout
 
 def build_plan(plan: Plan, order: List[Tensor], readable_outs: List[Tensor], assign: Dict[int, int],
-               dev_index: Callable[[object], Optional[int]], alignments: List[int], n_copies: int) -> Plan:
+               dev_index: Callable[[object], Optional[int]], alignments: List[int], n_copies: int,
+               lags: Optional[List[int]] = None) -> Plan:
     """Homes, splits, cross-device inputs and the memory layout (offsets, sizes) of a plan."""
     plan.order = order
     plan.readable = readable_outs
@@ -280,7 +281,7 @@ def build_plan(plan: Plan, order: List[Tensor], readable_outs: List[Tensor], ass
                     if b.id in pos and (sd == d or b in foreign[si]):
                         k = pos[b.id]
                         last[k] = max(last[k], step[t.id])
-        offsets, size = plan_arena(sizes, first, last, alignments[d])
+        offsets, size = plan_arena(sizes, first, last, alignments[d], lags[d] if lags else 0)
         plan.arena[d] = (ids, offsets, size)
 
     # input slots for foreign bases: per device, per split, per copy

@@ -22,7 +22,8 @@ import numpy as np
 
 from . import _plan, _plugin, _program as P, _trace
 from . import _sched as R
-from . import ops as _ops
+from . import _abi_consts as A, ops as _ops
+from ._alloc import REUSE_LAG
 from .errors import ClosedError, ConfigError, GraphError, NonFiniteError, ShapeError, TypeMismatchError
 from .graph import FLAG_STATE, FLAG_WEIGHT, Graph, Tensor
 
@@ -428,7 +429,8 @@ class Scheduler:
         del probe
         plan = _plan.Plan(self.devices)
         _plan.build_plan(plan, order, readable, assign, self._dev_index,
-                         [int(d.alignment) for d in self.devices], self.n_copies)
+                         [int(d.alignment) for d in self.devices], self.n_copies,
+                         [0 if d.kind == A.DEVICE_CPU else REUSE_LAG for d in self.devices])
         for d in plan.used:                       # arenas: computed bases and inputs
             ids, offsets, size = plan.arena[d]
             plan.peak_bytes[names[d]] = size

@@ -65,6 +65,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "ropest": {"fuse_rope": "1"},
             # plan parameter blocks in host-visible memory (the form before params_dev)
             "phost": {"params_dev": "off"},
+            # dispatches recorded in graph order (the form before reorder)
+            "ord0": {"reorder": "0"},
             # gate, up and their swiglu as one dispatch (mul_mat_vec3g; H200 at 7942149: slower)
             "glu": {"fuse_glu": "1"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
@@ -72,7 +74,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"params_dev": "auto", "fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):

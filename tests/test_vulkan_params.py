@@ -55,3 +55,39 @@ def test_params_same_bytes_either_way():
 def test_params_option_refuses_other_values():
     with pytest.raises(pg.PyggmlError, match="params_dev"):
         pg.get_device(VK).set_option("params_dev", "sometimes")
+
+
+def _chains(n):
+    """Two independent chains of n scales and their sum: in graph order one chain, then the other."""
+    g = pg.Graph()
+    a, b = g.input("x", (4, 64)), g.input("y", (4, 64))
+    for i in range(n):
+        a = pg.scale(a, 1.5, 0.25)
+    for i in range(n):
+        b = pg.scale(b, 0.5, -1.0)
+    return [pg.add(a, b)]
+
+
+@pytest.mark.parametrize("n", [3, 6])
+def test_reorder_shares_stages(n):
+    """reorder=1 records the dispatches stage by stage: the two chains' scales share stages, so the
+    plan needs fewer barriers than graph order (reorder=0: one chain, then the other), and never fewer
+    than n (the chain's depth; the arena's reuse of freed bytes can add some); the same bytes either
+    way, the CPU plugin's."""
+    rng = np.random.default_rng(n)
+    feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32), "y": rng.standard_normal((4, 64)).astype(np.float32)}
+    want = pg.Scheduler(["cpu"]).compute(_chains(n), feeds)[0]
+    got, barriers = {}, {}
+    for reorder in ("1", "0"):
+        with _options_logged({"reorder": reorder}, "plan for graph") as plans:
+            sched = pg.Scheduler([VK])
+            outs = _chains(n)
+            got[reorder] = [sched.compute(outs, feeds)[0] for _ in range(2)]
+            sched.close()
+        assert plans, plans
+        barriers[reorder] = int(plans[-1].split(" dispatches, ")[1].split(" ")[0])
+    assert n <= barriers["1"] < barriers["0"], barriers
+    for r in got.values():
+        for v in r:
+            assert np.array_equal(v, got["1"][0])
+            assert nmse(v, want) <= 1e-12

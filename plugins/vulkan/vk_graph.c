@@ -375,12 +375,6 @@ static int profile_label(const dispatch *dp) {
     return vkp_prof_label(buf);
 }
 
-static int overlaps(const range *set, int n, const range *r) {
-    for (int i = 0; i < n; i++)
-        if (set[i].buf == r->buf && set[i].lo < r->hi && r->lo < set[i].hi) return 1;
-    return 0;
-}
-
 void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (!plan) return;
     pyg_device *d = plan->dev;
@@ -405,11 +399,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     pyg_error *e = NULL;
     int nn = g->n_nodes;
     dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 2, sizeof *dps);
-    range *rd = calloc((size_t)(nn > 0 ? nn : 1) * 8 + 4, sizeof *rd);
-    range *wr = calloc((size_t)(nn > 0 ? nn : 1) * 3 + 1, sizeof *wr);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
-    if (!dps || !rd || !wr || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
+    if (!dps || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
     const uint64_t align = dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
@@ -627,55 +619,98 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             plan->labels = calloc((size_t)nd, sizeof *plan->labels);
             plan->bytes = calloc((size_t)nd, sizeof *plan->bytes);
             if (plan->ops && plan->bytes && plan->labels && d->fn.vkCreateQueryPool(d->dev, &qi, NULL, &plan->qpool) == VK_SUCCESS) {
-                for (int i = 0; i < nd; i++) {
-                    plan->ops[i] = dps[i].op;
-                    plan->labels[i] = profile_label(&dps[i]);
-                    for (int s = 0; s < VKP_NBIND; s++)
-                        if (dps[i].slot[s]) plan->bytes[i] += pyg_tensor_nbytes(dps[i].slot[s]);
-                }
                 d->fn.vkCmdResetQueryPool(plan->cb, plan->qpool, 0, (uint32_t)nd + 1);
                 d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, plan->qpool, 0);
             } else {
                 plan->qpool = VK_NULL_HANDLE;
             }
         }
-        int nrd = 0, nwr = 0;
         if (vkp_validation_active()) {
             plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
             plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
+        /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch
+         * (flash attention's partials, marked written by the split and the merge alike) */
+        const int RPD = VKP_NBIND + 2;
+        range *rg = calloc((size_t)nd * RPD + 1, sizeof *rg);
+        unsigned char *rgw = calloc((size_t)nd * RPD + 1, 1);
+        int *nrg = calloc((size_t)nd + 1, sizeof *nrg), *level = calloc((size_t)nd + 1, sizeof *level);
+        int *order = calloc((size_t)nd + 1, sizeof *order);
+        if (!rg || !rgw || !nrg || !level || !order) {
+            free(rg); free(rgw); free(nrg); free(level); free(order); free(sets);
+            e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
+        }
         for (int i = 0; i < nd; i++) {
-            range myr[4], myw[3]; int nmyr = 0, nmyw = 0;
-            for (int s = 0; s <= VKP_NBIND; s++) {   /* the tensor slots, then a fused add's output */
+            range *my = rg + (size_t)i * RPD; unsigned char *myw = rgw + (size_t)i * RPD;
+            for (int s = 0; s <= VKP_NBIND; s++) {
                 const pyg_tensor *t = s < VKP_NBIND ? dps[i].slot[s] : dps[i].add_out;
                 if (!t) continue;
                 const pyg_buffer *buf = NULL; uint64_t off = 0;
                 vkp_resolve(t, &buf, &off);
-                range rg = { buf, off, off + pyg_tensor_nbytes(t) };
                 int w = s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dps[i].writes_slot3);
-                if (w) myw[nmyw++] = rg; else myr[nmyr++] = rg;
-                if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = rg; }
+                my[nrg[i]] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
+                myw[nrg[i]++] = (unsigned char)w;
+                if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = my[nrg[i] - 1]; }
             }
-            int hazard = 0;
-            for (int k = 0; k < nmyw && !hazard; k++) hazard = overlaps(wr, nwr, &myw[k]) || overlaps(rd, nrd, &myw[k]);
-            for (int k = 0; k < nmyr && !hazard; k++) hazard = overlaps(wr, nwr, &myr[k]);
-            if (hazard && !d->opts.debug_drop_barriers) {
+            if (dps[i].fa_split) {   /* the plan's own scratch: a key no pyg_buffer has */
+                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].scratch_off, dps[i].scratch_off + dps[i].scratch_size };
+                myw[nrg[i]++] = 1;
+            }
+        }
+        /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier
+         * dispatch it conflicts with (reads what that one writes, or writes what it reads or
+         * writes), and the dispatches are recorded stage by stage (graph order within a stage), one
+         * barrier between stages: every conflicting pair keeps its order with a barrier between, and
+         * independent nodes (a layer's q/k/v mat-vecs and ropes, its gate and up) share a stage.
+         * reorder=0: graph order, a barrier before a dispatch that conflicts with one since the last. */
+        int nstage = 0;
+        for (int i = 0; i < nd; i++) {
+            const range *mi = rg + (size_t)i * RPD; const unsigned char *wi = rgw + (size_t)i * RPD;
+            int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
+            for (int j = i - 1; j >= 0; j--) {
+                if (level[j] + 1 <= lv || (!d->opts.reorder && level[j] < floor_lv)) continue;
+                const range *mj = rg + (size_t)j * RPD; const unsigned char *wj = rgw + (size_t)j * RPD;
+                int hit = 0;
+                for (int a = 0; a < nrg[i] && !hit; a++)
+                    for (int b = 0; b < nrg[j] && !hit; b++)
+                        hit = (wi[a] || wj[b]) && mi[a].buf == mj[b].buf && mi[a].lo < mj[b].hi && mj[b].lo < mi[a].hi;
+                if (hit) lv = level[j] + 1;
+            }
+            level[i] = lv > floor_lv ? lv : floor_lv;
+            if (level[i] + 1 > nstage) nstage = level[i] + 1;
+        }
+        {   /* stable counting sort by stage */
+            int *cnt = calloc((size_t)nstage + 2, sizeof *cnt);
+            if (!cnt) { free(rg); free(rgw); free(nrg); free(level); free(order); free(sets);
+                        e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
+            for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;
+            for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
+            for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
+            free(cnt);
+        }
+        for (int k = 0; k < nd; k++) {
+            int i = order[k];
+            if (k > 0 && level[i] != level[order[k - 1]] && !d->opts.debug_drop_barriers) {
                 VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                     .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
                 d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                            0, 1, &mb, 0, NULL, 0, NULL);
                 plan->n_barriers++;
-                nrd = nwr = 0;
             }
-            for (int k = 0; k < nmyr; k++) rd[nrd++] = myr[k];
-            for (int k = 0; k < nmyw; k++) wr[nwr++] = myw[k];
             d->fn.vkCmdBindPipeline(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, dps[i].pipe);
             d->fn.vkCmdBindDescriptorSets(plan->cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &sets[i], 0, NULL);
             d->fn.vkCmdDispatch(plan->cb, dps[i].groups[0], dps[i].groups[1], dps[i].groups[2]);
-            if (plan->qpool)
-                d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, plan->qpool, (uint32_t)i + 1);
+            if (plan->qpool) {   /* the profile's k-th interval is this dispatch */
+                plan->ops[k] = dps[i].op;
+                plan->labels[k] = profile_label(&dps[i]);
+                plan->bytes[k] = 0;
+                for (int s = 0; s < VKP_NBIND; s++)
+                    if (dps[i].slot[s]) plan->bytes[k] += pyg_tensor_nbytes(dps[i].slot[s]);
+                d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, plan->qpool, (uint32_t)k + 1);
+            }
         }
+        free(rg); free(rgw); free(nrg); free(level); free(order);
         vkp_full_barrier(d, plan->cb);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
@@ -683,11 +718,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     }
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
-    free(dps); free(rd); free(wr); free(params);
+    free(dps); free(params);
     *out = plan;
     return NULL;
 fail:
-    free(dps); free(rd); free(wr); free(params);
+    free(dps); free(params);
     vkp_plan_destroy(plan);
     return e;
 }

@@ -370,6 +370,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, fuse_glu, "gate and up mat-vecs (q4_0/q8_0) and their swiglu as one dispatch (default 0)"),
     PYG_OPTION_BOOL(vkp_options, fuse_rope, "a rope and the set_rows of its result into a KV cache as one dispatch (default 0)"),
     PYG_OPTION_CHOICE(vkp_options, norm_wg, k_auto_off_on, "workgroup-per-row norm+mul (auto: off on CPU devices)"),
+    PYG_OPTION_BOOL(vkp_options, reorder, "plans record the dispatches stage by stage, independent ones between the same two barriers (default 1; 0: graph order)"),
     PYG_OPTION_CHOICE(vkp_options, params_dev, k_auto_off_on, "plans' parameter blocks in device-local memory, uploaded once (auto: off on CPU devices; off: host-visible memory)"),
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
