@@ -56,9 +56,12 @@ def test_glu(wdt, m, k, n, rows, outputs):
     assert max(errs) <= 5e-4, errs
 
 
-def test_glu_refused_where_swiglu_lands_on_x():
-    """Nothing reads x after the swiglu, so the allocator puts the swiglu's output on x's bytes: one
-    dispatch would read x in some workgroups after others wrote it there, so the nodes stay apart."""
+def test_glu_refused_where_swiglu_lands_on_x(monkeypatch):
+    """Nothing reads x after the swiglu, so an arena packed tightest (reuse lag 0: what the host CPU
+    gets; other devices wait two steps) puts the swiglu's output on x's bytes: one dispatch would
+    read x in some workgroups after others wrote it there, so the nodes stay apart."""
+    import pyggml.scheduler
+    monkeypatch.setattr(pyggml.scheduler, "REUSE_LAG", 0)
     errs, kernels = _run("q4_0", 64, 512, 1, outputs="swiglu", seed=3)
     assert kernels == [], kernels
     assert max(errs) <= 5e-4, errs
@@ -72,9 +75,10 @@ def test_glu_needs_the_pattern(order, n):
 
 
 def test_glu_model_decode(tmp_path):
-    """A synthetic LLaMA (q8_0; K multiples of 256) decodes to the same logits with fuse_glu=1."""
-    l1, k1 = _model_logits(tmp_path, {"fuse_glu": "1"}, "swiglu '", 5)
-    l0, k0 = _model_logits(tmp_path, {"fuse_glu": "0"}, "swiglu '", 5)
+    """A synthetic LLaMA (q8_0; K multiples of 256) decodes to the same logits with fuse_glu=1 as with
+    the float mat-vec it builds on (matvec=3; the default 6 quantizes activations to int8)."""
+    l1, k1 = _model_logits(tmp_path, {"fuse_glu": "1", "matvec": "3"}, "swiglu '", 5)
+    l0, k0 = _model_logits(tmp_path, {"fuse_glu": "0", "matvec": "3"}, "swiglu '", 5)
     assert k1.count("mul_mat_vec3g") >= 2 and not k0, (k1, k0)   # both layers' decode
     for a, b in zip(l1, l0):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
