@@ -62,7 +62,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # q4_0 with coalesced weight loads through each subgroup's shared memory (mul_mat_vec4), 16 / 8 / 32 rows
             "mv4": {"matvec": "7"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"}, "mv4r32": {"matvec": "7", "matvec_rows": "4"},
             # the k rope and its cache write as one dispatch (rope_store; H200 at 7942149: within 1%)
-            "ropest": {"fuse_rope": "1"},
+            "ropest": {"fuse_rope": "1"}, "rope0": {"fuse_rope": "0"},
             # plan parameter blocks in host-visible memory (the form before params_dev)
             "phost": {"params_dev": "off"},
             # dispatches recorded in graph order (the form before reorder)
@@ -74,7 +74,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "0", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
 
 
 def _set_vk(pg, opts):

@@ -56,6 +56,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_v = 3;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;
+    d->opts.fuse_rope = 1;
     d->opts.fa = VKP_GEMM_AUTO;
 }
 

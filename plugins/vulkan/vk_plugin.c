@@ -163,7 +163,10 @@ static pyg_error *device_open(pyg_device *d) {
     if (nq > 32) nq = 32;
     g_ifn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
     d->queue_family = UINT32_MAX;
-#ifndef VKP_QUEUE_ANY   /* an A/B build (-DVKP_QUEUE_ANY): the first family with compute, graphics or not */
+#ifndef VKP_QUEUE_ANY   /* an A/B build (-DVKP_QUEUE_ANY): the first family with compute, graphics or not;
+                         * on the H200 at a5eb50c no better: tg128 1b q4_0 639 vs 659 t/s, 7b 238 vs 247,
+                         * pp512 7.7k vs 9.9k and 1.5k vs 2.0k, a dependent node no cheaper
+                         * (bench/results/gpu-vulkan-defaults-anyq-h200-20261202T1840/anyq/) */
     for (uint32_t i = 0; i < nq; i++)   /* prefer a compute queue without graphics */
         if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) { d->queue_family = i; break; }
 #endif
@@ -368,7 +371,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(vkp_options, fa_split, k_auto_off_on, "KV-split flash attention (auto: off on CPU devices)"),
     PYG_OPTION_BOOL(vkp_options, fuse, "rms_norm followed by mul as one dispatch (default 1)"),
     PYG_OPTION_BOOL(vkp_options, fuse_glu, "gate and up mat-vecs (q4_0/q8_0) and their swiglu as one dispatch (default 0)"),
-    PYG_OPTION_BOOL(vkp_options, fuse_rope, "a rope and the set_rows of its result into a KV cache as one dispatch (default 0)"),
+    PYG_OPTION_BOOL(vkp_options, fuse_rope, "a rope and the set_rows of its result into a KV cache as one dispatch (default 1)"),
     PYG_OPTION_CHOICE(vkp_options, norm_wg, k_auto_off_on, "workgroup-per-row norm+mul (auto: off on CPU devices)"),
     PYG_OPTION_BOOL(vkp_options, reorder, "plans record the dispatches stage by stage, independent ones between the same two barriers (default 1; 0: graph order)"),
     PYG_OPTION_CHOICE(vkp_options, params_dev, k_auto_off_on, "plans' parameter blocks in device-local memory, uploaded once (auto: off on CPU devices; off: host-visible memory)"),
