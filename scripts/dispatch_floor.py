@@ -11,8 +11,9 @@ of 2048: a reduction) and "matvec"
 so the H200's 50 MB L2 keeps few from one compute to the next, as in a decode). Each compute's
 wall time is the median over --reps after warm-ups; the result is checked against the CPU plugin's.
 Each --vk-sets entry (comma-separated Vulkan device options, or "default") runs the Vulkan devices
-again under those options: debug_drop_barriers=1 shows what the barriers cost (its results race),
-profile=1 adds the GPU time per node from the plans' timestamp queries (gpu_us_per_node). Writes dispatch-floor-<time>.json into --out."""
+again under those options, from the plugin's defaults (vulkan_vs_cuda.DEFAULTS): debug_drop_barriers=1
+shows what the barriers cost (its results race), profile=1 adds the GPU time per node from the
+plans' timestamp queries (gpu_us_per_node). Writes dispatch-floor-<time>.json into --out."""
 import argparse
 import json
 import os
@@ -24,24 +25,19 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import pyggml as pg                                   # noqa: E402
-from pyggml._plugin import drain_log                  # noqa: E402
 from pyggml.conformance.cases import nmse             # noqa: E402
+from vulkan_gemm_sweep import LogLines, profile_lines   # noqa: E402
+from vulkan_vs_cuda import DEFAULTS as VK_DEFAULTS    # noqa: E402
 
 K = 2048
 
 
 def gpu_us_per_compute(dev, sched, out, feeds, reps, log):
     """The plans' timestamp total per compute (device option profile=1), from the profile report."""
-    dev.set_option("profile_report", "1")
-    drain_log()
-    log.lines.clear()
-    for _ in range(reps):
-        sched.compute([out], feeds)
-    dev.set_option("profile_report", "1")
-    drain_log()
-    for line in log.lines:
+    for line in profile_lines(dev, lambda: [sched.compute([out], feeds) for _ in range(reps)], log):
         m = re.search(r"profile gpu: total [0-9.]+ us, ([0-9.]+) us per plan compute", line)
         if m:
             return float(m.group(1))
@@ -67,8 +63,6 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--vk-sets", nargs="+", default=["default"], help="k=v[,k=v] Vulkan option sets, or default")
     a = ap.parse_args(argv)
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from vulkan_gemm_sweep import LogLines
     log = LogLines()
     rng = np.random.default_rng(0)
     n0, n1 = a.lengths
@@ -94,7 +88,8 @@ def main(argv=None):
             label = dev if vs == "default" else f"{dev}[{vs}]"
             try:
                 opts = {} if vs == "default" else dict(kv.split("=", 1) for kv in vs.split(","))
-                for k, v in {**({"params_dev": "auto"} if dev.startswith("vulkan") else {}), **opts}.items():
+                base = {**VK_DEFAULTS, "profile": "0", "debug_drop_barriers": "0"} if dev.startswith("vulkan") else {}
+                for k, v in {**base, **opts}.items():   # each set from the defaults, not from the set before
                     pg.get_device(dev).set_option(k, v)
                 walls, gpus = {}, {}
                 for n, y in graphs.items():
@@ -109,9 +104,8 @@ def main(argv=None):
                 r["us_per_node"] = round((walls[n1] - walls[n0]) / (n1 - n0), 2)
                 if gpus:
                     r["gpu_us_per_node"] = round((gpus[n1] - gpus[n0]) / (n1 - n0), 2)
-                if "profile" in opts or "debug_drop_barriers" in opts:   # leave the device as found
-                    for k in ("profile", "debug_drop_barriers"):
-                        pg.get_device(dev).set_option(k, "0")
+                for k, v in base.items():   # leave the device at its defaults
+                    pg.get_device(dev).set_option(k, v)
             except Exception as e:   # a missing device must not lose the other's figures
                 r["error"] = f"{type(e).__name__}: {e}"[:300]
             doc["results"][f"{kind} {label}"] = r

@@ -68,17 +68,23 @@ def gpu_us(lines):
     return n, us
 
 
+def profile_lines(dev, run, log):
+    """The plugin's profile report (device option profile=1) of what run() does alone: the report
+    of what came before is dropped first."""
+    dev.set_option("profile_report", "1")   # report what came before, start over
+    drain_log()
+    log.lines.clear()
+    run()
+    dev.set_option("profile_report", "1")
+    drain_log()
+    return list(log.lines)
+
+
 def dispatch_times(dev, sched, outputs, feeds, reps, log):
     """GPU us per mul_mat dispatch of each of `reps` computes (the plan's timestamp queries)."""
     times = []
     for _ in range(reps):
-        dev.set_option("profile_report", "1")   # report what came before, start over
-        drain_log()
-        log.lines.clear()
-        sched.compute(outputs, feeds)
-        dev.set_option("profile_report", "1")
-        drain_log()
-        nd, us = gpu_us(log.lines)
+        nd, us = gpu_us(profile_lines(dev, lambda: sched.compute(outputs, feeds), log))
         if nd:
             times.append(us / nd)
     return times

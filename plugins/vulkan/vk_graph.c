@@ -636,9 +636,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         range *rg = calloc((size_t)nd * RPD + 1, sizeof *rg);
         unsigned char *rgw = calloc((size_t)nd * RPD + 1, 1);
         int *nrg = calloc((size_t)nd + 1, sizeof *nrg), *level = calloc((size_t)nd + 1, sizeof *level);
-        int *order = calloc((size_t)nd + 1, sizeof *order);
-        if (!rg || !rgw || !nrg || !level || !order) {
-            free(rg); free(rgw); free(nrg); free(level); free(order); free(sets);
+        int *order = calloc((size_t)nd + 1, sizeof *order), *cnt = calloc((size_t)nd + 2, sizeof *cnt);   /* stages <= nd */
+        if (!rg || !rgw || !nrg || !level || !order || !cnt) {
+            free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
             e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
         }
         for (int i = 0; i < nd; i++) {
@@ -680,15 +680,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             level[i] = lv > floor_lv ? lv : floor_lv;
             if (level[i] + 1 > nstage) nstage = level[i] + 1;
         }
-        {   /* stable counting sort by stage */
-            int *cnt = calloc((size_t)nstage + 2, sizeof *cnt);
-            if (!cnt) { free(rg); free(rgw); free(nrg); free(level); free(order); free(sets);
-                        e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
-            for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;
-            for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
-            for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
-            free(cnt);
-        }
+        for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
+        for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
+        for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
         for (int k = 0; k < nd; k++) {
             int i = order[k];
             if (k > 0 && level[i] != level[order[k - 1]] && !d->opts.debug_drop_barriers) {
@@ -710,7 +704,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, plan->qpool, (uint32_t)k + 1);
             }
         }
-        free(rg); free(rgw); free(nrg); free(level); free(order);
+        free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
         vkp_full_barrier(d, plan->cb);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
