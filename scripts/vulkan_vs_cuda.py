@@ -69,12 +69,16 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "ord0": {"reorder": "0"},
             # gate, up and their swiglu as one dispatch (mul_mat_vec3g; H200 at 7942149: slower)
             "glu": {"fuse_glu": "1"},
+            # the barrier between stages: buffer barriers on what the previous stage wrote, the
+            # synchronization2 barrier with storage accesses only, an execution dependency alone
+            # (measurement only: no memory dependency)
+            "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2", "barrier": "memory"}
 
 
 def _set_vk(pg, opts):

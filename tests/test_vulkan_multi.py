@@ -432,22 +432,32 @@ def test_dropped_scheduler_sync_is_caught(policy):
 
 
 @pytest.mark.skipif(not VALIDATING, reason="runs inside test_suite_under_validation_layer")
-def test_dropped_barrier_is_caught_by_sync_validation():
+@pytest.mark.parametrize("key,value,hazard", [("debug_drop_barriers", "1", True), ("barrier", "debug_exec", True),
+                                              ("barrier", "buffer", False), ("barrier", "sync2", False)])
+def test_dropped_barrier_is_caught_by_sync_validation(key, value, hazard):
     """The device-side counterpart: plans recorded without their compute barriers
-    (debug_drop_barriers=1) give read-after-write hazards that synchronization validation reports;
-    with barriers (only where a dependency exists) the same graph is clean."""
+    (debug_drop_barriers=1), or with execution dependencies that carry no memory dependency
+    (barrier=debug_exec), give read-after-write hazards that synchronization validation reports;
+    with the default barriers (only where a dependency exists), the buffer barriers or the
+    synchronization2 ones the same graph is clean."""
     y, feeds = _three_inputs()
     dev = pg.get_device(VK)
     ok = pg.Scheduler([VK], sync="events")
     ok.compute(y, feeds)
     ok.close()
     assert _validation_errors() == ""
-    dev.set_option("debug_drop_barriers", "1")
+    try:
+        dev.set_option(key, value)
+    except pg.PyggmlError as e:   # sync2 on a device without VK_KHR_synchronization2
+        pytest.skip(str(e))
     try:
         bad = pg.Scheduler([VK], sync="events")
         bad.compute(y, feeds)
         bad.close()
     finally:
-        dev.set_option("debug_drop_barriers", "0")
+        dev.set_option(key, "0" if key == "debug_drop_barriers" else "memory")
     report = _validation_errors()
-    assert "SYNC-HAZARD-READ-AFTER-WRITE" in report, report
+    if hazard:
+        assert "SYNC-HAZARD-READ-AFTER-WRITE" in report, report
+    else:
+        assert report == "", report

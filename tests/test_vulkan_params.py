@@ -91,3 +91,36 @@ def test_reorder_shares_stages(n):
         for v in r:
             assert np.array_equal(v, got["1"][0])
             assert nmse(v, want) <= 1e-12
+
+
+@pytest.mark.parametrize("kind", ["memory", "buffer", "sync2"])
+def test_barrier_kinds_same_bytes(kind):
+    """barrier=buffer (buffer barriers on what the previous stage wrote) and barrier=sync2 (storage
+    accesses only) order the stages as the default global barrier does: the same bytes, the CPU
+    plugin's within rounding, as many barriers. A value the device cannot honour is refused."""
+    dev = pg.get_device(VK)
+    n = 4
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32), "y": rng.standard_normal((4, 64)).astype(np.float32)}
+    want = pg.Scheduler(["cpu"]).compute(_chains(n), feeds)[0]
+    got = {}
+    for k in ("memory", kind):
+        try:
+            with _options_logged({"barrier": k}, "plan for graph") as plans:
+                sched = pg.Scheduler([VK])
+                outs = _chains(n)
+                got[k] = ([sched.compute(outs, feeds)[0] for _ in range(2)], )
+                sched.close()
+        except pg.PyggmlError as e:
+            assert k == "sync2" and "VK_KHR_synchronization2" in str(e), e
+            pytest.skip(str(e))
+        got[k] += (plans[-1].split(" dispatches, ")[1],)
+    assert got[kind][1] == got["memory"][1]
+    for v in got[kind][0]:
+        assert np.array_equal(v, got["memory"][0][0])
+        assert nmse(v, want) <= 1e-12
+
+
+def test_barrier_option_refuses_other_values():
+    with pytest.raises(pg.PyggmlError, match="barrier"):
+        pg.get_device(VK).set_option("barrier", "fence")

@@ -35,6 +35,7 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     if (enum_ext(d->phys, NULL, &n, ext) != VK_SUCCESS) n = 0;
     int nv_cm = has_ext(ext, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     int int_dot = has_ext(ext, n, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    int sync2 = has_ext(ext, n, VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME);
     free(ext);
     if (int_dot) {
         VkPhysicalDeviceShaderIntegerDotProductFeatures idf = {
@@ -48,6 +49,19 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
             *pnext = &en->idot;
             en->exts[en->n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
             d->int_dot = 1;
+        }
+    }
+    d->sync2 = 0;
+    if (sync2) {   /* option barrier=sync2: stage barriers that name storage accesses only */
+        VkPhysicalDeviceSynchronization2FeaturesKHR sf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SYNCHRONIZATION_2_FEATURES_KHR };
+        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &sf };
+        feat2(d->phys, &fi);
+        if (sf.synchronization2) {
+            en->sync2 = (VkPhysicalDeviceSynchronization2FeaturesKHR){
+                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SYNCHRONIZATION_2_FEATURES_KHR, .pNext = *pnext, .synchronization2 = VK_TRUE };
+            *pnext = &en->sync2;
+            en->exts[en->n_exts++] = VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME;
+            d->sync2 = 1;
         }
     }
     if (!nv_cm) {

@@ -78,6 +78,7 @@ typedef struct vkp_options {
     int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
     int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
+    int64_t barrier;                /* VKP_BARRIER_*: how plans order one stage after the next (vk_graph.c) */
     /* kernel choices (vk_options.c) */
     int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp, 3: mul_mat_vec3.comp for q4_0/q8_0 */
     int64_t matvec_rows;            /* rows per subgroup of mul_mat_vec2: 1 << this (choice 1, 2, 4; default 2) */
@@ -90,6 +91,10 @@ typedef struct vkp_options {
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
 } vkp_options;
 #define VKP_AUTO 0
+/* option barrier: a global memory barrier (default), buffer barriers on what the previous stage
+ * wrote, a synchronization2 memory barrier naming storage accesses only, or (measurement only: not
+ * a memory dependency, sync validation flags it) an execution dependency alone */
+enum { VKP_BARRIER_MEMORY, VKP_BARRIER_BUFFER, VKP_BARRIER_SYNC2, VKP_BARRIER_DEBUG_EXEC };
 #define VKP_OFF 1
 #define VKP_ON 2
 
@@ -119,6 +124,8 @@ struct pyg_device {
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
     int float16;                    /* shaderFloat16 enabled */
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
+    int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
+    PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
     int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv4_broken, cm_broken, fa_cm_broken, fa_dec_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
@@ -284,6 +291,7 @@ pyg_error *vkp_prof_report(void);
 typedef struct vkp_caps_enable {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot;
+    VkPhysicalDeviceSynchronization2FeaturesKHR sync2;
     const char *exts[4]; uint32_t n_exts;
 } vkp_caps_enable;
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext);

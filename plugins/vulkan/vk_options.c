@@ -65,5 +65,8 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
         return vkp_err(PYG_ERR_UNSUPPORTED, "%s=coopmat: %s has no usable VK_NV_cooperative_matrix (a subgroup "
                        "16x16x16 f16*f16+f32 shape, shaderFloat16, vulkanMemoryModel); 'auto' uses the %s kernel here",
                        key, d->props.deviceName, key[0] == 'f' ? "scalar" : "tiled");
+    if (strcmp(key, "barrier") == 0 && strcmp(value, "sync2") == 0 && !d->sync2)
+        return vkp_err(PYG_ERR_UNSUPPORTED, "barrier=sync2: %s has no VK_KHR_synchronization2; 'memory' works everywhere",
+                       d->props.deviceName);
     return NULL;
 }

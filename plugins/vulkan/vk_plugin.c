@@ -198,7 +198,7 @@ static pyg_error *device_open(pyg_device *d) {
     if (r != VK_SUCCESS && en.n_exts) {   /* the optional features are what failed: without them */
         vkp_log(PYG_LOG_WARN, "%s: vkCreateDevice with the optional extensions failed (VkResult %d); retrying without",
                 d->props.deviceName, (int)r);
-        d->coopmat = d->float16 = d->int_dot = 0;
+        d->coopmat = d->float16 = d->int_dot = d->sync2 = 0;
         e12.pNext = NULL;
         e12.shaderFloat16 = e12.vulkanMemoryModel = e12.vulkanMemoryModelDeviceScope = VK_FALSE;
         di.enabledExtensionCount = 0;
@@ -212,6 +212,8 @@ static pyg_error *device_open(pyg_device *d) {
     VKP_DEVICE_FUNCS(VKP_LOAD_DEV)
 #undef VKP_LOAD_DEV
     d->fn.vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
+    d->barrier2 = d->sync2 ? (PFN_vkCmdPipelineBarrier2KHR)g_ifn.vkGetDeviceProcAddr(d->dev, "vkCmdPipelineBarrier2KHR") : NULL;
+    if (!d->barrier2) d->sync2 = 0;
     d->timestamps = qf[d->queue_family].timestampValidBits > 0 && d->props.limits.timestampPeriod > 0;
     d->ts_period = d->props.limits.timestampPeriod;
     pthread_mutex_init(&d->queue_lock, NULL);
@@ -362,6 +364,7 @@ static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << in
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
 static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
+static const char *const k_barrier[] = { "memory", "buffer", "sync2", "debug_exec", NULL };   /* VKP_BARRIER_* */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -378,6 +381,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
+    PYG_OPTION_CHOICE(vkp_options, barrier, k_barrier, "the barrier between two stages of a plan: memory (default: one global memory barrier), buffer (buffer barriers on what the previous stage wrote), sync2 (VK_KHR_synchronization2, storage accesses only; where the device has it), debug_exec (measurement only: an execution dependency without the memory dependency)"),
     PYG_OPTION_INT(vkp_options, matvec, 1, 7, "decode mat-vec: 7 mul_mat_vec4 (q4_0 with coalesced weight loads, rows back to back, K <= 16384; else as 6), 6 mul_mat_vec3w (mul_mat_vec3i with the whole row staged once, K <= 16384; else as 5; default), 5 mul_mat_vec3i (mul_mat_vec3 on int8 activations with the integer dot product, where the device has it; else as 3), 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2, 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2); mul_mat_vec3 takes 8 times as many per workgroup"),
     PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (scalar until GPUs confirm the coopmat kernel), scalar, coopmat, cm_emulated (tests)"),
