@@ -9,28 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "vk_internal.h"
+#include "vk_plan.h"
 
 /* elementwise shader specializations */
 enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
 
 /* ---------------------------------------------------------------- plans */
 
-typedef struct range { const pyg_buffer *buf; uint64_t lo, hi; } range;
-
-typedef struct dispatch {
-    VkPipeline pipe;
-    uint32_t groups[3];
-    const pyg_tensor *slot[VKP_NBIND];
-    int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
-    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
-    uint32_t out6_word;             /* its description's first extra word (0: 2) */
-    int op;
-    int shader; uint32_t spec0;     /* what runs it (profile labels) */
-    uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
-    uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
-    uint64_t fa_fold;               /* flash_attn_dec (merge folded in): bytes of its row counters (0: none) */
-} dispatch;
 
 struct pyg_graph_plan {
     pyg_device *dev;
@@ -63,7 +48,7 @@ int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
     return 0;
 }
 
-static void fold_groups(uint64_t total, uint32_t g[3]) {
+void vkp_fold_groups(uint64_t total, uint32_t g[3]) {
     if (total == 0) total = 1;
     g[0] = total < 65535 ? (uint32_t)total : 65535;
     uint64_t rest = (total + g[0] - 1) / g[0];
@@ -86,138 +71,20 @@ uint32_t vkp_rows_per_wg(const pyg_device *d) {
 
 /* An auto/off/on option: auto is on except on CPU devices (lavapipe), where more workgroups or
  * wider kernels only add overhead. */
-static int auto_on(const pyg_device *d, int64_t opt) {
+int vkp_auto_on(const pyg_device *d, int64_t opt) {
     return opt == VKP_AUTO ? d->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU : opt == VKP_ON;
 }
 
-static uint64_t dev_align(const pyg_device *d) {   /* where a binding may start */
+uint64_t vkp_dev_align(const pyg_device *d) {   /* where a binding may start */
     return d->props.limits.minStorageBufferOffsetAlignment ? d->props.limits.minStorageBufferOffsetAlignment : 16;
 }
 
 /* KV-split flash attention (option fa_split). */
-static int fa_split_on(const pyg_device *d) { return auto_on(d, d->opts.fa_split); }
+static int fa_split_on(const pyg_device *d) { return vkp_auto_on(d, d->opts.fa_split); }
 
-/* rms_norm followed by a mul of its result (x_norm * w, w broadcast): one dispatch that writes
- * both nodes (every node is still written, R9), one barrier stage less per layer norm in
- * decode. Needs the subgroup row kernel. The option fuse=0 turns fusion off. */
-static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw);
-static int fusable(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *m) {
-    if (!d->opts.fuse) return 0;
-    if (!d->subgroup_arith || n->op != PYG_OP_RMS_NORM || !m || m->op != PYG_OP_MUL) return 0;
-    if (m->src[0] != n || m->src[1] == n || !vkp_same_shape(m, n)) return 0;
-    const pyg_tensor *rd[2] = { n->src[0], m->src[1] }, *wr[2] = { n, m };
-    return vkp_supports_op((pyg_device *)d, m) && fused_ranges_ok(rd, 2, wr, 2);
-}
-
-/* The workgroup-per-row variant (norm_mul_wg.comp), option norm_wg. */
-static int norm_wg_on(const pyg_device *d) { return auto_on(d, d->opts.norm_wg); }
-
-/* The fused norm's shader: the subgroup-per-row kernel, or where norm_wg is on the register kernel
- * (norm_v=2, rows up to 8192 = 256 invocations x 8 groups of 4: NV in norm_mul_reg.comp) or the
- * earlier workgroup kernel. */
-static int norm_shader(const pyg_device *d, const pyg_tensor *n, int add) {
-    if (!norm_wg_on(d)) return add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL;
-    if (d->opts.norm_v == 2 && n->ne[0] <= 8192) return add ? VKP_SH_NORM_MUL_REG_ADD : VKP_SH_NORM_MUL_REG;
-    return add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG;
-}
-
-/* norm_mul_reg.comp's vec4 path (extra word 1): every tensor of the dispatch f32 with unit stride,
- * its rows 16-byte aligned (binding starts are: align), the weight row as wide as the norm's, and
- * the row a whole number of vec4s. Reads the parameter block as filled (slots, the add's extras). */
-static uint32_t norm_vec4_ok(const uint32_t *p, int add, uint64_t align) {
-    static const int slots[4] = { 0, 1, 3, VKP_SLOT_DST };
-    if (align % 16 || p[4] % 4 || p[16 + 4] != p[4]) return 0;
-    for (int i = 0; i < 5; i++) {
-        int s = i < 4 ? slots[i] : 2;
-        if (i == 4 && !add) break;
-        const uint32_t *t = &p[16 * s];
-        if (t[1] != PYG_TYPE_F32 || t[0] % 16 || t[8] != 4 || t[9] % 16 || t[10] % 16 || t[11] % 16) return 0;
-    }
-    if (add) {   /* the add's output: offset, type, nb[0..3] in the extras 2..7 */
-        const uint32_t *a = &p[96];
-        if (a[2] % 16 || a[3] != PYG_TYPE_F32 || a[4] != 4 || a[5] % 16 || a[6] % 16 || a[7] % 16) return 0;
-    }
-    return 1;
-}
-
-static void build_fused_norm_mul(pyg_device *d, const pyg_tensor *n, const pyg_tensor *m, dispatch *dp, uint32_t *p) {
-    memset(dp->slot, 0, sizeof dp->slot);
-    dp->slot[0] = n->src[0];
-    dp->slot[1] = m->src[1];
-    dp->slot[3] = n;
-    dp->slot[VKP_SLOT_DST] = m;
-    dp->writes_slot3 = 1;
-    memcpy(&p[80], n->op_params, sizeof n->op_params);
-    p[96] = (uint32_t)pyg_tensor_nrows(n->src[0]);
-    uint32_t rpw = norm_wg_on(d) ? 1 : vkp_rows_per_wg(d);
-    fold_groups((p[96] + rpw - 1) / rpw, dp->groups);
-}
-
-/* An add whose result the next node rms-normalizes (fused as above): the residual add of a layer
- * joins that dispatch too (norm_add.glsl), one more barrier stage less per layer norm. Same shapes
- * (no broadcast); the same switch as the norm fusion. */
-static int add_fusable(const pyg_device *d, const pyg_tensor *a, const pyg_tensor *n, const pyg_tensor *m) {
-    if (a->op != PYG_OP_ADD || !a->src[1] || !n || n->src[0] != a || !fusable(d, n, m)) return 0;
-    if (!vkp_same_shape(a, a->src[0]) || !vkp_same_shape(a, a->src[1]) || m->src[1] == a) return 0;
-    const pyg_tensor *rd[3] = { a->src[0], a->src[1], m->src[1] }, *wr[3] = { a, n, m };
-    return vkp_supports_op((pyg_device *)d, a) && fused_ranges_ok(rd, 3, wr, 3);
-}
-
-/* A fused dispatch runs its nodes element by element, not one after another: the allocator may have
- * put a later node's output over an earlier node's input (its lifetime ended there), which is safe
- * only where the two are the same elements in the same layout (each element is read, then written,
- * by one invocation). Any other overlap between what the dispatch writes and what it reads or
- * writes elsewhere (a shifted reuse reaching another row) keeps the nodes apart. */
-static int same_bytes(const pyg_tensor *a, const pyg_tensor *b, const pyg_buffer *ba, uint64_t oa, const pyg_buffer *bb, uint64_t ob) {
-    if (ba != bb || oa != ob || a->type != b->type) return 0;
-    for (int i = 0; i < PYG_MAX_DIMS; i++) if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
-    return 1;
-}
-
-static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor *const *wr, int nw) {
-    for (int i = 0; i < nw; i++) {
-        const pyg_buffer *bw; uint64_t ow;
-        if (!vkp_resolve(wr[i], &bw, &ow)) return 0;
-        uint64_t ew = ow + pyg_tensor_nbytes(wr[i]);
-        for (int j = 0; j < nr + nw; j++) {
-            const pyg_tensor *o = j < nr ? rd[j] : wr[j - nr];
-            if (o == wr[i]) continue;
-            const pyg_buffer *bo; uint64_t oo;
-            if (!vkp_resolve(o, &bo, &oo)) return 0;
-            if (bo == bw && oo < ew && ow < oo + pyg_tensor_nbytes(o) && !same_bytes(wr[i], o, bw, ow, bo, oo)) return 0;
-        }
-    }
-    return 1;
-}
-
-/* the next compute node after index i (NULL at the end) */
-static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
-    for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
-        if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
-    return NULL;
-}
-
-/* a = mul_mat(W_a, x), b = mul_mat(W_b, x), swiglu(a, b) as one mul_mat_vec3g dispatch (fuse_glu):
- * slots W_a, x, W_b, a (written), the swiglu; b at binding 6 */
-static int glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
-    uint32_t spec[2]; uint64_t work;
-    if (!sw || !vkp_glu_setup(d, a, b, sw, spec, &work)) return 0;
-    const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
-    if (!fused_ranges_ok(rd, 3, wr, 3)) return 0;
-    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec3g", a->name, b->name, sw->name);
-    memset(dp->slot, 0, sizeof dp->slot);
-    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
-    dp->writes_slot3 = 1;
-    dp->add_out = b;
-    dp->shader = VKP_SH_MUL_MAT_VEC3G;
-    dp->spec0 = spec[0];
-    p[96] = (uint32_t)work;
-    fold_groups(work, dp->groups);
-    return 1;
-}
 
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
-static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
+pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     int shader = -1;
     uint32_t spec = 0, spec1 = 1;
@@ -324,7 +191,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
                 ex[2] = (uint32_t)ns;
                 ex[3] = (uint32_t)len;
                 work = rows * ns;
-                if (vkp_fa_dec_setup(d, n, rows, ns, dev_align(d), &shader, sp, ex, &dp->scratch_size)) {
+                if (vkp_fa_dec_setup(d, n, rows, ns, vkp_dev_align(d), &shader, sp, ex, &dp->scratch_size)) {
                     spec = sp[0]; spec1 = sp[1];
                     dp->fa_fold = rows * 4;   /* no merge pass; counters zeroed before each run */
                 }
@@ -336,7 +203,7 @@ static pyg_error *build(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32
     default:
         return vkp_err(PYG_ERR_UNSUPPORTED, "op %s not implemented", pyg_op_name(n->op));
     }
-    fold_groups(work, dp->groups);
+    vkp_fold_groups(work, dp->groups);
     uint32_t specs[2] = { spec, spec1 };
     dp->shader = shader;
     dp->spec0 = spec;
@@ -351,7 +218,7 @@ static int profile_label(const dispatch *dp) {
     const pyg_type_traits *tr;
     switch (dp->shader) {
     case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
-    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4:
+    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4: case VKP_SH_MUL_MAT_VEC3S:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8 & 255);
         break;
@@ -456,7 +323,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
-    const uint64_t align = dev_align(d);
+    const uint64_t align = vkp_dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
     params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
@@ -465,6 +332,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
     uint64_t scratch_total = 0;
+    int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
         if (!n) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph node %d is NULL", i); goto fail; }
@@ -474,40 +342,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        const pyg_tensor *next = next_compute(g, i);
-        const pyg_tensor *next2 = NULL;
-        for (int j = i + 1; next && j < nn; j++) if (g->nodes[j] == next) { next2 = next_compute(g, j); break; }
-        const pyg_tensor *add = NULL;
-        if (add_fusable(d, n, next, next2)) { add = n; n = next; next = next2; }
-        if (add || fusable(d, n, next)) {
-            build_fused_norm_mul(d, n, next, &dps[nd], p);
-            uint32_t specs[2] = { 0, vkp_rows_per_wg(d) };
-            dps[nd].shader = norm_shader(d, n, add != NULL);
-            if (add) {   /* x = add's operands; the add's output at binding 6, described in the extras */
-                dps[nd].slot[0] = add->src[0];
-                dps[nd].slot[2] = add->src[1];
-                dps[nd].add_out = add;
-            }
-            if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) goto fail;
-            while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
-        } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
-            if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) goto fail;
-            while (g->nodes[i] != next2) i++;
-        } else if (vkp_rope_store_fusable(d, n, next)) {   /* rope + its result's cache write (vk_rope_store.c) */
-            uint32_t specs[2] = { 0, 1 };
-            if ((e = build(d, n, &dps[nd], p))) goto fail;
-            dps[nd].slot[3] = next->src[2];
-            dps[nd].slot[4] = next;   /* the set_rows node: its cache's bytes */
-            dps[nd].add_out = n;      /* the rope's own result at binding 6, extras 8.. */
-            dps[nd].out6_word = 8;
-            dps[nd].shader = VKP_SH_ROPE_STORE;
-            if ((e = vkp_get_pipeline(d, VKP_SH_ROPE_STORE, specs, &dps[nd].pipe))) goto fail;
-            vkp_log(PYG_LOG_DEBUG, "rope '%s' + set_rows '%s': rope_store", n->name, next->name);
-            while (g->nodes[i] != next) i++;
-        } else if ((e = build(d, n, &dps[nd], p))) {
-            goto fail;
-        }
-        dps[nd].op = n->op;
+        if ((e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src))) goto fail;
         for (int s = 0; s < VKP_NBIND; s++) {
             const pyg_tensor *t = dps[nd].slot[s];
             if (!t) continue;
@@ -528,7 +363,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
-            p[96 + 1] = norm_vec4_ok(p, dps[nd].add_out != NULL, align);
+            p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
+        if ((dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD) && p[96 + 1])
+            norm_src = nd;   /* mat-vecs reading its result may recompute it (vk_fuse.c) */
         if (dps[nd].writes_slot3 && dps[nd].op == PYG_OP_RMS_NORM)   /* which kernel (tests read it) */
             vkp_log(PYG_LOG_DEBUG, "rms_norm '%s' (fused%s): %s%s", dps[nd].slot[3]->name, dps[nd].add_out ? " with add" : "",
                     vkp_shader_name(dps[nd].shader), dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD
@@ -544,7 +381,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             memcpy(pc, p, (size_t)pstride);
             uint32_t rows = p[96] / a->fa_split;
             pc[96] = rows;
-            fold_groups(rows, c->groups);
+            vkp_fold_groups(rows, c->groups);
             uint32_t specs[2] = { 2, 1 };
             c->spec0 = 2;
             c->shader = VKP_SH_FLASH_ATTN;   /* (both builds' partials merge in flash_attn.comp) */
@@ -563,7 +400,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
      * dependent read of it a trip over the bus), else one host-visible buffer */
     {
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
-        if (auto_on(d, d->opts.params_dev)) {
+        if (vkp_auto_on(d, d->opts.params_dev)) {
             if ((e = vkp_api_buffer_alloc(d, psize, 0, &plan->pobj))) goto fail;
             plan->pbuf = plan->pobj->buf;
             if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail;

@@ -46,7 +46,7 @@ enum {
     VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU,
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
-    VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -72,6 +72,8 @@ typedef struct vkp_options {
     int64_t fuse;                   /* rms_norm + mul as one dispatch */
     int64_t fuse_glu;               /* gate and up mat-vecs and their swiglu as one dispatch (mul_mat_vec3g) */
     int64_t fuse_rope;              /* rope + the set_rows of its result into a cache as one dispatch (vk_rope_store.c) */
+    int64_t fuse_swiglu;            /* a swiglu and the mat-vec that reads it as one dispatch (mul_mat_vec3s) */
+    int64_t fuse_norm_mv;           /* mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */
     int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */
     int64_t reorder;                /* plans record independent dispatches stage by stage, one barrier between stages */
     int64_t params_dev;             /* plans' parameter blocks in device-local memory (auto: off on CPU devices) */
@@ -126,7 +128,7 @@ struct pyg_device {
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv4_broken, cm_broken, fa_cm_broken, fa_dec_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, cm_broken, fa_cm_broken, fa_dec_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
@@ -313,6 +315,9 @@ int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2
 int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size);
 void vkp_fa_log(const pyg_tensor *n, int shader);
+int vkp_norm_mv_setup(pyg_device *d, const pyg_tensor *mm, const pyg_tensor *x, const pyg_tensor *r, const pyg_tensor *w,
+                      uint32_t spec[2], uint64_t *work);
+int vkp_swiglu_mv_setup(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work);
 int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw,
                   uint32_t spec[2], uint64_t *work);   /* fuse_glu (vk_matmul.c) */
 int vkp_rope_store_fusable(pyg_device *d, const pyg_tensor *x, const pyg_tensor *s);   /* fuse_rope (vk_rope_store.c) */   /* the kernel a FLASH_ATTN_EXT node got (debug log) */

@@ -135,7 +135,7 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
     uint64_t shared = 128u / rw * 1024u + 512u, K = (uint64_t)s0->ne[0], wu = K / 256u;
-    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC4) {   /* the whole row as int8 */
+    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC4) {   /* the whole row as int8 */
         if (K > 16384 || !d->int_dot) return 0;
         shared = 64u * 256u + 64u * 8u * 8u + 512u;   /* 64 units and their per-block (d, sum) */
     }
@@ -152,6 +152,41 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     spec[1] = sp[1];
     *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
     return 1;
+}
+
+/* fuse_swiglu=1 (with matvec >= 6): sw = swiglu(a, b) and y = mul_mat(W, sw) (a model's feed-forward
+ * down projection in decode) as one mul_mat_vec3s dispatch: mul_mat_vec3w reading silu(a) * b as
+ * its activations (the same float operations as the elementwise swiglu, so the same bytes), the
+ * workgroups of the first row group writing sw too. a, b and sw f32 of one shape with unit element
+ * stride, a and b in mul_mat_vec3's activation layout, W in its weight layout, N <= 4. The caller
+ * checks that what the dispatch writes (sw, y) overlaps nothing it reads or writes elsewhere. */
+int vkp_swiglu_mv_setup(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work) {
+    if (!d->opts.fuse_swiglu || d->opts.matvec < 6 || !d->int_dot || !mm || mm->op != PYG_OP_MUL_MAT) return 0;
+    if (sw->op != PYG_OP_SWIGLU || !sw->src[1] || mm->src[1] != sw || mm->src[0] == sw) return 0;
+    const pyg_tensor *a = sw->src[0], *b = sw->src[1];
+    if (sw->type != PYG_TYPE_F32 || sw->nb[0] != 4 || sw->ne[1] > 4) return 0;
+    for (int i = 0; i < 4; i++) if (a->ne[i] != sw->ne[i] || b->ne[i] != sw->ne[i]) return 0;
+    uint64_t o0 = 0;
+    if (!mv_layout_ok(d, mm->src[0], a, &o0) || !mv_layout_ok(d, mm->src[0], b, &o0)) return 0;
+    if (!vkp_supports_op(d, sw) || !vkp_supports_op(d, mm)) return 0;
+    return mv3_plan(d, mm, VKP_SH_MUL_MAT_VEC3S, &d->mv3s_broken, spec, work);
+}
+
+/* fuse_norm_mv=1 (with matvec >= 6): y = mul_mat(W, m) where m = rms_norm(x [+ r]) * w is a fused
+ * norm dispatch's result (norm_mul_reg.comp's vec4 path: the caller checks) as mul_mat_vec3n, which
+ * recomputes m's column from x, r and w instead of reading it: x, r and m f32 of one shape in
+ * mul_mat_vec3's activation layout, w one f32 row of K, K <= 8192 (that kernel's rows), N <= 4. */
+int vkp_norm_mv_setup(pyg_device *d, const pyg_tensor *mm, const pyg_tensor *x, const pyg_tensor *r, const pyg_tensor *w,
+                      uint32_t spec[2], uint64_t *work) {
+    if (!d->opts.fuse_norm_mv || d->opts.matvec < 6 || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
+    const pyg_tensor *m = mm->src[1], *W = mm->src[0];
+    if (m->ne[0] > 8192 || m->ne[1] > 4 || d->subgroup_size < 2 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
+    for (int i = 0; i < 4; i++) if (x->ne[i] != m->ne[i] || (r && r->ne[i] != m->ne[i])) return 0;
+    if (w->type != PYG_TYPE_F32 || w->ne[0] != m->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1) return 0;
+    uint64_t o0 = 0;
+    if (!mv_layout_ok(d, W, x, &o0) || (r && !mv_layout_ok(d, W, r, &o0)) || !mv_layout_ok(d, W, w, &o0)) return 0;
+    if (!vkp_supports_op(d, mm)) return 0;
+    return mv3_plan(d, mm, VKP_SH_MUL_MAT_VEC3N, &d->mv3n_broken, spec, work);
 }
 
 /* fuse_glu=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and

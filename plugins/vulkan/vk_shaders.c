@@ -107,6 +107,12 @@ VKP_SPV(mul_mat_vec3i)
 VKP_SPV(mul_mat_vec3w)
 #include "mul_mat_vec3w.spv.h"
 ;
+VKP_SPV(mul_mat_vec3s)
+#include "mul_mat_vec3s.spv.h"
+;
+VKP_SPV(mul_mat_vec3n)
+#include "mul_mat_vec3n.spv.h"
+;
 VKP_SPV(mul_mat_vec4)
 #include "mul_mat_vec4.spv.h"
 ;
@@ -173,6 +179,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC3I, mul_mat_vec3i)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3W, mul_mat_vec3w)
     VKP_CASE(VKP_SH_MUL_MAT_VEC4, mul_mat_vec4)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3S, mul_mat_vec3s)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3N, mul_mat_vec3n)
     VKP_CASE(VKP_SH_MUL_MAT_CM4, mul_mat_cm4)
     VKP_CASE(VKP_SH_MUL_MAT_CM4_EMU, mul_mat_cm4_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
@@ -207,7 +215,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_VEC3P] = "mul_mat_vec3p", [VKP_SH_ROPE_STORE] = "rope_store",
         [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g", [VKP_SH_MUL_MAT_VEC3I] = "mul_mat_vec3i",
         [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4",
-        [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
+        [VKP_SH_MUL_MAT_VEC3S] = "mul_mat_vec3s", [VKP_SH_MUL_MAT_VEC3N] = "mul_mat_vec3n", [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

@@ -18,7 +18,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm2_128_emu.spv.h $(VK_BUILD)/flash_attn_cm_emu.spv.h $(VK_BUILD)/norm_mul_add.spv.h $(VK_BUILD)/norm_mul_wg_add.spv.h \
             $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
             $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h $(VK_BUILD)/mul_mat_vec3p.spv.h \
-            $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h \
+            $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
             $(VK_BUILD)/mul_mat_cm4_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
@@ -54,6 +54,10 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec3p,mul_mat_vec3.comp,-DMV_PIPE))
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3i,mul_mat_vec3.comp,-DMV_INT8))
 # the same with the whole activation row staged once and no barrier in the loop (option matvec=6)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3w,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE))
+# the same reading silu(gate) * up as its activations, the product written too (option fuse_swiglu)
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec3s,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_SWIGLU))
+# the same recomputing a fused norm's result from its inputs (option fuse_norm_mv)
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec3n,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_NORM))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
 # rope.comp writing its result's cache rows too (option fuse_rope=1)

@@ -27,6 +27,14 @@
 // one barrier each invocation walks its units with the next unit's weights in flight while it dots
 // the current one: no barrier in the loop (H200 at f4414cd: 7b q4_0 decode mat-vecs 2965 us per
 // token against mul_mat_vec3i's 3141, so the chunk barriers were not what held them back).
+// Built with MV_INT8, MV_WHOLE and MV_SWIGLU (mul_mat_vec3s, option fuse_swiglu): the activations
+// are silu(gate) * up (slots 1 and 2, f32 rows of one shape), computed while the row is quantized;
+// the workgroups of the first row group also write the product (binding 6, extras 2..7: offset,
+// type, nb): a swiglu and the down projection reading it in one dispatch, one barrier stage less.
+// Built with MV_INT8, MV_WHOLE and MV_NORM (mul_mat_vec3n, option fuse_norm_mv): the activations are
+// rms_norm(x [+ r]) * w recomputed from the norm's inputs (slots 1, 2, 3), the scale summed as
+// norm_mul_reg.comp sums it: the mat-vecs that read a fused norm's result run beside that norm
+// dispatch (which still writes every node), not after it -- one barrier stage less per layer norm.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifdef MV_INT8
@@ -45,6 +53,65 @@ layout(std430, binding = 2) readonly buffer S2q { uvec4 s2q[]; };
 layout(std430, binding = 3) buffer O3 { uint o3[]; };
 layout(std430, binding = 6) buffer O6 { uint o6[]; };
 shared float red_b[128];
+#endif
+
+#ifdef MV_SWIGLU   // activations silu(gate) * up: gate at slot 1, up at slot 2; the product at binding 6
+layout(std430, binding = 2) readonly buffer S2v { vec4 s2v[]; };
+layout(std430, binding = 6) buffer O6 { float o6[]; };
+uint g_up;      // vec4 index of up's row minus gate's (mod 2^32)
+uint g_out;     // byte offset of the product's column in binding 6
+bool g_write;   // this workgroup writes the product (the first row group)
+vec4 mv_act(uint blk, uint k, uint v) {
+    vec4 g = s1v[v], u = s2v[v + g_up];
+    vec4 r = vec4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z, silu(g.w) * u.w);
+    if (g_write) {
+        uint e = 32u * blk + 4u * k;
+        [[unroll]] for (uint c = 0u; c < 4u; c++) o6[(g_out + (e + c) * ex_u(4u)) >> 2] = r[c];
+    }
+    return r;
+}
+#define MV_ACT 1
+#endif
+
+#ifdef MV_NORM   // activations rms_norm(x [+ r]) * w: x at slot 1, r at slot 2 (extra word 1: present), w at slot 3
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(std430, binding = 2) readonly buffer S2v { vec4 s2v[]; };
+layout(std430, binding = 3) readonly buffer S3v { vec4 s3v[]; };
+shared float red_n[64];   // the sums of the 256 invocations' subgroups norm_mul_reg.comp would have
+uint g_r, g_w;            // vec4 index of r's row and of w minus x's row (mod 2^32)
+float g_sc;               // the row's 1 / rms
+bool g_add;
+vec4 mv_act(uint blk, uint k, uint v) {
+    vec4 h = s1v[v];
+    if (g_add) h += s2v[v + g_r];
+    return (h * g_sc) * s3v[v + g_w];
+}
+// 1 / sqrt(mean(h^2) + eps) of the row at vec4 index yb as norm_mul_reg.comp's vec4 path sums it
+// (the host fuses only behind that kernel): its 256 invocations are this workgroup's 128 twice,
+// invocation t standing for t and t + 128, so each partial sum, each subgroup sum and their total
+// are the same operations on the same values -- the same bytes as the norm dispatch's output.
+float norm_scale(uint yb, uint K) {
+    uint t = gl_LocalInvocationIndex;
+    float p[2];
+    [[unroll]] for (uint hv = 0u; hv < 2u; hv++) {
+        float s2 = 0.0;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            uint q = t + 128u * hv + 256u * j;
+            if (4u * q >= K) continue;
+            vec4 h = s1v[yb + q];
+            if (g_add) h += s2v[yb + g_r + q];
+            s2 += dot(h, h);
+        }
+        p[hv] = subgroupAdd(s2);
+    }
+    if (subgroupElect()) { red_n[gl_SubgroupID] = p[0]; red_n[gl_SubgroupID + gl_NumSubgroups] = p[1]; }
+    barrier();
+    float tot = 0.0;
+    for (uint s = gl_SubgroupInvocationID; s < 2u * gl_NumSubgroups; s += gl_SubgroupSize) tot += red_n[s];
+    tot = subgroupAdd(tot);
+    return 1.0 / sqrt(tot / float(K) + op_f(0u));
+}
+#define MV_ACT 1
 #endif
 
 #if defined(MV_INT8) && defined(MV_WHOLE)
@@ -135,6 +202,17 @@ void main() {
     float acc_b = 0.0;
 #endif
     uint yb = t_row(1u, n, i12, i13) >> 4;
+#ifdef MV_SWIGLU
+    g_up = (t_row(2u, n, i12, i13) >> 4) - yb;
+    g_out = ex_u(2u) + n * ex_u(5u) + i12 * ex_u(6u) + i13 * ex_u(7u);
+    g_write = m0 == 0u;
+#endif
+#ifdef MV_NORM
+    g_add = ex_u(1u) != 0u;
+    g_r = g_add ? (t_row(2u, n, i12, i13) >> 4) - yb : 0u;
+    g_w = (t_row(3u, 0u, 0u, 0u) >> 4) - yb;
+    g_sc = norm_scale(yb, K);
+#endif
     uint nunits = K >> 8;
     float acc = 0.0;
     uvec4 wv[17];

@@ -33,12 +33,17 @@ float dot_unit_i8(uvec4 wv[17], uint uc) {
     return acc;
 }
 
-// block i (32 floats from vec4 index v0) of the chunk quantized into yq8 / yqd
+// block i (32 floats from vec4 index v0) of the chunk quantized into yq8 / yqd (an includer defining
+// MV_ACT supplies the activations: vec4 mv_act(block, k, vec4 index))
 void quant_block(uint i, uint v0) {
     vec4 x[8];
     float amax = 0.0;
     [[unroll]] for (uint k = 0u; k < 8u; k++) {
+#ifdef MV_ACT
+        x[k] = mv_act(i, k, v0 + k);
+#else
         x[k] = s1v[v0 + k];
+#endif
         vec4 a = abs(x[k]);
         amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }

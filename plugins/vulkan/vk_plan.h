@@ -1,0 +1,38 @@
+/* plugins/vulkan/vk_plan.h — what a plan is made of while it is built (vk_graph.c) and the node
+ * fusions that decide its dispatches (vk_fuse.c). Internal to the plugin. */
+#ifndef VK_PLAN_H
+#define VK_PLAN_H
+#include "vk_internal.h"
+
+/* bytes [lo, hi) of one buffer a dispatch reads or writes (buf: a pyg_buffer, or the plan itself for
+ * its scratch) */
+typedef struct range { const pyg_buffer *buf; uint64_t lo, hi; } range;
+
+typedef struct dispatch {
+    VkPipeline pipe;
+    uint32_t groups[3];
+    const pyg_tensor *slot[VKP_NBIND];
+    int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
+    const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
+    uint32_t out6_word;             /* its description's first extra word (0: 2) */
+    int op;
+    int shader; uint32_t spec0;     /* what runs it (profile labels) */
+    uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
+    uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
+    uint64_t fa_fold;               /* flash_attn_dec (merge folded in): bytes of its row counters (0: none) */
+} dispatch;
+
+/* helpers of vk_graph.c */
+void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */
+int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option: auto is on except on CPU devices */
+uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may start */
+/* the parameter block and dispatch of one node (the caller checked supports_op) */
+pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p);
+
+/* vk_fuse.c: dispatch dps[nd] for graph node *ip and the nodes fused into it (*ip moves to the
+ * last of them; dps[nd].op names the op profiles count it under). norm_src: the last earlier
+ * dispatch that is a fused norm mat-vecs may recompute (fuse_norm_mv), or -1. */
+pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src);
+/* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
+uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
+#endif
