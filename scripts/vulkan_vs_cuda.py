@@ -76,6 +76,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "sw0": {"fuse_swiglu": "0"},
             # mat-vecs that read a layer norm's result after it, not recomputing it beside it (before mul_mat_vec3n)
             "nm0": {"fuse_norm_mv": "0"}, "fz0": {"fuse_norm_mv": "0", "fuse_swiglu": "0"},
+            # both of those off and the arena reusing bytes two steps after their last use (the form before them)
+            "lag2": {"fuse_norm_mv": "0", "fuse_swiglu": "0", "arena_lag": "2"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -86,8 +88,14 @@ DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": 
 
 
 def _set_vk(pg, opts):
+    """Device options from the defaults; the key "arena_lag" sets the scheduler's arena reuse lag
+    (pyggml/_alloc.py REUSE_LAG) instead, for schedulers made afterwards."""
+    import pyggml._alloc
+    import pyggml.scheduler
     dev = pg.get_device("vulkan:0")
-    for k, v in {**DEFAULTS, **opts}.items():
+    opts = {**DEFAULTS, **opts}
+    pyggml.scheduler.REUSE_LAG = int(opts.pop("arena_lag", pyggml._alloc.REUSE_LAG))
+    for k, v in opts.items():
         dev.set_option(k, v)
 
 

@@ -1,11 +1,12 @@
 """fuse_norm_mv=1 (the default, with matvec >= 6): a mat-vec that reads a fused norm's result
 m = rms_norm(x [+ r]) * w (a layer's q/k/v or gate/up projection) recomputes m's column from x, r and
 w (mul_mat_vec3.comp's MV_INT8 MV_WHOLE MV_NORM build, mul_mat_vec3n) instead of reading it, so it
-runs beside the norm dispatch -- which still writes every node -- not one barrier stage after it. The
-scale is summed as norm_mul_reg.comp sums it (the fusion is made only behind that kernel's vec4 path,
-norm_wg on: GPUs by default, forced here on lavapipe), so the results are the bytes of the unfused
-plan; against float64 numpy too. Where the arena reused the norm's inputs before the mat-vec runs,
-or the pattern does not hold, the mat-vec reads m as before."""
+runs beside the norm dispatch -- which still writes every node -- not one barrier stage after it. It
+quantizes (x + r) * w and scales its dot by 1 / rms (int8 blocks are scale-free), so its results are
+the unfused plan's to rounding (NMSE <= 1e-10; the int8 activations' own error is ~3e-5 against
+float64 numpy, checked too). The fusion is made behind norm_mul_reg.comp's vec4 path (norm_wg on: GPUs
+by default, forced here on lavapipe). Where the arena reused the norm's inputs before the mat-vec
+runs, or the pattern does not hold, the mat-vec reads m as before."""
 import numpy as np
 import pytest
 
@@ -56,8 +57,9 @@ def test_norm_mv(wdt, m, k, n, add):
         assert nmse(gv, wv) <= tol, nmse(gv, wv)
     ref, _, k0 = _run(wdt, m, k, n, add, {"fuse_norm_mv": "0"}, seed=m + k + n + add)
     assert "mul_mat_vec3n" not in k0, k0
-    for a, b in zip(got, ref):   # the unfused plan's bytes
-        assert np.array_equal(a, b)
+    for a, b in zip(got, ref):   # the unfused plan's results to rounding (lavapipe: NMSE ~1e-14)
+        assert nmse(a, b) <= 1e-10, nmse(a, b)
+    assert np.array_equal(got[2], ref[2])   # the norm dispatch's own output
 
 
 @pytest.mark.parametrize("options,k,n", [({"matvec": "3"}, 512, 1), ({}, 8448, 1), ({}, 512, 8), ({"norm_wg": "off"}, 512, 1)])
@@ -83,22 +85,23 @@ def test_norm_mv_shares_the_norms_stage():
 
 def test_norm_mv_refused_where_the_arena_reused_the_inputs(tmp_path, monkeypatch):
     """Packed tightest (reuse lag 0) the arena puts later nodes' outputs on a norm's dead inputs
-    before every projection has run: those projections read m (fewer fusions), the logits the same."""
+    before every projection has run: those projections read m (fewer fusions), the logits the same
+    to rounding."""
     import pyggml.scheduler
     l1, k1 = _model_logits(tmp_path, {"norm_wg": "on"}, "mul_mat '", 8)
     monkeypatch.setattr(pyggml.scheduler, "REUSE_LAG", 0)
     l0, k0 = _model_logits(tmp_path, {"norm_wg": "on"}, "mul_mat '", 8)
     assert 0 < k0.count("mul_mat_vec3n") < k1.count("mul_mat_vec3n"), (k0, k1)
     for a, b in zip(l1, l0):
-        assert np.array_equal(np.asarray(a), np.asarray(b))
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, nmse(np.asarray(a), np.asarray(b))
 
 
 def test_norm_mv_model_decode(tmp_path):
-    """A synthetic LLaMA (q8_0): the same logits with fuse_norm_mv=1 as without; fused in the 4-token
+    """A synthetic LLaMA (q8_0): the logits of fuse_norm_mv=1 are those without to rounding; fused in the 4-token
     prefill and in decode: five projections per layer that read a norm (two layers) and the output
     projection behind the final norm, 11 per plan."""
     l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 9)
     l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "0"}, "mul_mat '", 9)
     assert k1.count("mul_mat_vec3n") == 22 and "mul_mat_vec3n" not in k0, (k1, k0)
     for a, b in zip(l1, l0):
-        assert np.array_equal(np.asarray(a), np.asarray(b))
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, nmse(np.asarray(a), np.asarray(b))

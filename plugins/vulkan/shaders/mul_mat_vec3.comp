@@ -29,12 +29,17 @@
 // token against mul_mat_vec3i's 3141, so the chunk barriers were not what held them back).
 // Built with MV_INT8, MV_WHOLE and MV_SWIGLU (mul_mat_vec3s, option fuse_swiglu): the activations
 // are silu(gate) * up (slots 1 and 2, f32 rows of one shape), computed while the row is quantized;
-// the workgroups of the first row group also write the product (binding 6, extras 2..7: offset,
-// type, nb): a swiglu and the down projection reading it in one dispatch, one barrier stage less.
+// the row groups share the writing of the product (binding 6, extras 2..7: offset, type, nb), block
+// b by group b mod groups (one group writing all of it made that group the dispatch's tail: H200
+// at ce97664, 20 us per dispatch): a swiglu and the down projection reading it in one dispatch.
 // Built with MV_INT8, MV_WHOLE and MV_NORM (mul_mat_vec3n, option fuse_norm_mv): the activations are
-// rms_norm(x [+ r]) * w recomputed from the norm's inputs (slots 1, 2, 3), the scale summed as
-// norm_mul_reg.comp sums it: the mat-vecs that read a fused norm's result run beside that norm
-// dispatch (which still writes every node), not after it -- one barrier stage less per layer norm.
+// rms_norm(x [+ r]) * w recomputed from the norm's inputs (slots 1, 2, 3) in the one staging pass:
+// (x + r) * w is quantized (per-block int8 is scale-free) while the sum of squares accumulates, and
+// 1 / rms scales each invocation's dot. The mat-vecs that read a fused norm's result run beside
+// that norm dispatch (which still writes every node), not after it: one barrier stage less per
+// layer norm. (A first build summed the scale as norm_mul_reg.comp does, in a pass of its own
+// before the quantization, for bit-equal results: on the H200 at ce97664 that pass cost more than
+// the barrier it saved, tg128 7b q4_0 200 against 228 t/s.)
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifdef MV_INT8
@@ -60,11 +65,11 @@ layout(std430, binding = 2) readonly buffer S2v { vec4 s2v[]; };
 layout(std430, binding = 6) buffer O6 { float o6[]; };
 uint g_up;      // vec4 index of up's row minus gate's (mod 2^32)
 uint g_out;     // byte offset of the product's column in binding 6
-bool g_write;   // this workgroup writes the product (the first row group)
+uint g_grp, g_ngrp;   // this workgroup's row group, of how many: it writes the product's blocks g_grp mod g_ngrp
 vec4 mv_act(uint blk, uint k, uint v) {
     vec4 g = s1v[v], u = s2v[v + g_up];
     vec4 r = vec4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z, silu(g.w) * u.w);
-    if (g_write) {
+    if (blk % g_ngrp == g_grp) {
         uint e = 32u * blk + 4u * k;
         [[unroll]] for (uint c = 0u; c < 4u; c++) o6[(g_out + (e + c) * ex_u(4u)) >> 2] = r[c];
     }
@@ -77,39 +82,17 @@ vec4 mv_act(uint blk, uint k, uint v) {
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(std430, binding = 2) readonly buffer S2v { vec4 s2v[]; };
 layout(std430, binding = 3) readonly buffer S3v { vec4 s3v[]; };
-shared float red_n[64];   // the sums of the 256 invocations' subgroups norm_mul_reg.comp would have
+shared float red_n[128];  // per subgroup: its invocations' sums of squares
 uint g_r, g_w;            // vec4 index of r's row and of w minus x's row (mod 2^32)
-float g_sc;               // the row's 1 / rms
+float g_ss;               // this invocation's share of sum(h^2)
 bool g_add;
+// (x + r) * w, quantized as it is: int8 quantization per block is scale-free, so the row's 1 / rms
+// multiplies the finished dot product instead, and its sum of squares is taken in the same pass
 vec4 mv_act(uint blk, uint k, uint v) {
     vec4 h = s1v[v];
     if (g_add) h += s2v[v + g_r];
-    return (h * g_sc) * s3v[v + g_w];
-}
-// 1 / sqrt(mean(h^2) + eps) of the row at vec4 index yb as norm_mul_reg.comp's vec4 path sums it
-// (the host fuses only behind that kernel): its 256 invocations are this workgroup's 128 twice,
-// invocation t standing for t and t + 128, so each partial sum, each subgroup sum and their total
-// are the same operations on the same values -- the same bytes as the norm dispatch's output.
-float norm_scale(uint yb, uint K) {
-    uint t = gl_LocalInvocationIndex;
-    float p[2];
-    [[unroll]] for (uint hv = 0u; hv < 2u; hv++) {
-        float s2 = 0.0;
-        [[unroll]] for (uint j = 0u; j < 8u; j++) {
-            uint q = t + 128u * hv + 256u * j;
-            if (4u * q >= K) continue;
-            vec4 h = s1v[yb + q];
-            if (g_add) h += s2v[yb + g_r + q];
-            s2 += dot(h, h);
-        }
-        p[hv] = subgroupAdd(s2);
-    }
-    if (subgroupElect()) { red_n[gl_SubgroupID] = p[0]; red_n[gl_SubgroupID + gl_NumSubgroups] = p[1]; }
-    barrier();
-    float tot = 0.0;
-    for (uint s = gl_SubgroupInvocationID; s < 2u * gl_NumSubgroups; s += gl_SubgroupSize) tot += red_n[s];
-    tot = subgroupAdd(tot);
-    return 1.0 / sqrt(tot / float(K) + op_f(0u));
+    g_ss += dot(h, h);
+    return h * s3v[v + g_w];
 }
 #define MV_ACT 1
 #endif
@@ -205,13 +188,14 @@ void main() {
 #ifdef MV_SWIGLU
     g_up = (t_row(2u, n, i12, i13) >> 4) - yb;
     g_out = ex_u(2u) + n * ex_u(5u) + i12 * ex_u(6u) + i13 * ex_u(7u);
-    g_write = m0 == 0u;
+    g_grp = m0 / RW;
+    g_ngrp = MG;
 #endif
 #ifdef MV_NORM
     g_add = ex_u(1u) != 0u;
     g_r = g_add ? (t_row(2u, n, i12, i13) >> 4) - yb : 0u;
     g_w = (t_row(3u, 0u, 0u, 0u) >> 4) - yb;
-    g_sc = norm_scale(yb, K);
+    g_ss = 0.0;
 #endif
     uint nunits = K >> 8;
     float acc = 0.0;
@@ -219,6 +203,10 @@ void main() {
 #ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
     load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
     for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
+#ifdef MV_NORM
+    float ss = subgroupAdd(g_ss);
+    if (subgroupElect()) red_n[gl_SubgroupID] = ss;
+#endif
     barrier();
     uvec4 wn[17];
     for (uint u = uc; u < nunits; u += 2u * UC) {   // two units in flight: one dotted, one loading
@@ -267,6 +255,11 @@ void main() {
 #endif
     }
 #endif   // MV_WHOLE
+#ifdef MV_NORM   // the row's 1 / rms: the subgroups' sums, each invocation adding them in one order
+    float tot = 0.0;
+    for (uint s = 0u; s < gl_NumSubgroups; s++) tot += red_n[s];
+    acc *= 1.0 / sqrt(tot / float(K) + op_f(0u));
+#endif
     red[t] = acc;
 #ifdef MV_GLU
     red_b[t] = acc_b;
