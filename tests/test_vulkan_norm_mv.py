@@ -1,4 +1,4 @@
-"""fuse_norm_mv=1 (the default, with matvec >= 6): a mat-vec that reads a fused norm's result
+"""fuse_norm_mv=1 (with matvec >= 6; off by default: slower on the H200 at 94b8fd9): a mat-vec that reads a fused norm's result
 m = rms_norm(x [+ r]) * w (a layer's q/k/v or gate/up projection) recomputes m's column from x, r and
 w (mul_mat_vec3.comp's MV_INT8 MV_WHOLE MV_NORM build, mul_mat_vec3n) instead of reading it, so it
 runs beside the norm dispatch -- which still writes every node -- not one barrier stage after it. It
@@ -40,7 +40,7 @@ def _graph(wdt, m, k, n, add, seed):
 
 def _run(wdt, m, k, n, add, options, seed=0):
     outs, feeds, w64, gv = _graph(wdt, m, k, n, add, seed)
-    with _options_logged({"norm_wg": "on", **options}, "mul_mat '") as kernels:
+    with _options_logged({"norm_wg": "on", "fuse_norm_mv": "1", **options}, "mul_mat '") as kernels:
         got = pg.Scheduler([VK], poison=True).compute(outs, feeds)
     h = feeds["x"].astype(np.float64) + (feeds["r"].astype(np.float64) if add else 0.0)
     m64 = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + EPS) * gv
@@ -62,10 +62,12 @@ def test_norm_mv(wdt, m, k, n, add):
     assert np.array_equal(got[2], ref[2])   # the norm dispatch's own output
 
 
-@pytest.mark.parametrize("options,k,n", [({"matvec": "3"}, 512, 1), ({}, 8448, 1), ({}, 512, 8), ({"norm_wg": "off"}, 512, 1)])
+@pytest.mark.parametrize("options,k,n", [({"matvec": "3"}, 512, 1), ({}, 8448, 1), ({}, 512, 8), ({"norm_wg": "off"}, 512, 1),
+                                         ({"fuse_norm_mv": "0"}, 512, 1)])
 def test_norm_mv_needs_the_pattern(options, k, n):
     """The float mat-vec, a row wider than the register norm kernel's 8192, a prefill (N > 4), the
-    subgroup-per-row norm kernel (lavapipe's default): the mat-vecs read m, still right."""
+    subgroup-per-row norm kernel (lavapipe's default), the option off (its default): the mat-vecs
+    read m, still right."""
     got, want, kernels = _run("q8_0", 48, k, n, True, options, seed=k + n)
     assert "mul_mat_vec3n" not in kernels, kernels
     assert nmse(got[0], want[0]) <= 5e-4
@@ -88,9 +90,9 @@ def test_norm_mv_refused_where_the_arena_reused_the_inputs(tmp_path, monkeypatch
     before every projection has run: those projections read m (fewer fusions), the logits the same
     to rounding."""
     import pyggml.scheduler
-    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on"}, "mul_mat '", 8)
+    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 8)
     monkeypatch.setattr(pyggml.scheduler, "REUSE_LAG", 0)
-    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on"}, "mul_mat '", 8)
+    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 8)
     assert 0 < k0.count("mul_mat_vec3n") < k1.count("mul_mat_vec3n"), (k0, k1)
     for a, b in zip(l1, l0):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, nmse(np.asarray(a), np.asarray(b))

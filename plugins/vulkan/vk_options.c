@@ -57,8 +57,6 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.norm_v = 2;
     d->opts.reorder = 1;
     d->opts.fuse_rope = 1;
-    d->opts.fuse_swiglu = 1;
-    d->opts.fuse_norm_mv = 1;
     d->opts.fa = VKP_GEMM_AUTO;
 }
 
