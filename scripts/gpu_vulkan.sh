@@ -124,6 +124,8 @@ doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "gpu-vulkan", "gpu"
        "vulkan_plugin_commit": "$SO_COMMIT", "command": "bash scripts/gpu_vulkan.sh", "seconds": $(( $(date +%s) - T_START )),
        "pytest_rc": "$TEST_RC", "pytest_summary": """$TEST_SUMMARY""", "profile_rc": "$PROF_RC", "bench_rc": "$BENCH_RC",
        "vulkan_device": open("$WORK/vulkan_device.txt").read()[-3000:]}
+import os
+doc["knobs"] = {k: v for k, v in os.environ.items() if k.startswith("GPU_VK_") or k == "GPU_CHECK_COMMIT"}   # what the command ran under
 for f in sorted(glob.glob("$WORK/vulkan-vs-cuda-bench-*.json")):
     doc["bench"] = {r["model"]: {k: v for k, v in r.items() if k != "model"} for r in json.load(open(f))["rows"]}
     doc["bench_file"] = f.rsplit("/", 1)[1]

@@ -75,10 +75,10 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the swiglu and the down projection apart (the form before mul_mat_vec3s)
             "sw0": {"fuse_swiglu": "0"},
             # mat-vecs that read a layer norm's result after it, not recomputing it beside it (before mul_mat_vec3n)
-            "nm0": {"fuse_norm_mv": "0", "fuse_swiglu": "1"}, "fz0": {"fuse_norm_mv": "0", "fuse_swiglu": "0"},
-            "nm1": {"fuse_norm_mv": "1"}, "sw1": {"fuse_swiglu": "1"}, "fz1": {"fuse_norm_mv": "1", "fuse_swiglu": "1"},
+            "nm0": {"fuse_norm_mv": "off", "fuse_swiglu": "1"}, "fz0": {"fuse_norm_mv": "off", "fuse_swiglu": "0"},
+            "nm1": {"fuse_norm_mv": "on"}, "sw1": {"fuse_swiglu": "1"}, "fz1": {"fuse_norm_mv": "on", "fuse_swiglu": "1"},
             # the same with 32 rows per mat-vec workgroup (half the workgroups, each staging the activation row)
-            "fz1r32": {"fuse_norm_mv": "1", "fuse_swiglu": "1", "matvec_rows": "4"}, "fz0r32": {"matvec_rows": "4"},
+            "fz1r32": {"fuse_norm_mv": "on", "fuse_swiglu": "1", "matvec_rows": "4"}, "fz0r32": {"matvec_rows": "4"},
             # the arena reusing bytes two steps after their last use (the form before fuse_norm_mv)
             "lag2": {"arena_lag": "2"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"},
@@ -87,7 +87,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
             "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "0"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto"}
 
 
 def _set_vk(pg, opts):

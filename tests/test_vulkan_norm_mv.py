@@ -1,4 +1,5 @@
-"""fuse_norm_mv=1 (with matvec >= 6; off by default: slower on the H200 at 94b8fd9): a mat-vec that reads a fused norm's result
+"""fuse_norm_mv=on (with matvec >= 6; auto, the default, where the row is at most 2048 wide: H200 at
+38f1ca1 tg128 1b q4_0 701 against 673 t/s, 7b, rows of 4096, 237 against 253): a mat-vec that reads a fused norm's result
 m = rms_norm(x [+ r]) * w (a layer's q/k/v or gate/up projection) recomputes m's column from x, r and
 w (mul_mat_vec3.comp's MV_INT8 MV_WHOLE MV_NORM build, mul_mat_vec3n) instead of reading it, so it
 runs beside the norm dispatch -- which still writes every node -- not one barrier stage after it. It
@@ -40,7 +41,7 @@ def _graph(wdt, m, k, n, add, seed):
 
 def _run(wdt, m, k, n, add, options, seed=0):
     outs, feeds, w64, gv = _graph(wdt, m, k, n, add, seed)
-    with _options_logged({"norm_wg": "on", "fuse_norm_mv": "1", **options}, "mul_mat '") as kernels:
+    with _options_logged({"norm_wg": "on", "fuse_norm_mv": "on", **options}, "mul_mat '") as kernels:
         got = pg.Scheduler([VK], poison=True).compute(outs, feeds)
     h = feeds["x"].astype(np.float64) + (feeds["r"].astype(np.float64) if add else 0.0)
     m64 = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + EPS) * gv
@@ -55,7 +56,7 @@ def test_norm_mv(wdt, m, k, n, add):
     assert kernels == ["mul_mat_vec3n"] * 2, kernels
     for gv, wv, tol in zip(got, want, (5e-4, 5e-4, 1e-10)):
         assert nmse(gv, wv) <= tol, nmse(gv, wv)
-    ref, _, k0 = _run(wdt, m, k, n, add, {"fuse_norm_mv": "0"}, seed=m + k + n + add)
+    ref, _, k0 = _run(wdt, m, k, n, add, {"fuse_norm_mv": "off"}, seed=m + k + n + add)
     assert "mul_mat_vec3n" not in k0, k0
     for a, b in zip(got, ref):   # the unfused plan's results to rounding (lavapipe: NMSE ~1e-14)
         assert nmse(a, b) <= 1e-10, nmse(a, b)
@@ -63,11 +64,11 @@ def test_norm_mv(wdt, m, k, n, add):
 
 
 @pytest.mark.parametrize("options,k,n", [({"matvec": "3"}, 512, 1), ({}, 8448, 1), ({}, 512, 8), ({"norm_wg": "off"}, 512, 1),
-                                         ({"fuse_norm_mv": "0"}, 512, 1)])
+                                         ({"fuse_norm_mv": "off"}, 512, 1)])
 def test_norm_mv_needs_the_pattern(options, k, n):
     """The float mat-vec, a row wider than the register norm kernel's 8192, a prefill (N > 4), the
-    subgroup-per-row norm kernel (lavapipe's default), the option off (its default): the mat-vecs
-    read m, still right."""
+    subgroup-per-row norm kernel (lavapipe's default), the option off: the mat-vecs read m, still
+    right."""
     got, want, kernels = _run("q8_0", 48, k, n, True, options, seed=k + n)
     assert "mul_mat_vec3n" not in kernels, kernels
     assert nmse(got[0], want[0]) <= 5e-4
@@ -77,12 +78,12 @@ def test_norm_mv_shares_the_norms_stage():
     """With the fusion the norm and both mat-vecs are one barrier stage: no barrier in the plan of
     norm -> two mat-vecs (the unfused plan has one)."""
     bars = {}
-    for f in ("1", "0"):
+    for f in ("on", "off"):
         outs, feeds, _, _ = _graph("q4_0", 64, 512, 1, True, 3)
         with _options_logged({"norm_wg": "on", "fuse_norm_mv": f}, "plan for graph") as plans:
             pg.Scheduler([VK]).compute(outs[:2], feeds)
         bars[f] = int(plans[-1].split(" dispatches, ")[1].split(" ")[0])
-    assert bars == {"1": 0, "0": 1}, bars
+    assert bars == {"on": 0, "off": 1}, bars
 
 
 def test_norm_mv_refused_where_the_arena_reused_the_inputs(tmp_path, monkeypatch):
@@ -90,9 +91,9 @@ def test_norm_mv_refused_where_the_arena_reused_the_inputs(tmp_path, monkeypatch
     before every projection has run: those projections read m (fewer fusions), the logits the same
     to rounding."""
     import pyggml.scheduler
-    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 8)
+    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "on"}, "mul_mat '", 8)
     monkeypatch.setattr(pyggml.scheduler, "REUSE_LAG", 0)
-    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 8)
+    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "on"}, "mul_mat '", 8)
     assert 0 < k0.count("mul_mat_vec3n") < k1.count("mul_mat_vec3n"), (k0, k1)
     for a, b in zip(l1, l0):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, nmse(np.asarray(a), np.asarray(b))
@@ -102,8 +103,17 @@ def test_norm_mv_model_decode(tmp_path):
     """A synthetic LLaMA (q8_0): the logits of fuse_norm_mv=1 are those without to rounding; fused in the 4-token
     prefill and in decode: five projections per layer that read a norm (two layers) and the output
     projection behind the final norm, 11 per plan."""
-    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "1"}, "mul_mat '", 9)
-    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "0"}, "mul_mat '", 9)
+    l1, k1 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "on"}, "mul_mat '", 9)
+    l0, k0 = _model_logits(tmp_path, {"norm_wg": "on", "fuse_norm_mv": "off"}, "mul_mat '", 9)
     assert k1.count("mul_mat_vec3n") == 22 and "mul_mat_vec3n" not in k0, (k1, k0)
     for a, b in zip(l1, l0):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, nmse(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("k,fused", [(2048, True), (4096, False)])
+def test_norm_mv_auto_by_row_width(k, fused):
+    """auto (the default) fuses rows up to 2048 wide: every workgroup stages x, r and w, which on the
+    H200 cost more than the barrier saved at 4096 (7b) and less at 2048 (1b)."""
+    got, want, kernels = _run("q4_0", 64, k, 1, True, {"fuse_norm_mv": "auto"}, seed=k)
+    assert kernels == (["mul_mat_vec3n"] * 2 if fused else ["mul_mat_vec3w"] * 2), kernels
+    assert nmse(got[0], want[0]) <= 5e-4

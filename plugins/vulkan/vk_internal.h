@@ -73,7 +73,7 @@ typedef struct vkp_options {
     int64_t fuse_glu;               /* gate and up mat-vecs and their swiglu as one dispatch (mul_mat_vec3g) */
     int64_t fuse_rope;              /* rope + the set_rows of its result into a cache as one dispatch (vk_rope_store.c) */
     int64_t fuse_swiglu;            /* a swiglu and the mat-vec that reads it as one dispatch (mul_mat_vec3s) */
-    int64_t fuse_norm_mv;           /* mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */
+    int64_t fuse_norm_mv;           /* auto/off/on: mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */
     int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */
     int64_t reorder;                /* plans record independent dispatches stage by stage, one barrier between stages */
     int64_t params_dev;             /* plans' parameter blocks in device-local memory (auto: off on CPU devices) */

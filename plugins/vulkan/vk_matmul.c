@@ -175,11 +175,13 @@ int vkp_swiglu_mv_setup(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *m
 /* fuse_norm_mv=1 (with matvec >= 6): y = mul_mat(W, m) where m = rms_norm(x [+ r]) * w is a fused
  * norm dispatch's result (norm_mul_reg.comp's vec4 path: the caller checks) as mul_mat_vec3n, which
  * recomputes m's column from x, r and w instead of reading it: x, r and m f32 of one shape in
- * mul_mat_vec3's activation layout, w one f32 row of K, K <= 8192 (that kernel's rows), N <= 4. */
+ * mul_mat_vec3's activation layout, w one f32 row of K, K <= 8192 (that kernel's rows), N <= 4.
+ * auto: K <= 2048 (every workgroup stages x, r and w: wider rows cost more than the barrier saved). */
 int vkp_norm_mv_setup(pyg_device *d, const pyg_tensor *mm, const pyg_tensor *x, const pyg_tensor *r, const pyg_tensor *w,
                       uint32_t spec[2], uint64_t *work) {
-    if (!d->opts.fuse_norm_mv || d->opts.matvec < 6 || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
+    if (d->opts.fuse_norm_mv == VKP_OFF || d->opts.matvec < 6 || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
     const pyg_tensor *m = mm->src[1], *W = mm->src[0];
+    if (d->opts.fuse_norm_mv == VKP_AUTO && m->ne[0] > 2048) return 0;   /* H200 at 38f1ca1: 7b (4096) 237 vs 253 t/s, 1b (2048) 701 vs 673 */
     if (m->ne[0] > 8192 || m->ne[1] > 4 || d->subgroup_size < 2 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
     for (int i = 0; i < 4; i++) if (x->ne[i] != m->ne[i] || (r && r->ne[i] != m->ne[i])) return 0;
     if (w->type != PYG_TYPE_F32 || w->ne[0] != m->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1) return 0;

@@ -375,7 +375,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, fuse, "rms_norm followed by mul as one dispatch (default 1)"),
     PYG_OPTION_BOOL(vkp_options, fuse_glu, "gate and up mat-vecs (q4_0/q8_0) and their swiglu as one dispatch (default 0)"),
     PYG_OPTION_BOOL(vkp_options, fuse_swiglu, "a swiglu and the q4_0/q8_0 mat-vec that reads it (a feed-forward down projection) as one dispatch, mul_mat_vec3s (default 0: slower on the H200; with matvec >= 6)"),
-    PYG_OPTION_BOOL(vkp_options, fuse_norm_mv, "the q4_0/q8_0 mat-vecs reading a fused norm (its rms_norm*w, after an add or not) recompute it from its inputs, mul_mat_vec3n, and run beside it, not after it (default 0: slower on the H200; with matvec >= 6, behind the register norm kernel)"),
+    PYG_OPTION_CHOICE(vkp_options, fuse_norm_mv, k_auto_off_on, "the q4_0/q8_0 mat-vecs reading a fused norm (its rms_norm*w, after an add or not) recompute it from its inputs, mul_mat_vec3n, and run beside it, not after it: auto (default) where the row is at most 2048 wide (H200: faster there, slower at 4096), on, off; with matvec >= 6, behind the register norm kernel"),
     PYG_OPTION_BOOL(vkp_options, fuse_rope, "a rope and the set_rows of its result into a KV cache as one dispatch (default 1)"),
     PYG_OPTION_CHOICE(vkp_options, norm_wg, k_auto_off_on, "workgroup-per-row norm+mul (auto: off on CPU devices)"),
     PYG_OPTION_BOOL(vkp_options, reorder, "plans record the dispatches stage by stage, independent ones between the same two barriers (default 1; 0: graph order)"),
