@@ -35,7 +35,8 @@
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
-# CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets).
+# CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
+# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -113,7 +114,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     fi
     say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

@@ -109,7 +109,7 @@ def _median(stats):
 def bench(a, save):
     import pyggml as pg
     from pyggml.bench_model import bench_models, default_n_ctx, make_tests, resolve_model
-    tests = make_tests([a.n_prompt], [a.n_gen], [0])
+    tests = make_tests([a.n_prompt], [a.n_gen], [0] + ([a.depth] if a.depth else []))
     rows = []
     for spec in a.models:
         path = resolve_model(spec, quiet=True)
@@ -125,6 +125,10 @@ def bench(a, save):
                 row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),
                              "decode_replans": r.get("decode_replans"), "seconds": round(time.time() - t0, 1)}
+                if a.depth:   # the same after a.depth tokens of context (keys tg128_depth, pp512_depth)
+                    dp, dt = r[f"pp{a.n_prompt} @ d{a.depth}"], r[f"tg{a.n_gen} @ d{a.depth}"]
+                    row[name].update({"depth": a.depth, "pp512_depth": _median(dp), "tg128_depth": _median(dt),
+                                      "pp512_depth_stats": dp, "tg128_depth_stats": dt})
             except Exception as e:   # one failing configuration must not lose the others
                 row[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{spec:16s} {name:14s} {row[name]}", flush=True)
@@ -133,6 +137,9 @@ def bench(a, save):
             vk = row.get(f"vulkan_{v}", {})
             if "pp512" in vk and "pp512" in cu:
                 row[f"ratio_{v}"] = {"pp512": round(vk["pp512"] / cu["pp512"], 3), "tg128": round(vk["tg128"] / cu["tg128"], 3)}
+                if "tg128_depth" in vk and "tg128_depth" in cu:
+                    row[f"ratio_{v}"].update({"pp512_depth": round(vk["pp512_depth"] / cu["pp512_depth"], 3),
+                                              "tg128_depth": round(vk["tg128_depth"] / cu["tg128_depth"], 3)})
         rows.append(row)
         _set_vk(pg, {})
         save({"kind": "vulkan-vs-cuda-bench", "reps": a.reps, "rows": rows, "partial": True})
@@ -259,6 +266,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
     ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
+    ap.add_argument("--depth", type=int, default=0, help="bench: also pp and tg after this many tokens of context (keys *_depth)")
     a = ap.parse_args(argv)
     a.variants = a.variants or (["new", "old"] if a.mode == "bench" else ["new"])
     os.makedirs(a.out, exist_ok=True)
