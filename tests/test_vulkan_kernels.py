@@ -98,7 +98,7 @@ def _options_logged(options, what):
         log.setLevel(old)
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
-                           ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto")):
+                           ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -350,7 +350,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4"), ("fa_wgs", "10")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -575,13 +575,16 @@ def test_fa_v(ver, split, D, n_q, n_kv, kv_type, softcap):
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
 
 
-@pytest.mark.parametrize("D,H,Hk,n_q,n_kv,softcap,kv_type,kernel", [
-    (64, 4, 2, 1, 320, 0.0, "f16", "flash_attn_dec"),      # 5 splits of 64 keys
-    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec"),   # 18 splits of 2 chunks, the last partial
-    (32, 4, 4, 3, 200, 30.0, "f16", "flash_attn_dec"),     # softcap, a row that sees one key
-    (48, 4, 2, 1, 150, 0.0, "f16", "flash_attn"),          # D a multiple of 16, Dv not a power of two
-    (64, 4, 2, 1, 320, 0.0, "f32", "flash_attn")])         # f32 K/V: not its layout
-def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel):
+@pytest.mark.parametrize("D,H,Hk,n_q,n_kv,softcap,kv_type,kernel,wgs", [
+    (64, 4, 2, 1, 320, 0.0, "f16", "flash_attn_dec", "4096"),      # 5 splits of 64 keys
+    (64, 1, 1, 1, 40000, 0.0, "f16", "flash_attn_dec", "4096"),    # 625 splits: merged 512 at a time
+    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec", "1024"),   # fa_wgs 1024: 8 splits of 5 chunks
+    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec", "64"),     # 2 splits (the least)
+    (128, 32, 8, 4, 2200, 0.0, "f16", "flash_attn_dec", "4096"),   # 18 splits of 2 chunks, the last partial
+    (32, 4, 4, 3, 200, 30.0, "f16", "flash_attn_dec", "4096"),     # softcap, a row that sees one key
+    (48, 4, 2, 1, 150, 0.0, "f16", "flash_attn", "4096"),          # D a multiple of 16, Dv not a power of two
+    (64, 4, 2, 1, 320, 0.0, "f32", "flash_attn", "4096")])         # f32 K/V: not its layout
+def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel, wgs):
     """fa_v=3: decode attention over the KV split with the merge in the last workgroup of a row
     (flash_attn_dec.comp), against float64: ALiBi, GQA, masked cells holding NaN (a masked key's V
     must not reach the sum), several runs of one plan (the row counters start at 0 each time); where
@@ -609,7 +612,7 @@ def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel):
     dev.set_option("fa_split", "on")
     feeds = {"q": qv, "k": kv, "v": vv, "m": mv}
     try:
-        with _options_logged({"fa_v": "3"}, "flash_attn '") as kernels:
+        with _options_logged({"fa_v": "3", "fa_wgs": wgs}, "flash_attn '") as kernels:
             sched = pg.Scheduler([VK], poison=True)
             runs = [sched.compute(y, feeds) for _ in range(3)]
     finally:

@@ -174,10 +174,11 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         shader = vkp_fa_scalar_shader(d);   /* flash_attn.comp, or its FA_V2 build (fa_v=2) */
         ex[0] = (uint32_t)rows;
         work = rows;
-        /* few query rows (decode) over a long KV: one workgroup per 64-key split, then a combine
-         * pass, so the device is busy and a masked-out split costs one mask read */
+        /* few query rows (decode) over a long KV: one workgroup per split of whole 64-key chunks,
+         * at most fa_wgs workgroups in all, then a combine pass (or flash_attn_dec's last
+         * workgroup), so the device is busy and a masked-out split costs one mask read */
         if (rows < 1024 && nkv > 64 && fa_split_on(d)) {
-            uint64_t cap = 4096 / rows, ns = (nkv + 63) / 64;
+            uint64_t cap = (uint64_t)d->opts.fa_wgs / rows, ns = (nkv + 63) / 64;
             if (cap < 2) cap = 2;
             if (ns > cap) ns = cap;
             uint64_t len = ((nkv + ns - 1) / ns + 63) / 64 * 64;

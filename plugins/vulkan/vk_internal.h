@@ -91,6 +91,7 @@ typedef struct vkp_options {
     int64_t gemm_v;                 /* mul_mat_cm's build: 3 mul_mat_cm3 (default), 2 pipelined and unrolled, 1 the earlier one, 4 mul_mat_cm4 */
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
+    int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
 } vkp_options;
 #define VKP_AUTO 0
 /* option barrier: a global memory barrier (default), buffer barriers on what the previous stage

@@ -58,6 +58,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.reorder = 1;
     d->opts.fuse_rope = 1;
     d->opts.fa = VKP_GEMM_AUTO;
+    d->opts.fa_wgs = 4096;
 }
 
 pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value) {

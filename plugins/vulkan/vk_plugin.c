@@ -391,6 +391,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(vkp_options, fa_v, 1, 3, "decode flash attention: 3 (default) flash_attn_dec.comp for the KV split (merge folded in; f16 K/V, 16-byte aligned rows), other nodes as 1; 1 flash_attn.comp; 2 flash_attn2 (eight invocations per key, subgroup reductions; where the device has subgroup arithmetic)"),
     PYG_OPTION_INT(vkp_options, gemm_v, 1, 4, "cooperative-matrix GEMM build: 3 pipelined with 16-byte shared-memory stores (mul_mat_cm3, default), 2 pipelined, 1 the earlier one, 4 mul_mat_cm4 (its configuration: gemm_cfg)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_cfg, vkp_gemm_cfg_names, "mul_mat_cm4's configuration (gemm_v=4): auto, or a name TMxTN.kBK.wWMxWN[.ks2][.s1][.np] (vk_matmul.c)"),
+    PYG_OPTION_INT(vkp_options, fa_wgs, 64, 65536, "KV-split flash attention for few query rows: at most this many workgroups, splits of whole 64-key chunks (default 4096)"),
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };

@@ -127,20 +127,58 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();                                // the other workgroups' partials after it
+    // The merge, spread over the workgroup: the splits' maximum and weighted sum by strided shares
+    // and a tree in shared memory, each split's weight exp(M_s - max) once into shared memory, then
+    // every output element a sum of independent loads (a loop of dependent ones over the splits,
+    // repeated per element, made the last workgroup of a row the dispatch's tail at long contexts)
     float mx = NEG_INF;
-    for (uint s = 0u; s < nsplit; s++) mx = max(mx, sc[(rec0 + s) * RS]);
+    for (uint s = t; s < nsplit; s += 128u) mx = max(mx, sc[(rec0 + s) * RS]);
+    red[t] = mx;
+    barrier();
+    for (uint o = 64u; o > 0u; o >>= 1) {
+        if (t < o) red[t] = max(red[t], red[t + o]);
+        barrier();
+    }
+    mx = red[0];
+    barrier();
     float l = 0.0;
-    for (uint s = 0u; s < nsplit; s++) {
+    for (uint s = t; s < nsplit; s += 128u) {
         float ms = sc[(rec0 + s) * RS];
         l += ms == NEG_INF ? 0.0 : sc[(rec0 + s) * RS + 1u] * exp(ms - mx);
     }
-    float inv = l > 0.0 ? 1.0 / l : 0.0;
-    for (uint d = t; d < DV; d += 128u) {
-        float o = 0.0;
-        for (uint s = 0u; s < nsplit; s++) {
+    red[t] = l;
+    barrier();
+    for (uint o = 64u; o > 0u; o >>= 1) {
+        if (t < o) red[t] += red[t + o];
+        barrier();
+    }
+    float inv = red[0] > 0.0 ? 1.0 / red[0] : 0.0;
+    float out2[2] = { 0.0, 0.0 };                         // elements t and t + 128 (Dv <= 256)
+    for (uint s0 = 0u; s0 < nsplit; s0 += 512u) {
+        uint s1 = min(nsplit, s0 + 512u);
+        barrier();                                        // red (and the previous weights) read
+        for (uint s = s0 + t; s < s1; s += 128u) {
             float ms = sc[(rec0 + s) * RS];
-            if (ms != NEG_INF) o += sc[(rec0 + s) * RS + 2u + d] * exp(ms - mx);
+            red[s - s0] = ms == NEG_INF ? 0.0 : exp(ms - mx);
         }
-        stf(t_at(4u, d, h, iq, b), t_type(4u), o * inv);
+        barrier();
+        for (uint e = 0u; e < 2u; e++) {
+            uint d = t + 128u * e;
+            if (d >= DV) break;
+            float o0 = 0.0, o1 = 0.0, o2 = 0.0, o3 = 0.0;   // four chains of independent loads
+            uint s = s0;
+            for (; s + 4u <= s1; s += 4u) {
+                o0 += sc[(rec0 + s) * RS + 2u + d] * red[s - s0];
+                o1 += sc[(rec0 + s + 1u) * RS + 2u + d] * red[s + 1u - s0];
+                o2 += sc[(rec0 + s + 2u) * RS + 2u + d] * red[s + 2u - s0];
+                o3 += sc[(rec0 + s + 3u) * RS + 2u + d] * red[s + 3u - s0];
+            }
+            for (; s < s1; s++) o0 += sc[(rec0 + s) * RS + 2u + d] * red[s - s0];
+            out2[e] += (o0 + o1) + (o2 + o3);
+        }
+    }
+    for (uint e = 0u; e < 2u; e++) {
+        uint d = t + 128u * e;
+        if (d < DV) stf(t_at(4u, d, h, iq, b), t_type(4u), out2[e] * inv);
     }
 }
