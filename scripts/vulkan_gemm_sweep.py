@@ -32,7 +32,8 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto"}
+DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0"}
+PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 
@@ -45,11 +46,15 @@ def plugin_configs():
     raise RuntimeError("gemm_cfg accepted '?'")
 
 
-def kernels(configs, emulated):
-    """(label, device options) of every kernel to time."""
+def kernels(configs, emulated, parts=()):
+    """(label, device options) of every kernel to time; with parts, each configuration also under the
+    measurement switch debug_gemm_parts (a part of the step alone: results wrong by design)."""
     gemm = "cm_emulated" if emulated else "coopmat"
     out = [("cm3", {"gemm": gemm, "gemm_v": "3"}), ("cm3_128", {"gemm": gemm, "gemm_v": "3", "gemm_tile": "128"})]
-    return out + [(c, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c}) for c in configs]
+    for c in configs:
+        out.append((c, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c}))
+        out += [(f"{c}:{PARTS[p]}", {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "debug_gemm_parts": str(p)}) for p in parts]
+    return out
 
 
 def set_options(opts):
@@ -138,7 +143,7 @@ def one_shape(wtype, m, k, n, kern, reps, rng, log):
         except Exception as e:   # one failing kernel must not lose the others
             r["error"] = f"{type(e).__name__}: {e}"[:300]
         res[label] = r
-        bad = "" if r.get("nmse", 1) <= 5e-4 else "  <-- WRONG" if "nmse" in r else ""
+        bad = "" if r.get("nmse", 1) <= 5e-4 or ":" in label else "  <-- WRONG" if "nmse" in r else ""
         print(f"  {wtype} {m}x{k} N={n} {label:24s} {r.get('kernel', '')[:34]:34s} "
               f"{r.get('us', float('nan')):9.1f} us {r.get('tflops', float('nan')):7.2f} TFLOPS "
               f"nmse {r.get('nmse', float('nan')):.2e}{bad} {r.get('error', '')}", flush=True)
@@ -199,6 +204,9 @@ def main(argv=None):
     ap.add_argument("--shapes", nargs="+", default=SHAPES, help="M x K of the weights")
     ap.add_argument("--n", type=int, default=512, help="tokens (activation rows)")
     ap.add_argument("--configs", nargs="+", help="gemm_cfg names (default: every one the plugin lists)")
+    ap.add_argument("--parts", nargs="*", type=int, default=[], choices=sorted(PARTS),
+                    help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
+                         "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--emulated", action="store_true", help="gemm=cm_emulated (devices without the extension)")
@@ -208,7 +216,7 @@ def main(argv=None):
     t_start = time.time()
     log = LogLines()
     pg.get_device(VK).set_option("profile", "1")   # timestamps in the plans created from here on
-    kern = kernels(a.configs or plugin_configs(), a.emulated)
+    kern = kernels(a.configs or plugin_configs(), a.emulated, a.parts)
     labels = [lab for lab, _ in kern]
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, time.strftime("vulkan-gemm-sweep-%Y%m%dT%H%M%S.json"))
@@ -233,7 +241,7 @@ def main(argv=None):
         shapes = [s for s in a.shapes if f"{wtype} {s}" in doc["results"]]
         res = {s: doc["results"][f"{wtype} {s}"] for s in shapes}
         print(f"\n{wtype}, N = {a.n} ('!': NMSE above 5e-4)\n" + table(res, labels, shapes), flush=True)
-    best = best_config(doc["results"], labels[2:])
+    best = best_config(doc["results"], [lab for lab in labels[2:] if ":" not in lab])
     doc["best_q4_0"] = best
     print(f"\nbest gemm_v=4 configuration over the q4_0 shapes: {best}", flush=True)
     if a.bench:

@@ -37,15 +37,17 @@ const char *const vkp_gemm_cfg_names[] = {   /* "auto", then vkp_gemm_cfgs' name
 static uint32_t lg2(uint32_t v) { uint32_t r = 0; while (v > 1) { v >>= 1; r++; } return r; }
 
 /* the configuration's name (the debug log's kernel name: tests compare it with the option's value) */
-static void gemm_cfg_name(const vkp_gemm_cfg *c, char *buf, size_t n) {
-    snprintf(buf, n, "mul_mat_cm4 %ux%u.k%u.w%ux%u%s%s%s", c->bm, c->bn, c->bk, c->wm, c->wn, c->ks == 2 ? ".ks2" : "",
-             c->st == 1 ? ".s1" : "", c->pf ? "" : ".np");
+static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n) {
+    static const char *const dg[] = { "", ".dnl", ".dnm", ".dmo", ".dsk" };   /* option debug_gemm_parts */
+    snprintf(buf, n, "mul_mat_cm4 %ux%u.k%u.w%ux%u%s%s%s%s", c->bm, c->bn, c->bk, c->wm, c->wn, c->ks == 2 ? ".ks2" : "",
+             c->st == 1 ? ".s1" : "", c->pf ? "" : ".np", dg[parts >= 0 && parts <= 4 ? parts : 0]);
 }
 
-/* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 */
-static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type) {
+/* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
+ * measurement switch debug_gemm_parts << 20 */
+static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
-           lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19;
+           lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;
 }
 
 /* its shared memory: the f16 tiles (rows of BK + 8 halves) per stage and a 1 KiB staging tile per subgroup */
@@ -239,9 +241,9 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
         if (gemm_cfg_shared(&c) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
             c.st = 1;   /* (lavapipe's 32 KiB: the same tiling with one stage; the kernel name says so) */
-        gemm_cfg_name(&c, cm4_name, sizeof cm4_name);
+        gemm_cfg_name(&c, (int)d->opts.debug_gemm_parts, cm4_name, sizeof cm4_name);
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : VKP_SH_MUL_MAT_CM4;
-        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type);
+        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type, (int)d->opts.debug_gemm_parts);
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         cm_shared = gemm_cfg_shared(&c);
         tile_m = c.bm;

@@ -393,6 +393,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(vkp_options, gemm_cfg, vkp_gemm_cfg_names, "mul_mat_cm4's configuration (gemm_v=4): auto, or a name TMxTN.kBK.wWMxWN[.ks2][.s1][.np] (vk_matmul.c)"),
     PYG_OPTION_INT(vkp_options, fa_wgs, 64, 65536, "KV-split flash attention for few query rows: at most this many workgroups, splits of whole 64-key chunks (default 4096)"),
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
+    PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 4, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K (default 0: the whole GEMM)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 

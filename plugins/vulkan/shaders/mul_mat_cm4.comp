@@ -34,6 +34,12 @@ const uint NST = 1u + ((SPEC >> 17) & 1u);
 const uint PF = (SPEC >> 18) & 1u;
 const uint KS = 1u + ((SPEC >> 19) & 1u);
 const uint NSG = WM * WN * KS;
+// Diagnostic builds (configurations named .dnl/.dnm/.dmo/.dsk, for scripts/vulkan_gemm_sweep.py on the
+// H200 only: their results are wrong by design): 1 no global loads after the first step (products,
+// shared-memory fragment loads and barriers only), 2 no products (loads, dequantization, shared stores
+// and barriers), 3 products alone on fragments loaded once (the tensor cores' rate through the extension),
+// 4 every step reads the first 256 elements of K again (the same work on a small memory footprint)
+const uint DG = (SPEC >> 20) & 7u;
 #define CM_NSG NSG
 #include "coopmat.glsl"
 layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
@@ -74,7 +80,7 @@ uint pk(float a, float b) { return packHalf2x16(vec2(a, b)); }
 // weight task j of the step at k0: row r = j / (BK / 32), block kb = j % (BK / 32)
 void task_a(uint j, uint k0, out uint m, out uint k, out bool ok) {
     m = bm * BM + j / (BK / 32u);
-    k = k0 + 32u * (j % (BK / 32u));
+    k = (DG == 4u ? k0 & 255u : k0) + 32u * (j % (BK / 32u));
     ok = j < NTA && m < M && k < K;
 }
 
@@ -173,7 +179,7 @@ void put_a(uint k0, uint st) {
 void fetch_b(uint k0) {
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TB; i++) {
-        uint j = t + i * WG, n = bn * BN + j / (BK / 8u), k = k0 + 8u * (j % (BK / 8u));
+        uint j = t + i * WG, n = bn * BN + j / (BK / 8u), k = (DG == 4u ? k0 & 255u : k0) + 8u * (j % (BK / 8u));
         bool ok = j < NTB && n < N && k < K;
         infb[i] = ok ? 1u : 0u;
         if (!ok) continue;
@@ -221,11 +227,20 @@ void main() {
     fetch_a(0u); fetch_b(0u);
     put_a(0u, 0u); put_b(0u);
     barrier();
+    if (DG == 3u) {   // the products alone, on fragments loaded once
+        FRAG fa[FM], fb[FN];
+        UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
+        UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
+        for (uint s = 0u; s < nk * KQ; s++)
+            UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
+                CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
+        nk = 0u;
+    }
     for (uint s = 0u; s < nk; s++) {
         uint st = s % NST, ao = st * BM * LD4, bo = st * BN * LD4;
-        bool more = s + 1u < nk;
+        bool more = s + 1u < nk && DG != 1u;
         if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
-        UNROLL_CM for (uint q = 0u; q < KQ; q++) {
+        if (DG != 2u) UNROLL_CM for (uint q = 0u; q < KQ; q++) {
             uint kk = 2u * (kq * KQ + q);       // this sub-step's 16 elements: 2 words of a row
             FRAG fa[FM], fb[FN];
             UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
