@@ -35,13 +35,16 @@ mkdir -p "$OUT" "$WORK"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 say() { echo "== gpu-vulkan-gemm [$(( $(date +%s) - T_START ))s]: $*"; }
-pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$WORK"/*.log "$OUT/" 2>/dev/null; }; return 0; }
+pack() { [ "$WORK" != "$OUT" ] && { tar czf "$OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK"/*.json "$WORK"/*.log "$WORK"/*.csv "$OUT/" 2>/dev/null; }; return 0; }
 left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
 
 # 1-2. the Vulkan loader and the carried plugin from .gl/, the NVIDIA ICD, the extension and the CPU
 #      plugin (the reference) built, the models written in the background
 MODELS=${GPU_GEMM_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
 source scripts/gpu_vulkan_prelude.sh
+# the GPU's clocks and load every 200 ms while this runs (clocks.csv: what a timing ran at)
+command -v nvidia-smi >/dev/null 2>&1 && { nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,clocks_throttle_reasons.active \
+    --format=csv -lms 200 >"$WORK/clocks.csv" 2>&1 & SMI=$!; }
 
 # 3. every configuration on the tensor cores against numpy
 TEST_RC=skipped; TEST_SUMMARY=
@@ -85,6 +88,7 @@ doc["tables"] = log[log.find("\nq4_0, N ="):][:6000] if "\nq4_0, N =" in log els
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print(json.dumps({k: v for k, v in doc.items() if k not in ("tflops", "tables")}, indent=1)[:3000])
 EOF
+[ -n "${SMI:-}" ] && kill "$SMI" 2>/dev/null
 pack
 say "done"
 [ "$SWEEP_RC" = 0 ] && { [ "$TEST_RC" = 0 ] || [ "$TEST_RC" = skipped ]; }

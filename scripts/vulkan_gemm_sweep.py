@@ -111,8 +111,19 @@ class LogLines:
         log.setLevel(logging.DEBUG)
 
 
-def one_shape(wtype, m, k, n, kern, reps, rng, log):
-    """Every kernel on one shape; returns {label: result}."""
+def warm_up(sched, outputs, feeds, seconds):
+    """Computes back to back for `seconds`: a GPU left idle between short bursts runs at low clocks
+    (the H200 at b2552c9: the same GEMM 4-5x slower a second into the sweep than right after the
+    build), so every kernel is timed on a GPU that has been busy just before."""
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        sched.compute(outputs, feeds)
+
+
+def one_shape(wtype, m, k, n, kern, reps, rng, log, copies=8, warm_s=0.5):
+    """Every kernel on one shape; returns {label: result}. The graph holds `copies` independent
+    GEMMs of the same operands, summed (more GPU time per compute, against the host's upload and
+    read-back: the GPU stays busy), and each kernel is timed after warm_s seconds of computes."""
     g = pg.Graph()
     wf = rng.standard_normal((m, k)).astype(np.float32)
     if wtype == "f16":   # a pure f16 x f16 GEMM: what a dequantize-once path would run
@@ -123,10 +134,14 @@ def one_shape(wtype, m, k, n, kern, reps, rng, log):
     # a scale by 1 ahead of the GEMM: the plan's first timestamp interval starts at the top of the
     # submission, so it also holds the input's upload (the copies ride on the same submission); the
     # scale's interval takes that, and the GEMM's is its own
-    y = pg.mul_mat(w, pg.scale(x, 1.0))
+    xs = pg.scale(x, 1.0)
+    y1 = pg.mul_mat(w, xs)
+    y = y1
+    for _ in range(copies - 1):
+        y = pg.add(y, pg.mul_mat(w, xs))
     xv = rng.standard_normal((n, k)).astype(np.float32)
     t0 = time.time()
-    ref = np.asarray(pg.Scheduler(["cpu"]).compute(y, {"x": xv}), np.float64)
+    ref = np.asarray(pg.Scheduler(["cpu"]).compute(y1, {"x": xv}), np.float64) * copies
     res = {"cpu_ref_s": round(time.time() - t0, 2)}
     dev = pg.get_device(VK)
     for label, opts in kern:
@@ -139,6 +154,7 @@ def one_shape(wtype, m, k, n, kern, reps, rng, log):
             drain_log()
             r["kernel"] = next((s.rsplit(": ", 1)[1] for s in log.lines if "mul_mat '" in s), "?")
             r["nmse"] = float(nmse(out, ref))
+            warm_up(sched, y, {"x": xv}, warm_s)
             times = dispatch_times(dev, sched, y, {"x": xv}, reps, log)
             sched.close()
             if times:
@@ -212,6 +228,8 @@ def main(argv=None):
                     help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
                          "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--copies", type=int, default=8, help="independent GEMMs per compute (summed)")
+    ap.add_argument("--warm", type=float, default=0.5, help="seconds of computes before each kernel's timing")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--emulated", action="store_true", help="gemm=cm_emulated (devices without the extension)")
     ap.add_argument("--bench", nargs="*", default=[], help="models for pp512 with the defaults and the best configuration")
@@ -226,8 +244,8 @@ def main(argv=None):
     path = os.path.join(a.out, time.strftime("vulkan-gemm-sweep-%Y%m%dT%H%M%S.json"))
     doc = {"kind": "vulkan-gemm-sweep", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "gpu": os.environ.get("GPU_VK_GPU", ""),
            "commit": os.environ.get("GPU_VK_COMMIT", ""), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-           "device": str(pg.get_device(VK)), "n": a.n, "reps": a.reps, "kernels": dict(kern),
-           "note": "us: median GPU time of the one GEMM dispatch (timestamp queries); tflops = 2 M N K / us; "
+           "device": str(pg.get_device(VK)), "n": a.n, "reps": a.reps, "copies": a.copies, "warm_s": a.warm, "kernels": dict(kern),
+           "note": "us: median over reps of the GPU time per GEMM dispatch (timestamp queries; copies GEMMs per compute, after warm seconds of computes); tflops = 2 M N K / us; "
                    "nmse against the CPU plugin's result", "results": {}}
     rng = np.random.default_rng(0)
     for wtype in a.types:
@@ -237,7 +255,7 @@ def main(argv=None):
                 continue
             m, k = (int(v) for v in s.split("x"))
             print(f"{wtype} M x K = {m} x {k}, N = {a.n}", flush=True)
-            doc["results"][f"{wtype} {s}"] = one_shape(wtype, m, k, a.n, kern, a.reps, rng, log)
+            doc["results"][f"{wtype} {s}"] = one_shape(wtype, m, k, a.n, kern, a.reps, rng, log, a.copies, a.warm)
             json.dump(doc, open(path, "w"), indent=1)
     for wtype in a.types:
         if not any(key.startswith(wtype + " ") for key in doc["results"]):
