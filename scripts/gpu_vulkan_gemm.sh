@@ -24,7 +24,8 @@
 # every one the plugin lists), GPU_GEMM_REPS (5), GPU_GEMM_MODELS ("synth:1b:q4_0 synth:7b:q4_0"),
 # GPU_GEMM_TESTS=0 (skip step 1), GPU_GEMM_TESTS_K (pytest -k, default "not cm_emulated"), GPU_GEMM_BUDGET_S (360),
 # GPU_GEMM_EMULATED=1 (gemm=cm_emulated: a dry run of the plumbing on a machine without the extension),
-# GPU_GEMM_PARTS="1 2 3 4" (each configuration also under debug_gemm_parts: the parts of a step timed alone).
+# GPU_GEMM_PARTS="1 2 3 4" (each configuration also under debug_gemm_parts: the parts of a step timed alone),
+# GPU_GEMM_APIS="nv khr" (each configuration under each cm_api: VK_NV_ / VK_KHR_cooperative_matrix).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -66,6 +67,7 @@ say "GEMM sweep (shapes not started within ${SWEEP_BUDGET}s are skipped), then p
 CFG_ARGS=(); [ -n "${GPU_GEMM_CONFIGS:-}" ] && CFG_ARGS=(--configs $GPU_GEMM_CONFIGS)
 [ "${GPU_GEMM_EMULATED:-0}" = 1 ] && CFG_ARGS+=(--emulated)
 [ -n "${GPU_GEMM_PARTS:-}" ] && CFG_ARGS+=(--parts $GPU_GEMM_PARTS)
+[ -n "${GPU_GEMM_APIS:-}" ] && CFG_ARGS+=(--apis $GPU_GEMM_APIS)
 timeout $(( $(left) > 90 ? $(left) : 90 )) $PY scripts/vulkan_gemm_sweep.py --out "$WORK" --types ${GPU_GEMM_TYPES:-q4_0 q4_K f16} \
     ${GPU_GEMM_SHAPES:+--shapes $GPU_GEMM_SHAPES} "${CFG_ARGS[@]}" --reps "${GPU_GEMM_REPS:-5}" --budget "$SWEEP_BUDGET" \
     --bench $MODELS 2>&1 | tee "$WORK/sweep.log"

@@ -33,7 +33,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0"}
+DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
@@ -47,14 +47,18 @@ def plugin_configs():
     raise RuntimeError("gemm_cfg accepted '?'")
 
 
-def kernels(configs, emulated, parts=()):
+def kernels(configs, emulated, parts=(), apis=("auto",)):
     """(label, device options) of every kernel to time; with parts, each configuration also under the
-    measurement switch debug_gemm_parts (a part of the step alone: results wrong by design)."""
+    measurement switch debug_gemm_parts (a part of the step alone: results wrong by design); with
+    several apis, each under each value of cm_api (labels end in @nv, @khr)."""
     gemm = "cm_emulated" if emulated else "coopmat"
     out = [("cm3", {"gemm": gemm, "gemm_v": "3"}), ("cm3_128", {"gemm": gemm, "gemm_v": "3", "gemm_tile": "128"})]
     for c in configs:
-        out.append((c, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c}))
-        out += [(f"{c}:{PARTS[p]}", {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "debug_gemm_parts": str(p)}) for p in parts]
+        for api in apis:
+            at = f"@{api}" if len(apis) > 1 else ""
+            base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "cm_api": api}
+            out.append((c + at, base))
+            out += [(f"{c}:{PARTS[p]}{at}", {**base, "debug_gemm_parts": str(p)}) for p in parts]
     return out
 
 
@@ -227,6 +231,8 @@ def main(argv=None):
     ap.add_argument("--parts", nargs="*", type=int, default=[], choices=sorted(PARTS),
                     help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
                          "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
+    ap.add_argument("--apis", nargs="+", default=["auto"], choices=["auto", "nv", "khr"],
+                    help="cm_api values to time each configuration under")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copies", type=int, default=8, help="independent GEMMs per compute (summed)")
     ap.add_argument("--warm", type=float, default=0.5, help="seconds of computes before each kernel's timing")
@@ -238,7 +244,7 @@ def main(argv=None):
     t_start = time.time()
     log = LogLines()
     pg.get_device(VK).set_option("profile", "1")   # timestamps in the plans created from here on
-    kern = kernels(a.configs or plugin_configs(), a.emulated, a.parts)
+    kern = kernels(a.configs or plugin_configs(), a.emulated, a.parts, a.apis)
     labels = [lab for lab, _ in kern]
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, time.strftime("vulkan-gemm-sweep-%Y%m%dT%H%M%S.json"))

@@ -50,10 +50,10 @@ def shared_bytes(cfg):
 def wanted(cfg, gemm):
     """The kernel names the debug log may give for cfg: itself, or on a device with less shared memory
     than two stages need (lavapipe: 32 KiB), the same with one stage."""
-    names = {"mul_mat_cm4 " + cfg}
+    names = {"mul_mat_cm4 " + cfg, "mul_mat_cm4 " + cfg + " khr"}   # (khr: cm_api's KHR build, where the device has it)
     if gemm == "cm_emulated" and shared_bytes(cfg) > 32768 and ".s1" not in cfg:
         one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
-        names = {"mul_mat_cm4 " + one} if shared_bytes(one) <= 32768 else set()
+        names = {"mul_mat_cm4 " + one, "mul_mat_cm4 " + one + " khr"} if shared_bytes(one) <= 32768 else set()
     return names
 
 

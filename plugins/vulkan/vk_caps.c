@@ -16,6 +16,47 @@
 #include <string.h>
 #include "vk_internal.h"
 
+/* VK_KHR_cooperative_matrix (Vulkan 1.3.255) is newer than Debian 12's headers (1.3.239): its names,
+ * values and structures as the registry gives them */
+#define VKP_KHR_CM_EXT "VK_KHR_cooperative_matrix"
+#define VKP_STYPE_CM_KHR_FEATURES ((VkStructureType)1000506000)
+#define VKP_STYPE_CM_KHR_PROPERTIES ((VkStructureType)1000506001)
+typedef struct { VkStructureType sType; void *pNext; uint32_t MSize, NSize, KSize; VkComponentTypeNV AType, BType, CType, ResultType;
+                 VkBool32 saturatingAccumulation; VkScopeNV scope; } vkp_cm_khr_props;   /* VkCooperativeMatrixPropertiesKHR */
+typedef VkResult (VKAPI_PTR *vkp_cm_khr_props_fn)(VkPhysicalDevice, uint32_t *, vkp_cm_khr_props *);
+
+/* The KHR extension beside the NV one (whose requirements it shares: f16, the memory model): enabled
+ * where the device has its feature and a subgroup 16x16x16 f16*f16+f32 shape (d->coopmat_khr). */
+static void probe_cm_khr(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
+    PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");
+    vkp_cm_khr_props_fn props = (vkp_cm_khr_props_fn)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    struct vkp_cm_khr_features f = { .sType = VKP_STYPE_CM_KHR_FEATURES };
+    VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f };
+    if (!feat2 || !props) return;
+    feat2(d->phys, &f2);
+    uint32_t np = 0;
+    int shape = 0;
+    if (f.cooperativeMatrix && props(d->phys, &np, NULL) == VK_SUCCESS && np > 0) {
+        vkp_cm_khr_props *pr = calloc(np, sizeof *pr);
+        if (pr) {
+            for (uint32_t i = 0; i < np; i++) pr[i].sType = VKP_STYPE_CM_KHR_PROPERTIES;
+            if (props(d->phys, &np, pr) == VK_SUCCESS)
+                for (uint32_t i = 0; i < np && !shape; i++)
+                    shape = pr[i].MSize == 16 && pr[i].NSize == 16 && pr[i].KSize == 16 && pr[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                            pr[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV && pr[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                            pr[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV && pr[i].scope == VK_SCOPE_SUBGROUP_NV;
+            free(pr);
+        }
+    }
+    vkp_log(PYG_LOG_DEBUG, "%s: VK_KHR_cooperative_matrix feature %d, 16x16x16 f16/f32 subgroup shape %d", d->props.deviceName,
+            (int)f.cooperativeMatrix, shape);
+    if (!shape) return;
+    en->cm_khr = (struct vkp_cm_khr_features){ .sType = VKP_STYPE_CM_KHR_FEATURES, .pNext = *pnext, .cooperativeMatrix = VK_TRUE };
+    *pnext = &en->cm_khr;
+    en->exts[en->n_exts++] = VKP_KHR_CM_EXT;
+    d->coopmat_khr = 1;
+}
+
 static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name) {
     for (uint32_t i = 0; i < n; i++) if (strcmp(e[i].extensionName, name) == 0) return 1;
     return 0;
@@ -23,7 +64,7 @@ static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name)
 
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
     memset(en, 0, sizeof *en);
-    d->coopmat = d->int_dot = 0;
+    d->coopmat = d->coopmat_khr = d->int_dot = 0;
     PFN_vkEnumerateDeviceExtensionProperties enum_ext =
         (PFN_vkEnumerateDeviceExtensionProperties)gipa(inst, "vkEnumerateDeviceExtensionProperties");
     PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");
@@ -34,6 +75,7 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     if (!ext) return;
     if (enum_ext(d->phys, NULL, &n, ext) != VK_SUCCESS) n = 0;
     int nv_cm = has_ext(ext, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    int khr_cm = has_ext(ext, n, VKP_KHR_CM_EXT);
     int int_dot = has_ext(ext, n, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     int sync2 = has_ext(ext, n, VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME);
     free(ext);
@@ -103,4 +145,5 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     en->exts[en->n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     d->coopmat = 1;
     d->float16 = 1;
+    if (khr_cm) probe_cm_khr(d, gipa, inst, en, pnext);
 }

@@ -46,7 +46,7 @@ enum {
     VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU, VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU,
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
-    VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -92,9 +92,11 @@ typedef struct vkp_options {
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
+    int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
 } vkp_options;
 #define VKP_AUTO 0
+enum { VKP_CM_API_AUTO, VKP_CM_API_NV, VKP_CM_API_KHR };   /* option cm_api (vk_plugin.c's k_cm_api) */
 /* option barrier: a global memory barrier (default), buffer barriers on what the previous stage
  * wrote, a synchronization2 memory barrier naming storage accesses only, or (measurement only: not
  * a memory dependency, sync validation flags it) an execution dependency alone */
@@ -126,6 +128,7 @@ struct pyg_device {
     int device_mem_mapped;          /* device-local memory is host-visible + coherent: map it */
     /* optional device features (vk_caps.c) */
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
+    int coopmat_khr;                /* VK_KHR_cooperative_matrix with the same shape, enabled too (only with coopmat) */
     int float16;                    /* shaderFloat16 enabled */
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
@@ -296,8 +299,11 @@ typedef struct vkp_caps_enable {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot;
     VkPhysicalDeviceSynchronization2FeaturesKHR sync2;
-    const char *exts[4]; uint32_t n_exts;
+    struct vkp_cm_khr_features { VkStructureType sType; void *pNext; VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess; } cm_khr;
+    const char *exts[5]; uint32_t n_exts;
 } vkp_caps_enable;
+int vkp_cm_khr_usable(const pyg_device *d);   /* vk_options.c */
+const uint32_t *vkp_shader_code(int shader, size_t *bytes);   /* vk_shaders.c: NULL where the build has none */
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext);
 /* the kernel-choice options (vk_options.c): their defaults, and the refusal of a value this device
  * cannot honour (NULL when the table may take it) */

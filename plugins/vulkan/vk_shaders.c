@@ -140,6 +140,9 @@ VKP_SPV(mul_mat_cm4)
 VKP_SPV(mul_mat_cm4_emu)
 #include "mul_mat_cm4_emu.spv.h"
 ;
+VKP_SPV(mul_mat_cm4_khr)   /* {0} where the build had no glslang 13 (scripts/glslang_khr.py): no code */
+#include "mul_mat_cm4_khr.spv.h"
+;
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -183,6 +186,9 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC3N, mul_mat_vec3n)
     VKP_CASE(VKP_SH_MUL_MAT_CM4, mul_mat_cm4)
     VKP_CASE(VKP_SH_MUL_MAT_CM4_EMU, mul_mat_cm4_emu)
+    case VKP_SH_MUL_MAT_CM4_KHR:
+        if (sizeof spv_mul_mat_cm4_khr < 20) { *bytes = 0; return NULL; }
+        *bytes = sizeof spv_mul_mat_cm4_khr; return spv_mul_mat_cm4_khr;
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
@@ -216,6 +222,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g", [VKP_SH_MUL_MAT_VEC3I] = "mul_mat_vec3i",
         [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4",
         [VKP_SH_MUL_MAT_VEC3S] = "mul_mat_vec3s", [VKP_SH_MUL_MAT_VEC3N] = "mul_mat_vec3n", [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
+        [VKP_SH_MUL_MAT_CM4_KHR] = "mul_mat_cm4_khr",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

