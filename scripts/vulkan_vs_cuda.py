@@ -87,9 +87,13 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)
-            "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"}}
+            "next": {"fa_v": "3", "matvec": "4", "fuse_rope": "1", "fuse_glu": "1"},
+            # the configurable GEMM (mul_mat_cm4) at 64x64 tiles, K steps of 32 and 64, and the latter on
+            # VK_KHR_cooperative_matrix (H200 at 9a32d3d, clocks up: 28-33 TFLOPS each, the same as mul_mat_cm3)
+            "cm4": {"gemm_v": "4", "gemm_cfg": "64x64.k32.w2x2"}, "cm4k64": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2"},
+            "cm4k64khr": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2", "cm_api": "khr"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "gemm_cfg": "auto", "cm_api": "auto", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096"}
 
 
 def _set_vk(pg, opts):
