@@ -227,7 +227,35 @@ void main() {
     fetch_a(0u); fetch_b(0u);
     put_a(0u, 0u); put_b(0u);
     barrier();
-    if (DG == 3u) {   // the products alone, on fragments loaded once
+#if defined(CM_KHR)
+    if (DG == 5u || DG == 6u) {   // as 3 with other product shapes: 5 two 16x8x16 per 16x16x16, 6 f16 accumulators
+        FRAG_A fa[FM];
+        UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
+        if (DG == 5u) {
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB> fb8[2 * FN];
+            coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator> c8[2 * FM * FN];
+            UNROLL_CM for (uint j = 0u; j < 2u * FN; j++) coopMatLoad(fb8[j], Bs, (wn + 8u * j) * LD4, LD4, gl_CooperativeMatrixLayoutColumnMajor);
+            UNROLL_CM for (uint f = 0u; f < 2u * FM * FN; f++) c8[f] = coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>(0.0);
+            for (uint s = 0u; s < nk * KQ; s++)
+                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < 2u * FN; j++)
+                    c8[i * 2u * FN + j] = coopMatMulAdd(fa[i], fb8[j], c8[i * 2u * FN + j]);
+            UNROLL_CM for (uint f = 0u; f < 2u * FM * FN; f++) coopMatStore(c8[f], Cs, SG_ID * 64u, 2u, gl_CooperativeMatrixLayoutColumnMajor);
+        } else {
+            FRAG_B fb[FN];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c16[FM * FN];
+            UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) c16[f] = coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+            for (uint s = 0u; s < nk * KQ; s++)
+                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
+                    c16[i * FN + j] = coopMatMulAdd(fa[i], fb[j], c16[i * FN + j]);
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) coopMatStore(c16[f], Cs, SG_ID * 64u, 2u, gl_CooperativeMatrixLayoutColumnMajor);
+        }
+        barrier();
+        if (gl_LocalInvocationID.x == 0u) dw[t_at(4u, bm * BM, bn * BN, i12, i13) >> 2] = Cs[0].x;   // (kept alive)
+        return;
+    }
+#endif
+    if (DG == 3u || DG >= 5u) {   // the products alone, on fragments loaded once (5, 6 outside the KHR build too)
         FRAG_A fa[FM]; FRAG_B fb[FN];
         UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
         UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
