@@ -34,7 +34,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
 DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto"}
-PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk", 5: "mma16x8", 6: "mmaf16acc"}   # device option debug_gemm_parts
+PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 

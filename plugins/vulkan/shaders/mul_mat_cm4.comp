@@ -51,7 +51,7 @@ layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
 
 const uint WG = gl_WorkGroupSize.x;
 const uint LD4 = BK / 8u + 1u;                  // row stride in 16-byte words
-const uint FM = BM / WM / 16u, FN = BN / WN / 16u;
+const uint FM = BM / WM / 16u, FN = BN / WN / CM_N;   // fragments: 16 rows (A) x CM_N columns (B, accumulators)
 const uint KQ = BK / 16u / KS;                  // 16-element sub-steps per step and k-group
 const uint NTA = BM * BK / 32u, TA = (NTA + WG - 1u) / WG;   // weight tasks (32 elements) per step, per invocation
 const uint NTB = BN * BK / 8u, TB = (NTB + WG - 1u) / WG;    // activation tasks (8 elements)
@@ -227,38 +227,10 @@ void main() {
     fetch_a(0u); fetch_b(0u);
     put_a(0u, 0u); put_b(0u);
     barrier();
-#if defined(CM_KHR)
-    if (DG == 5u || DG == 6u) {   // as 3 with other product shapes: 5 two 16x8x16 per 16x16x16, 6 f16 accumulators
-        FRAG_A fa[FM];
-        UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
-        if (DG == 5u) {
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB> fb8[2 * FN];
-            coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator> c8[2 * FM * FN];
-            UNROLL_CM for (uint j = 0u; j < 2u * FN; j++) coopMatLoad(fb8[j], Bs, (wn + 8u * j) * LD4, LD4, gl_CooperativeMatrixLayoutColumnMajor);
-            UNROLL_CM for (uint f = 0u; f < 2u * FM * FN; f++) c8[f] = coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>(0.0);
-            for (uint s = 0u; s < nk * KQ; s++)
-                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < 2u * FN; j++)
-                    c8[i * 2u * FN + j] = coopMatMulAdd(fa[i], fb8[j], c8[i * 2u * FN + j]);
-            UNROLL_CM for (uint f = 0u; f < 2u * FM * FN; f++) coopMatStore(c8[f], Cs, SG_ID * 64u, 2u, gl_CooperativeMatrixLayoutColumnMajor);
-        } else {
-            FRAG_B fb[FN];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> c16[FM * FN];
-            UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) c16[f] = coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
-            for (uint s = 0u; s < nk * KQ; s++)
-                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
-                    c16[i * FN + j] = coopMatMulAdd(fa[i], fb[j], c16[i * FN + j]);
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) coopMatStore(c16[f], Cs, SG_ID * 64u, 2u, gl_CooperativeMatrixLayoutColumnMajor);
-        }
-        barrier();
-        if (gl_LocalInvocationID.x == 0u) dw[t_at(4u, bm * BM, bn * BN, i12, i13) >> 2] = Cs[0].x;   // (kept alive)
-        return;
-    }
-#endif
-    if (DG == 3u || DG >= 5u) {   // the products alone, on fragments loaded once (5, 6 outside the KHR build too)
+    if (DG == 3u) {   // the products alone, on fragments loaded once
         FRAG_A fa[FM]; FRAG_B fb[FN];
         UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
-        UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + 16u * j) * LD4, LD4, true);
+        UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + CM_N * j) * LD4, LD4, true);
         for (uint s = 0u; s < nk * KQ; s++)
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                 CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
@@ -272,7 +244,7 @@ void main() {
             uint kk = 2u * (kq * KQ + q);       // this sub-step's 16 elements: 2 words of a row
             FRAG_A fa[FM]; FRAG_B fb[FN];
             UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
-            UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + 16u * j) * LD4 + kk, LD4, true);
+            UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + CM_N * j) * LD4 + kk, LD4, true);
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                 CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
         }
@@ -291,8 +263,8 @@ void main() {
         CM_STORE_V4(acc[i * FN + j], Cs, cs, 4u, true);   // (m, n) at float cs * 4 + n * 16 + m
         if (KS > 1u) barrier(); else { SG_SYNC(); }
         if (kq == 0u)
-            for (uint e = lane; e < 256u; e += SG_SIZE) {
-                uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + 16u * j + (e >> 4);
+            for (uint e = lane; e < 16u * CM_N; e += SG_SIZE) {
+                uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + CM_N * j + (e >> 4);
                 uint x = 4u * cs + e, y = x + WM * WN * 256u;
                 float v = uintBitsToFloat(Cs[x >> 2][x & 3u]) + (KS > 1u ? uintBitsToFloat(Cs[y >> 2][y & 3u]) : 0.0);
                 if (m < M && n < N) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
