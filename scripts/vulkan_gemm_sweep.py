@@ -33,7 +33,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto"}
+DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f32"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
@@ -56,7 +56,9 @@ def kernels(configs, emulated, parts=(), apis=("auto",)):
     for c in configs:
         for api in apis:
             at = f"@{api}" if len(apis) > 1 else ""
-            base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "cm_api": api}
+            base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "cm_api": api.replace("16", "")}
+            if api == "khr16":   # the KHR build with each K step summed in f16 accumulators first
+                base["cm_acc"] = "f16"
             out.append((c + at, base))
             out += [(f"{c}:{PARTS[p]}{at}", {**base, "debug_gemm_parts": str(p)}) for p in parts]
     return out
@@ -231,8 +233,8 @@ def main(argv=None):
     ap.add_argument("--parts", nargs="*", type=int, default=[], choices=sorted(PARTS),
                     help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
                          "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
-    ap.add_argument("--apis", nargs="+", default=["auto"], choices=["auto", "nv", "khr"],
-                    help="cm_api values to time each configuration under")
+    ap.add_argument("--apis", nargs="+", default=["auto"], choices=["auto", "nv", "khr", "khr16"],
+                    help="cm_api values to time each configuration under (khr16: khr with cm_acc=f16)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copies", type=int, default=8, help="independent GEMMs per compute (summed)")
     ap.add_argument("--warm", type=float, default=0.5, help="seconds of computes before each kernel's timing")

@@ -245,8 +245,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
         int khr = !emu && d->opts.cm_api != VKP_CM_API_NV && vkp_cm_khr_usable(d);
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
-        if (khr) strncat(cm4_name, " khr", sizeof cm4_name - strlen(cm4_name) - 1);
-        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type, (int)d->opts.debug_gemm_parts);
+        if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
+        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23;
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         cm_shared = gemm_cfg_shared(&c);
         tile_m = c.bm;

