@@ -33,7 +33,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "3", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f32"}
+DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
@@ -57,8 +57,8 @@ def kernels(configs, emulated, parts=(), apis=("auto",)):
         for api in apis:
             at = f"@{api}" if len(apis) > 1 else ""
             base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "cm_api": api.replace("16", "")}
-            if api == "khr16":   # the KHR build with each K step summed in f16 accumulators first
-                base["cm_acc"] = "f16"
+            if api in ("khr", "khr16"):   # khr16: the KHR build with each K step summed in f16 accumulators first
+                base["cm_acc"] = "f16" if api == "khr16" else "f32"
             out.append((c + at, base))
             out += [(f"{c}:{PARTS[p]}{at}", {**base, "debug_gemm_parts": str(p)}) for p in parts]
     return out

@@ -44,7 +44,6 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # cooperative-matrix flash attention (what fa=auto picks on such devices since 1a36ae3)
             "facm": {"fa": "coopmat"},
             # the coopmat GEMM with its tiles stored as 16-byte words (mul_mat_cm3.comp; the default since 1a36ae3)
-            "gemm3": {"gemm_v": "3"},
             # decode attention by eight invocations per key, subgroup reductions (flash_attn2; H200 at 8ba9c65: tg unchanged)
             "fakd": {"fa_v": "2"},
             # decode attention with the merge in the split pass, loads issued up front (flash_attn_dec;
@@ -91,9 +90,11 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the configurable GEMM (mul_mat_cm4) at 64x64 tiles, K steps of 32 and 64, and the latter on
             # VK_KHR_cooperative_matrix (H200 at 9a32d3d, clocks up: 28-33 TFLOPS each, the same as mul_mat_cm3)
             "cm4": {"gemm_v": "4", "gemm_cfg": "64x64.k32.w2x2"}, "cm4k64": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2"},
-            "cm4k64khr": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2", "cm_api": "khr"}}
+            "cm4k64khr": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2", "cm_api": "khr"},
+            # the defaults before b0da051's: mul_mat_cm3 on VK_NV_cooperative_matrix with f32 accumulators
+            "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "3", "gemm_cfg": "auto", "cm_api": "auto", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096"}
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096"}
 
 
 def _set_vk(pg, opts):

@@ -19,7 +19,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import TYPES, VK, _compute, _has_coopmat, _k, _run, _weight
+from test_vulkan_kernels import TYPES, VK, _compute, _has_coopmat, _has_khr, _k, _run, _weight
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 
@@ -50,10 +50,11 @@ def shared_bytes(cfg):
 def wanted(cfg, gemm):
     """The kernel names the debug log may give for cfg: itself, or on a device with less shared memory
     than two stages need (lavapipe: 32 KiB), the same with one stage."""
-    names = {"mul_mat_cm4 " + cfg, "mul_mat_cm4 " + cfg + " khr"}   # (khr: cm_api's KHR build, where the device has it)
+    # (khr: cm_api's KHR build, where the device has it; f16acc: its cm_acc=f16, the default)
+    names = {"mul_mat_cm4 " + cfg + s for s in ("", " khr", " khr f16acc")}
     if gemm == "cm_emulated" and shared_bytes(cfg) > 32768 and ".s1" not in cfg:
         one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
-        names = {"mul_mat_cm4 " + one, "mul_mat_cm4 " + one + " khr"} if shared_bytes(one) <= 32768 else set()
+        names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc")} if shared_bytes(one) <= 32768 else set()
     return names
 
 
@@ -72,7 +73,7 @@ def test_configurations_are_listed_and_named():
     dev.set_option("gemm_cfg", "auto")
     with pytest.raises(pg.PyggmlError, match="gemm_v"):
         dev.set_option("gemm_v", "5")
-    dev.set_option("gemm_v", "3")
+    dev.set_option("gemm_v", "0")
 
 
 @pytest.mark.parametrize("wdt", TYPES)
@@ -134,10 +135,13 @@ def test_f16_weight_rows_off_a_word(gemm, cfg):
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
 def test_auto_configuration(gemm):
-    """gemm_cfg=auto: 128 x 128 where that grid still has 512 workgroups, else 64 x 64."""
+    """gemm_cfg=auto: 128 x 128 where that grid still has 512 workgroups, else 64 x 64; the KHR build
+    (cm_api auto on a device with VK_KHR_cooperative_matrix) 64x64.k64.w2x2.ks2 throughout."""
     _skip_without(gemm)
     rng = np.random.default_rng(24)
+    khr = gemm == "coopmat" and _has_khr()
     for (m, n), tile in (((200, 40), "64x64"), ((64 * 128, 8 * 128), "128x128")):
+        tile = "64x64.k64.w2x2.ks2" if khr else tile
         g = pg.Graph()
         w, _ = _weight(g, rng, "q4_0", (m, 32))
         x = g.input("x", (n, 32))

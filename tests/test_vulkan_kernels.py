@@ -97,7 +97,7 @@ def _options_logged(options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "3"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
+                           ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
@@ -355,6 +355,17 @@ def test_gemm_option_values():
             dev.set_option(key, bad)
 
 
+def _has_khr():
+    """The device and this build run mul_mat_cm4 on VK_KHR_cooperative_matrix (cm_api=khr accepted)."""
+    dev = pg.get_device(VK)
+    try:
+        dev.set_option("cm_api", "khr")
+    except pg.UnsupportedError:
+        return False
+    dev.set_option("cm_api", "auto")
+    return True
+
+
 @pytest.mark.parametrize("wdt", TYPES)
 @pytest.mark.parametrize("gemm", ["auto", "tiled", "coopmat", "cm_emulated"])
 def test_gemm(wdt, gemm):
@@ -371,7 +382,10 @@ def test_gemm(wdt, gemm):
     # M and N not multiples of the 64x64 tiles, two batch axes broadcast over the weights
     e, kernels = _run(wdt, (2, 1, 70, k), (2, 3, 37, k), {"gemm": gemm}, seed=7)
     assert e <= 5e-4, f"NMSE {e:.3g}"
-    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, "mul_mat_cm3" if cm else "mul_mat")   # gemm_v=3: the default
+    # gemm_v=0, the default: mul_mat_cm4's KHR build with f16 step sums where the device has
+    # VK_KHR_cooperative_matrix (the H200), else mul_mat_cm3 (the emulation: always cm3)
+    coop = "mul_mat_cm4 64x64.k64.w2x2.ks2 khr f16acc" if _has_khr() else "mul_mat_cm3"
+    want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, coop if cm else "mul_mat")
     assert kernels == [want]
 
 

@@ -92,7 +92,7 @@ typedef struct vkp_options {
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
-    int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 0 f32 accumulators, 1 each K step summed in f16 first */
+    int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
 } vkp_options;

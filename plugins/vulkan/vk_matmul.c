@@ -225,6 +225,11 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     uint64_t tiles128 = (M + 127) / 128 * ((N + 127) / 128) * B;
     uint64_t tile = d->opts.gemm_tile ? 32u << d->opts.gemm_tile : N >= 128 && tiles128 >= 512 ? 128 : 64;
     int emu = d->opts.gemm == VKP_GEMM_CM_EMULATED, v = (int)d->opts.gemm_v;
+    /* gemm_v auto (0): mul_mat_cm4's KHR build where the device and the build have it (H200 at b0da051,
+     * cm_acc=f16: q4_0 GEMMs 40-43 TFLOPS at 64x64.k64.w2x2.ks2 against mul_mat_cm3's 24-31; pp512 1b
+     * 12.2k t/s, 7b 2.69k against 2.01k), else mul_mat_cm3 */
+    int khr = !emu && d->opts.cm_api != VKP_CM_API_NV && vkp_cm_khr_usable(d);
+    if (v == 0) v = khr ? 4 : 3;
     static const int cm_shaders[3][2][2] = {   /* [gemm_v - 1][tile 128][emulated] */
         { { VKP_SH_MUL_MAT_CM, VKP_SH_MUL_MAT_CM_EMU }, { VKP_SH_MUL_MAT_CM128, VKP_SH_MUL_MAT_CM128_EMU } },
         { { VKP_SH_MUL_MAT_CM2, VKP_SH_MUL_MAT_CM2_EMU }, { VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU } },
@@ -237,13 +242,12 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
     char cm4_name[64];
     if (v == 4) {   /* mul_mat_cm4: auto takes the two square tiles by the rule above */
-        ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : tile == 128 ? 8 : 0;
+        ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? 3 : tile == 128 ? 8 : 0;   /* (3: 64x64.k64.w2x2.ks2) */
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
         if (gemm_cfg_shared(&c) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
             c.st = 1;   /* (lavapipe's 32 KiB: the same tiling with one stage; the kernel name says so) */
         gemm_cfg_name(&c, (int)d->opts.debug_gemm_parts, cm4_name, sizeof cm4_name);
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
-        int khr = !emu && d->opts.cm_api != VKP_CM_API_NV && vkp_cm_khr_usable(d);
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
         cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23;

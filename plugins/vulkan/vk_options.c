@@ -22,7 +22,9 @@
  *   gemm_tile    the cooperative-matrix GEMM's workgroup tile: auto (default: 128 x 128 where the
  *                grid of 128-tiles still has 512 workgroups, about 4 per SM of a large GPU, else
  *                64 x 64), 64 or 128
- *   gemm_v       the cooperative-matrix GEMM's build: 3 (default) mul_mat_cm3*: the pipelined kernel
+ *   gemm_v       the cooperative-matrix GEMM's build: 0 (default) auto: 4 where the device and the build have
+ *                VK_KHR_cooperative_matrix (mul_mat_cm4 khr, 64x64.k64.w2x2.ks2, cm_acc=f16), else 3;
+ *                3 mul_mat_cm3*: the pipelined kernel
  *                with its tiles stored as packed f16 in 16-byte words and the activations read as
  *                16-byte words where aligned (H200: pp512 1b q4_0 9.8k vs 8.9k t/s, 7b 1.85k vs 1.74k
  *                against 2); 2 mul_mat_cm2*: two shared-memory stages, unrolled fragment loops; 1 the
@@ -53,7 +55,8 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec = 6;
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
-    d->opts.gemm_v = 3;
+    d->opts.gemm_v = 0;     /* auto: 4 on VK_KHR_cooperative_matrix, else 3 (vk_matmul.c) */
+    d->opts.cm_acc = 1;     /* f16 */
     d->opts.fa_v = 3;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;

@@ -363,7 +363,7 @@ static const char *const k_auto_off_on[] = { "auto", "off", "on", NULL };
 static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << index rows */
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
 static const char *const k_cm_api[] = { "auto", "nv", "khr", NULL };   /* VKP_CM_API_* */
-static const char *const k_cm_acc[] = { "f32", "f16", NULL };
+static const char *const k_cm_acc[] = { "f32", "f16", NULL };   /* index: vkp_options.cm_acc */
 static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
 static const char *const k_barrier[] = { "memory", "buffer", "sync2", "debug_exec", NULL };   /* VKP_BARRIER_* */
@@ -391,12 +391,12 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(vkp_options, fa, k_fa, "prefill flash attention: auto (scalar until GPUs confirm the coopmat kernel), scalar, coopmat, cm_emulated (tests)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_tile, k_gemm_tile, "cooperative-matrix GEMM tile: auto (128 where that still gives 512 workgroups, else 64), 64, 128"),
     PYG_OPTION_INT(vkp_options, fa_v, 1, 3, "decode flash attention: 3 (default) flash_attn_dec.comp for the KV split (merge folded in; f16 K/V, 16-byte aligned rows), other nodes as 1; 1 flash_attn.comp; 2 flash_attn2 (eight invocations per key, subgroup reductions; where the device has subgroup arithmetic)"),
-    PYG_OPTION_INT(vkp_options, gemm_v, 1, 4, "cooperative-matrix GEMM build: 3 pipelined with 16-byte shared-memory stores (mul_mat_cm3, default), 2 pipelined, 1 the earlier one, 4 mul_mat_cm4 (its configuration: gemm_cfg)"),
+    PYG_OPTION_INT(vkp_options, gemm_v, 0, 4, "cooperative-matrix GEMM build: 0 auto (default: 4 where the device and the build have VK_KHR_cooperative_matrix, else 3), 3 pipelined with 16-byte shared-memory stores (mul_mat_cm3), 2 pipelined, 1 the earlier one, 4 mul_mat_cm4 (its configuration: gemm_cfg)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_cfg, vkp_gemm_cfg_names, "mul_mat_cm4's configuration (gemm_v=4): auto, or a name TMxTN.kBK.wWMxWN[.ks2][.s1][.np] (vk_matmul.c)"),
     PYG_OPTION_INT(vkp_options, fa_wgs, 64, 65536, "KV-split flash attention for few query rows: at most this many workgroups, splits of whole 64-key chunks (default 4096)"),
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
     PYG_OPTION_CHOICE(vkp_options, cm_api, k_cm_api, "the extension of mul_mat_cm4's tensor-core products (gemm_v=4): auto (khr where the device and the build have it, else nv), nv (VK_NV_cooperative_matrix), khr (VK_KHR_cooperative_matrix; refused without it)"),
-    PYG_OPTION_CHOICE(vkp_options, cm_acc, k_cm_acc, "mul_mat_cm4's KHR build (cm_api): f32 (default) accumulators throughout, or f16: each K step's products summed in f16 accumulators, then added into the f32 ones"),
+    PYG_OPTION_CHOICE(vkp_options, cm_acc, k_cm_acc, "mul_mat_cm4's KHR build (cm_api): f16 (default): each K step's products summed in f16 accumulators, then added into the f32 ones; f32 accumulators throughout (on the H200 about 30 TFLOPS against 40-51)"),
     PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 4, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K (default 0: the whole GEMM)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
