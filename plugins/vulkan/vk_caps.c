@@ -4,10 +4,11 @@
  * 16x16x16 shape of f16 A/B and f32 C/D, plus shaderFloat16 for the f16 tiles in shared memory and
  * vulkanMemoryModel (glslang declares it in every module that uses GL_NV_cooperative_matrix) with its
  * device scope (once the model is enabled, every module's Device-scope barrier needs it: flash_attn_dec).
- * The NV extension rather than VK_KHR_cooperative_matrix because the shaders are compiled by the
- * glslc of the build machine (Debian 12's shaderc 2023.2 / glslang 11.13), which knows
- * GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix; NVIDIA's driver exposes both.
- * A device lacking any piece (lavapipe lacks the extension) runs the tiled GEMM.
+ * The NV extension for every tensor-core shader, because the glslc of the build machine (Debian 12's
+ * shaderc 2023.2 / glslang 11.13) knows GL_NV_cooperative_matrix but not GL_KHR_cooperative_matrix;
+ * where the NV one is usable, VK_KHR_cooperative_matrix is enabled beside it when the device has
+ * it with the same shape (d->coopmat_khr: mul_mat_cm4's KHR build, compiled by glslang 13 from PyPI,
+ * runs there). A device lacking any piece (lavapipe lacks both) runs the tiled GEMM.
  *
  * The integer dot product (VK_KHR_shader_integer_dot_product's shaderIntegerDotProduct: OpSDot on
  * packed 4 x int8 words, which mul_mat_vec3i reads through GL_EXT_spirv_intrinsics) is enabled
