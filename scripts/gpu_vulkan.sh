@@ -54,9 +54,6 @@ left() { echo $(( 470 - ($(date +%s) - T_START) )); }   # seconds left of the 8-
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 MODELS=${GPU_VK_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0 synth:7b:q4_K"}
 source scripts/gpu_vulkan_prelude.sh
-# the GPU's clocks and load every 200 ms while this runs (clocks.csv: what a timing ran at)
-command -v nvidia-smi >/dev/null 2>&1 && { nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw \
-    --format=csv -lms 200 >"$WORK/clocks.csv" 2>&1 & SMI=$!; }
 for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
 # 2. the CUDA plugin, for the comparisons
 ( make -j"$(nproc)" pyggml/plugins/libpyggml-cuda.so >>"$WORK/build.log" 2>&1; echo "cuda build rc=$?" >>"$WORK/build.log" ) &

@@ -43,9 +43,6 @@ left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
 #      plugin (the reference) built, the models written in the background
 MODELS=${GPU_GEMM_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
 source scripts/gpu_vulkan_prelude.sh
-# the GPU's clocks and load every 200 ms while this runs (clocks.csv: what a timing ran at)
-command -v nvidia-smi >/dev/null 2>&1 && { nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,clocks_throttle_reasons.active \
-    --format=csv -lms 200 >"$WORK/clocks.csv" 2>&1 & SMI=$!; }
 
 # 3. every configuration on the tensor cores against numpy
 TEST_RC=skipped; TEST_SUMMARY=

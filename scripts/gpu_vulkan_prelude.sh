@@ -6,8 +6,8 @@
 # .gl/libpyggml-vulkan.so (no glslc on the GPU machine; where glslc is, as in a dry run on the dev
 # machine, it builds its own instead of overwriting it with the carried one), starts writing MODELS
 # and defines COMMIT (GPU_CHECK_COMMIT, else .gl/COMMIT), SO_COMMIT (the carried plugin's), GPU
-# (nvidia-smi's line; exported with COMMIT as GPU_VK_GPU / GPU_VK_COMMIT) and PREP (the model
-# writer's pid).
+# (nvidia-smi's line; exported with COMMIT as GPU_VK_GPU / GPU_VK_COMMIT), PREP (the model
+# writer's pid) and SMI (the pid of the clock logger writing $WORK/clocks.csv).
 if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && ! command -v glslc >/dev/null 2>&1; then   # the GPU machine only
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
@@ -19,6 +19,9 @@ COMMIT=${GPU_CHECK_COMMIT:-$(cat .gl/COMMIT 2>/dev/null || git rev-parse --short
 SO_COMMIT=$(cat .gl/COMMIT 2>/dev/null || echo unknown)
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 export GPU_VK_COMMIT=$COMMIT GPU_VK_GPU=$GPU
+# the GPU's clocks and load every 200 ms while the script runs; it ends by killing $SMI (clocks.csv: what a timing ran at)
+command -v nvidia-smi >/dev/null 2>&1 && { nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,clocks_throttle_reasons.active \
+    --format=csv -lms 200 >"$WORK/clocks.csv" 2>&1 & SMI=$!; }
 say "GPU: ${GPU:-none}; tree $COMMIT, carried vulkan plugin built at $SO_COMMIT; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
 [ "$COMMIT" != "$SO_COMMIT" ] && say "WARNING: the carried libpyggml-vulkan.so is not from this commit"
 if $PY -c "import numpy, Cython, pytest" 2>/dev/null; then touch .stamp-deps; fi

@@ -35,6 +35,9 @@ VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
 DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
+# --apis: the options of each; khr16 is the KHR build with each K step summed in f16 accumulators first
+APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "khr", "cm_acc": "f32"},
+        "khr16": {"cm_api": "khr", "cm_acc": "f16"}}
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 
@@ -56,9 +59,7 @@ def kernels(configs, emulated, parts=(), apis=("auto",)):
     for c in configs:
         for api in apis:
             at = f"@{api}" if len(apis) > 1 else ""
-            base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, "cm_api": api.replace("16", "")}
-            if api in ("khr", "khr16"):   # khr16: the KHR build with each K step summed in f16 accumulators first
-                base["cm_acc"] = "f16" if api == "khr16" else "f32"
+            base = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": c, **APIS[api]}
             out.append((c + at, base))
             out += [(f"{c}:{PARTS[p]}{at}", {**base, "debug_gemm_parts": str(p)}) for p in parts]
     return out
@@ -233,7 +234,7 @@ def main(argv=None):
     ap.add_argument("--parts", nargs="*", type=int, default=[], choices=sorted(PARTS),
                     help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
                          "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
-    ap.add_argument("--apis", nargs="+", default=["auto"], choices=["auto", "nv", "khr", "khr16"],
+    ap.add_argument("--apis", nargs="+", default=["auto"], choices=sorted(APIS),
                     help="cm_api values to time each configuration under (khr16: khr with cm_acc=f16)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copies", type=int, default=8, help="independent GEMMs per compute (summed)")

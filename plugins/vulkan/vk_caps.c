@@ -42,15 +42,14 @@ static void probe_cm_khr(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstan
         if (pr) {
             for (uint32_t i = 0; i < np; i++) pr[i].sType = VKP_STYPE_CM_KHR_PROPERTIES;
             if (props(d->phys, &np, pr) == VK_SUCCESS)
-                for (uint32_t i = 0; i < np; i++)   /* (the debug log lists them: M x N x K, A B C result types, scope) */
+                for (uint32_t i = 0; i < np; i++) {   /* (the debug log lists them: M x N x K, A B C result types, scope) */
                     vkp_log(PYG_LOG_DEBUG, "%s: VK_KHR_cooperative_matrix shape %ux%ux%u types %d %d %d %d scope %d", d->props.deviceName,
                             pr[i].MSize, pr[i].NSize, pr[i].KSize, (int)pr[i].AType, (int)pr[i].BType, (int)pr[i].CType,
                             (int)pr[i].ResultType, (int)pr[i].scope);
-            if (props(d->phys, &np, pr) == VK_SUCCESS)
-                for (uint32_t i = 0; i < np && !shape; i++)
-                    shape = pr[i].MSize == 16 && pr[i].NSize == 16 && pr[i].KSize == 16 && pr[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-                            pr[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV && pr[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-                            pr[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV && pr[i].scope == VK_SCOPE_SUBGROUP_NV;
+                    shape |= pr[i].MSize == 16 && pr[i].NSize == 16 && pr[i].KSize == 16 && pr[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                             pr[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV && pr[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                             pr[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV && pr[i].scope == VK_SCOPE_SUBGROUP_NV;
+                }
             free(pr);
         }
     }

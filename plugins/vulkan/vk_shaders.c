@@ -187,7 +187,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_CM4, mul_mat_cm4)
     VKP_CASE(VKP_SH_MUL_MAT_CM4_EMU, mul_mat_cm4_emu)
     case VKP_SH_MUL_MAT_CM4_KHR:
-        if (sizeof spv_mul_mat_cm4_khr < 20) { *bytes = 0; return NULL; }
+        if (sizeof spv_mul_mat_cm4_khr == sizeof(uint32_t)) { *bytes = 0; return NULL; }   /* the {0} placeholder */
         *bytes = sizeof spv_mul_mat_cm4_khr; return spv_mul_mat_cm4_khr;
     VKP_CASE(VKP_SH_FLASH_ATTN_CM, flash_attn_cm)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)

@@ -37,8 +37,8 @@ const uint KS = 1u + ((SPEC >> 19) & 1u);
 // (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
 const uint AH = (SPEC >> 23) & 1u;
 const uint NSG = WM * WN * KS;
-// Diagnostic builds (configurations named .dnl/.dnm/.dmo/.dsk, for scripts/vulkan_gemm_sweep.py on the
-// H200 only: their results are wrong by design): 1 no global loads after the first step (products,
+// Measurement switch (device option debug_gemm_parts; kernel names end in .dnl/.dnm/.dmo/.dsk; for
+// scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
 // shared-memory fragment loads and barriers only), 2 no products (loads, dequantization, shared stores
 // and barriers), 3 products alone on fragments loaded once (the tensor cores' rate through the extension),
 // 4 every step reads the first 256 elements of K again (the same work on a small memory footprint)
@@ -211,6 +211,12 @@ void put_b(uint st) {
     }
 }
 
+// a subgroup's operand fragments of one 16-element sub-step into fa[FM], fb[FN]: its rows of the weight
+// tile at stage offset ao, its columns of the activation tile at bo, sub-step word offset kk
+#define LOAD_FRAGS(ao, bo, kk) \
+    UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (ao) + (wm + 16u * i) * LD4 + (kk), LD4, false); \
+    UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (bo) + (wn + CM_N * j) * LD4 + (kk), LD4, true)
+
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;
@@ -232,8 +238,7 @@ void main() {
     barrier();
     if (DG == 3u) {   // the products alone, on fragments loaded once
         FRAG_A fa[FM]; FRAG_B fb[FN];
-        UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (wm + 16u * i) * LD4, LD4, false);
-        UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (wn + CM_N * j) * LD4, LD4, true);
+        LOAD_FRAGS(0u, 0u, 0u);
 #if defined(CM_KHR)
         if (AH != 0u) {
             ACC_H ph[FM * FN];
@@ -260,8 +265,7 @@ void main() {
             UNROLL_CM for (uint q = 0u; q < KQ; q++) {
                 uint kk = 2u * (kq * KQ + q);
                 FRAG_A fa[FM]; FRAG_B fb[FN];
-                UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
-                UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + CM_N * j) * LD4 + kk, LD4, true);
+                LOAD_FRAGS(ao, bo, kk);
                 UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                     ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
             }
@@ -271,8 +275,7 @@ void main() {
         if (DG != 2u) UNROLL_CM for (uint q = 0u; q < KQ; q++) {
             uint kk = 2u * (kq * KQ + q);       // this sub-step's 16 elements: 2 words of a row
             FRAG_A fa[FM]; FRAG_B fb[FN];
-            UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, ao + (wm + 16u * i) * LD4 + kk, LD4, false);
-            UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, bo + (wn + CM_N * j) * LD4 + kk, LD4, true);
+            LOAD_FRAGS(ao, bo, kk);
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                 CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
         }
