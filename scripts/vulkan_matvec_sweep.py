@@ -9,7 +9,9 @@ Per shape M x K the graph holds C different weights (C * the weight bytes >= 160
 H200's 50 MB L2 holds none of them from one compute to the next, as in a model's decode), each
 times the same activation column (N = 1). Every result is checked against the CPU plugin's (NMSE);
 the GPU time per dispatch is the median over --reps computes of the plan's timestamp queries
-(device option profile=1), and GB/s is the weight bytes over it. Kernels are device option sets
+(device option profile=1), taken after half a second of computes (the H200 drops to its idle
+clock within a second: the sweep at 9755fdb timed a down-clocked GPU), and GB/s is the weight
+bytes over it. Kernels are device option sets
 (KERNELS below). Writes vulkan-matvec-sweep-<time>.json into --out after every shape and prints a
 GB/s table (kernels x shapes)."""
 import argparse
@@ -27,13 +29,14 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import pyggml as pg                                   # noqa: E402
 from pyggml._plugin import drain_log                  # noqa: E402
 from pyggml.conformance.cases import nmse             # noqa: E402
-from vulkan_gemm_sweep import LogLines, dispatch_times   # noqa: E402
+from vulkan_gemm_sweep import LogLines, dispatch_times, warm_up   # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "512x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]
 KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5"}, "mv3w": {"matvec": "6"},
            "mv4": {"matvec": "7"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"},
-           "mv4r32": {"matvec": "7", "matvec_rows": "4"}}
+           "mv4r32": {"matvec": "7", "matvec_rows": "4"}, "mv3wr8": {"matvec": "6", "matvec_rows": "1"},
+           "mv3wr32": {"matvec": "6", "matvec_rows": "4"}}
 DEFAULTS = {"matvec": "3", "matvec_rows": "2"}
 
 
@@ -43,7 +46,7 @@ def set_options(opts):
         dev.set_option(k, v)
 
 
-def one_shape(wtype, m, k, labels, reps, rng, log):
+def one_shape(wtype, m, k, labels, reps, rng, log, warm_s=0.5):
     g = pg.Graph()
     blocks = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), wtype)
     wbytes = np.asarray(blocks).nbytes
@@ -65,6 +68,7 @@ def one_shape(wtype, m, k, labels, reps, rng, log):
             drain_log()
             r["kernel"] = next((s.rsplit(": ", 1)[1] for s in log.lines if "mul_mat '" in s), "?")
             r["nmse"] = float(max(nmse(np.asarray(o), rf) for o, rf in zip(out, ref)))
+            warm_up(sched, ys, {"x": xv}, warm_s)   # an idle H200 drops to 345 MHz within a second
             times = dispatch_times(dev, sched, ys, {"x": xv}, reps, log)
             sched.close()
             if times:
