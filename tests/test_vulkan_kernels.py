@@ -98,7 +98,8 @@ def _options_logged(options, what):
         log.setLevel(old)
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
-                           ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096")):
+                           ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"),
+                           ("fa_cm", "2")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -350,7 +351,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4"), ("fa_wgs", "10")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "0"), ("fa_v", "4"), ("fa_wgs", "10"), ("fa_cm", "3"), ("fa_cm", "0")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -438,17 +439,23 @@ def test_gemm_strided_activations(gemm):
 
 # ---------------------------------------------------------------- prefill attention
 
+@pytest.mark.parametrize("fa_cm", [1, 2])
 @pytest.mark.parametrize("fa", ["cm_emulated", "coopmat", "auto", "scalar"])
 @pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
-                                                (128, 40, 100, "f16")])
-def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
+                                                (128, 40, 100, "f16"), (64, 40, 100, "f16"), (32, 17, 72, "f16"),
+                                                (64, 256, 256, "f16")])
+def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     """Prefill-shaped attention (n_q >= 16): causal mask with the queries at the end of the cache,
     a row that sees nothing, ALiBi slopes, GQA (4 heads over 2 K/V heads), partial 32-query and
-    64-key blocks; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
+    64-key blocks, mask rows on 16-byte boundaries or not (n_kv 100, 72: 200 / 144 bytes), a square
+    causal prefill whose upper 32 x 64 blocks are skipped; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
     primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe);
     fa=coopmat runs it on the tensor cores (refused without them); fa=auto runs flash_attn_cm
     where the device has cooperative matrices (the NVIDIA driver), else flash_attn.comp; fa=scalar
-    runs flash_attn.comp (the KV split off)."""
+    runs flash_attn.comp (the KV split off). fa_cm=2 (the default) runs flash_attn_cm2.comp instead of
+    flash_attn_cm.comp where K and V are f16 (16-byte rows), the first build with f32 K/V."""
+    if fa == "scalar" and fa_cm == 2:
+        pytest.skip("fa=scalar runs neither tensor-core build")
     from pyggml.conformance import reference as R
     if fa == "coopmat" and not _has_coopmat():
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
@@ -472,17 +479,18 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type):
     ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
     # scalar: flash_attn.comp itself, with the KV split off (where a GPU takes the split, fa_v=3's
     # flash_attn_dec.comp would run instead: tested by test_fa_dec)
-    opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa}
+    opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa, "fa_cm": str(fa_cm)}
     got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, opts, "flash_attn '")
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} ({kernels})"
+    cm = "flash_attn_cm2" if fa_cm == 2 and kv_type == "f16" else "flash_attn_cm"
     if fa == "scalar" or (fa == "auto" and not _has_coopmat()):
         assert kernels == ["flash_attn"]
     elif fa in ("coopmat", "auto"):
-        assert kernels == ["flash_attn_cm"]
+        assert kernels == [cm]
     elif D <= 64:
-        assert kernels == ["flash_attn_cm_emu"]
+        assert kernels == [cm + "_emu"]
     else:
-        assert kernels[0] in ("flash_attn_cm_emu", "flash_attn")
+        assert kernels[0] in (cm + "_emu", "flash_attn")
 
 
 def test_fa_option_values():

@@ -109,7 +109,7 @@ def test_the_tensor_core_modules_are_found():
     if not glob.glob(os.path.join(BUILD, "*.spv.h")):
         pytest.skip("build/vulkan/*.spv.h not built (needs glslc: .ci/apt-vulkan.sh, then make plugins)")
     names = {os.path.basename(p)[:-6] for p in coopmat_modules()}
-    assert {"flash_attn_cm", "mul_mat_cm", "mul_mat_cm2", "mul_mat_cm128", "mul_mat_cm2_128"} <= names, names
+    assert {"flash_attn_cm", "flash_attn_cm2", "mul_mat_cm", "mul_mat_cm2", "mul_mat_cm128", "mul_mat_cm2_128"} <= names, names
     assert not any(n.endswith("_emu") for n in names), names
 
 

@@ -165,7 +165,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         if (n->src[3]) { dp->slot[3] = n->src[3]; ex[1] = 1; }
         dp->fa_split = 0;
         uint32_t sp[2];
-        if (vkp_fa_cm_setup(d, n, &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
+        if (vkp_fa_cm_setup(d, n, vkp_dev_align(d), &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
             spec = sp[0]; spec1 = sp[1];
             vkp_fa_log(n, shader);
             break;

@@ -47,7 +47,10 @@
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
- *                else scalar */
+ *                else scalar
+ *   fa_cm        which tensor-core prefill attention: 2 (default) flash_attn_cm2.comp where K and V are
+ *                f16 rows on 16-byte boundaries (16-byte loads, V transposed in registers, chunks pass 1
+ *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */
 #include <string.h>
 #include "vk_internal.h"
 
@@ -63,6 +66,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fuse_rope = 1;
     d->opts.fa = VKP_GEMM_AUTO;
     d->opts.fa_wgs = 4096;
+    d->opts.fa_cm = 2;
 }
 
 /* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */

@@ -19,7 +19,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
             $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h $(VK_BUILD)/mul_mat_vec3p.spv.h \
             $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
-            $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h
+            $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl
