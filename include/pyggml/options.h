@@ -109,7 +109,7 @@ static inline int32_t pyg_option_set(const pyg_option_def *defs, int n, void *se
             int c = 0;
             while (d->choices[c] && strcmp(d->choices[c], value) != 0) c++;
             if (!d->choices[c]) {
-                char words[256] = "";
+                char words[1024] = "";   /* every choice: a cut list would hide valid values */
                 size_t len = 0;
                 for (int k = 0; d->choices[k] && len + 1 < sizeof words; k++) {
                     int w = snprintf(words + len, sizeof words - len, "%s%s", k ? ", " : "", d->choices[k]);
@@ -124,7 +124,7 @@ static inline int32_t pyg_option_set(const pyg_option_def *defs, int n, void *se
         *field = v;
         return PYG_OK;
     }
-    char keys[512] = "";
+    char keys[2048] = "";
     size_t len = 0;
     for (int i = 0; i < n && len + 1 < sizeof keys; i++) {
         int w = snprintf(keys + len, sizeof keys - len, "%s%s", i ? ", " : "", defs[i].key);

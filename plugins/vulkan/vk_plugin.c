@@ -409,7 +409,7 @@ static pyg_error *api_device_set_option(pyg_device *d, const char *key, const ch
     if (strcmp(key, "profile_report") == 0) return vkp_prof_report();
     pyg_error *refused = vkp_kernel_option_check(d, key, value);   /* gemm=coopmat without the extension */
     if (refused) return refused;
-    char msg[600];
+    char msg[1600];
     pthread_mutex_lock(&d->lock);
     int32_t st = pyg_option_set(k_options, PYG_OPTION_COUNT(k_options), &d->opts, key, value, msg, sizeof msg);
     d->subgroup_arith = d->subgroup_hw && d->opts.subgroups;
