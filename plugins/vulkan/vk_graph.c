@@ -575,8 +575,18 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
         int stage0 = 0;   /* where the current stage starts in order[] */
+        char stage_line[512] = "";   /* profiling: each stage's kernels at debug level (where barriers fall) */
+        size_t sl = 0;
         for (int k = 0; k < nd; k++) {
             int i = order[k];
+            if (plan->qpool && k > 0 && level[i] != level[order[k - 1]]) {
+                vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[k - 1]], stage_line);
+                sl = 0; stage_line[0] = 0;
+            }
+            if (plan->qpool && sl + 1 < sizeof stage_line) {
+                int w = snprintf(stage_line + sl, sizeof stage_line - sl, "%s%s", sl ? " " : "", vkp_prof_label_name(profile_label(&dps[i])));
+                if (w > 0) sl += (size_t)w;
+            }
             if (k > 0 && level[i] != level[order[k - 1]]) {
                 if (!d->opts.debug_drop_barriers && (e = stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
                     free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
@@ -596,6 +606,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 d->fn.vkCmdWriteTimestamp(plan->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, plan->qpool, (uint32_t)k + 1);
             }
         }
+        if (plan->qpool && nd > 0)
+            vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[nd - 1]], stage_line);
         free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
         vkp_full_barrier(d, plan->cb);
         r = d->fn.vkEndCommandBuffer(plan->cb);

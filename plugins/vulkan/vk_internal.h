@@ -293,6 +293,7 @@ int vkp_profiling(void);
 uint64_t vkp_now_ns(void);
 void vkp_prof_add_gpu(int op, int label, uint64_t ns, uint64_t bytes);   /* bytes: operands touched */
 int vkp_prof_label(const char *name);       /* interned per-shader label id (-1: table full) */
+const char *vkp_prof_label_name(int label); /* its name ("?" for -1) */
 const char *vkp_shader_name(int shader);    /* vk_shaders.c */
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)

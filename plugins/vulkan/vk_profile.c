@@ -35,6 +35,10 @@ int vkp_prof_label(const char *name) {
     return i;
 }
 
+const char *vkp_prof_label_name(int label) {
+    return label >= 0 && label < g_nlabel ? g_label[label] : "?";   /* interned names never change */
+}
+
 int vkp_profiling(void) { return vkp_prof_on > 0; }
 
 uint64_t vkp_now_ns(void) {
