@@ -301,7 +301,7 @@ from pyggml._plugin import drain_log
 lines = []
 class H(logging.Handler):
     def emit(self, r): lines.append(r.getMessage())
-logging.getLogger("pyggml").addHandler(H()); logging.getLogger("pyggml").setLevel(logging.INFO)
+logging.getLogger("pyggml").addHandler(H()); logging.getLogger("pyggml").setLevel(logging.DEBUG)
 g = pg.Graph(); x = g.input("x", (3, 64))
 y = pg.silu(pg.rms_norm(x, eps=1e-5))
 pg.get_device("VK").set_option("profile", "1")
@@ -309,7 +309,7 @@ s = pg.Scheduler(["VK"])
 for _ in range(3):
     s.compute(y, {"x": np.ones((3, 64), np.float32)})
 pg.get_device("VK").set_option("profile_report", "1"); drain_log()
-print("\\n".join(l for l in lines if "profile" in l))
+print("\\n".join(l for l in lines if "profile" in l or "plan for graph" in l))
 """
 
 
@@ -317,7 +317,8 @@ def test_profile_report():
     """Device option profile=1: per-compute host counters (one submission per compute: the input
     write rides on the plan's; a device whose memory the host cannot map, such as the NVIDIA GPU,
     adds one submission per read-back for its staging copy, and one when the plan is made: the upload
-    of its parameter blocks to device-local memory, params_dev=auto) and GPU time per op from timestamps."""
+    of its parameter blocks to device-local memory, params_dev=auto), GPU time per op from timestamps, and
+    the plan's stages (the kernels between two barriers) at debug level."""
     import re
     env = dict(os.environ, PYTHONPATH=ROOT)   # a child: profiling is plugin-wide
     r = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT.replace("VK", VK)], capture_output=True,
@@ -333,6 +334,13 @@ def test_profile_report():
     assert submits - staged - uploads == computes and recorded - staged - uploads == computes, out
     gpu = [l for l in out.splitlines() if "profile gpu:" in l and "dispatches" in l]
     assert any("rms_norm" in l for l in gpu) and any("silu" in l for l in gpu), out
+    # the plan's stages at debug level: rms_norm, then silu reading it, one barrier between
+    stages = re.findall(r"plan for graph \d+, stage (\d+): (.*)", out)
+    plan = re.search(r"plan for graph \d+: (\d+) dispatches, (\d+) barriers", out)
+    assert plan and len(stages) == int(plan.group(2)) + 1, out
+    assert [int(k) for k, _ in stages] == list(range(len(stages))), out
+    assert "rows_sg.rms_norm" in stages[0][1] or "norm" in stages[0][1], out
+    assert "silu" in stages[-1][1], out
 
 
 # ---------------------------------------------------------------- sanitizer mode
