@@ -493,6 +493,36 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
         assert kernels[0] in (cm + "_emu", "flash_attn")
 
 
+@pytest.mark.parametrize("fa", ["cm_emulated", "coopmat"])
+def test_prefill_flash_attn_past_the_chunk_bits(fa):
+    """flash_attn_cm2 keeps pass 1's verdict for the first 1024 chunks (65536 keys); past them pass 2
+    reads the chunk flag again. A KV of 1030 chunks with fully masked chunks on both sides of that
+    line (3, 1026, 1028): skipped either way, the result against float64 numpy."""
+    from pyggml.conformance import reference as R
+    if fa == "coopmat" and not _has_coopmat():
+        pytest.skip("no VK_NV_cooperative_matrix on this device")
+    if fa == "cm_emulated" and "llvmpipe" in pg.get_device(VK).description:
+        pytest.skip("llvmpipe ends a loop after 65535 iterations of an invocation, and the emulated matrix "
+                    "products' loops pass that beyond about 60 chunks (both builds: NaN from 64 / 100 chunks)")
+    rng = np.random.default_rng(7)
+    D, H, n_q, n_kv = 32, 2, 16, 1030 * 64 - 20
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, 1, n_kv, D)).astype(np.float16)
+    vv = rng.standard_normal((1, 1, n_kv, D)).astype(np.float16)
+    mv = np.zeros((1, 1, n_q, n_kv), np.float16)
+    for c in (3, 1026, 1028):
+        mv[..., 64 * c:64 * (c + 1)] = -np.inf
+    mv[..., 5, 64 * 1029:] = -np.inf          # one row without the last chunk
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D))
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
+                       mv.astype(np.float64), 1 / np.sqrt(D), 0.0, 0.0)
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa}, "flash_attn '")
+    assert kernels and kernels[0].startswith("flash_attn_cm2"), kernels
+    assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
 def test_fa_option_values():
     dev = pg.get_device(VK)
     for bad in ("tiled", "", "fast"):
