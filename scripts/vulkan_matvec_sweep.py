@@ -11,7 +11,9 @@ times the same activation column (N = 1). Every result is checked against the CP
 the GPU time per dispatch is the median over --reps computes of the plan's timestamp queries
 (device option profile=1), taken after half a second of computes (the H200 drops to its idle
 clock within a second: the sweep at 9755fdb timed a down-clocked GPU), and GB/s is the weight
-bytes over it. Kernels are device option sets
+bytes over it. Even so, mat-vecs alone leave the H200 at 540-1215 MHz (20-40% utilization; its run at
+e0d3980, gpu-vulkan-h200-20261204T2133/clocks.csv) where a decode runs at 1980: compare kernels within
+one sweep, not its GB/s with the decode benches. Kernels are device option sets
 (KERNELS below). Writes vulkan-matvec-sweep-<time>.json into --out after every shape and prints a
 GB/s table (kernels x shapes)."""
 import argparse
