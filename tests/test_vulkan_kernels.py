@@ -447,7 +447,7 @@ def test_gemm_strided_activations(gemm):
 def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     """Prefill-shaped attention (n_q >= 16): causal mask with the queries at the end of the cache,
     a row that sees nothing, ALiBi slopes, GQA (4 heads over 2 K/V heads), partial 32-query and
-    64-key blocks, mask rows on 16-byte boundaries or not (n_kv 100, 72: 200 / 144 bytes), a square
+    64-key blocks, mask rows on 16-byte boundaries or not (n_kv 100: 200 bytes; 72: an f32 mask), a square
     causal prefill whose upper 32 x 64 blocks are skipped; against float64 numpy. fa=cm_emulated runs flash_attn_cm.comp with its matrix
     primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe);
     fa=coopmat runs it on the tensor cores (refused without them); fa=auto runs flash_attn_cm
@@ -468,7 +468,8 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
     vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
     pos = np.arange(n_kv - n_q, n_kv)
-    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float16)[None, None]
+    mdt = np.float32 if n_kv == 72 else np.float16   # an f32 mask once (read element by element)
+    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(mdt)[None, None]
     mv[..., 3, :] = -np.inf                  # a query row with every key masked: output 0
     g = pg.Graph()
     q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
