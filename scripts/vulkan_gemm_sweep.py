@@ -33,11 +33,15 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16"}
+DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16",
+            "gemm_dq": "0"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk"}   # device option debug_gemm_parts
 # --apis: the options of each; khr16 is the KHR build with each K step summed in f16 accumulators first
 APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "khr", "cm_acc": "f32"},
-        "khr16": {"cm_api": "khr", "cm_acc": "f16"}}
+        "khr16": {"cm_api": "khr", "cm_acc": "f16"},
+        # khr16 with the weights dequantized to f16 rows by a dispatch before the GEMM (gemm_dq: the
+        # time is both dispatches')
+        "khr16dq": {"cm_api": "khr", "cm_acc": "f16", "gemm_dq": "1"}, "dq": {"cm_api": "auto", "gemm_dq": "1"}}
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 
@@ -72,12 +76,15 @@ def set_options(opts):
 
 
 def gpu_us(lines):
-    """GPU time of the GEMM dispatches in the profile lines: (dispatches, us total)."""
+    """GPU time of the GEMM dispatches in the profile lines: (GEMM dispatches, us total), the us with
+    the dequant.comp dispatches a gemm_dq GEMM runs first."""
     n, us = 0, 0.0
     for line in lines:
         m = _SHADER.search(line)
         if m and m.group(1).startswith("mul_mat"):
             n, us = n + int(m.group(2)), us + float(m.group(3))
+        elif m and m.group(1).startswith("dequant"):
+            us += float(m.group(3))
     return n, us
 
 
@@ -235,7 +242,8 @@ def main(argv=None):
                     help="each configuration also with debug_gemm_parts=P: 1 no global loads after the first step, "
                          "2 no products, 3 products alone, 4 the first 256 elements of K at every step")
     ap.add_argument("--apis", nargs="+", default=["auto"], choices=sorted(APIS),
-                    help="cm_api values to time each configuration under (khr16: khr with cm_acc=f16)")
+                    help="cm_api values to time each configuration under (khr16: khr with cm_acc=f16; "
+                         "...dq: with gemm_dq=1, the dequant dispatch's time counted in)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copies", type=int, default=8, help="independent GEMMs per compute (summed)")
     ap.add_argument("--warm", type=float, default=0.5, help="seconds of computes before each kernel's timing")

@@ -133,6 +133,45 @@ def test_f16_weight_rows_off_a_word(gemm, cfg):
     assert nmse(np.asarray(out), ref) <= 5e-4
 
 
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0", "q4_K", "q6_K", "f16"])
+@pytest.mark.parametrize("cfg", ["64x64.k32.w2x2", "64x64.k64.w2x2.ks2"])
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_dq(gemm, cfg, wdt):
+    """gemm_dq=1: a quantized weight is dequantized into the plan's scratch as f16 rows (dequant.comp)
+    and the GEMM reads the copy (kernel name ' dq'), two weight matrices broadcast over 2 x 3
+    activation matrices, M = 129, N = 70; f16 weights and N < 32 keep the direct path; the plan has
+    the extra dispatch and a barrier before the GEMM."""
+    _skip_without(gemm)
+    want = {n + " dq" for n in wanted(cfg, gemm)} if wdt != "f16" else wanted(cfg, gemm)
+    if not want:
+        pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
+    k = _k(wdt)
+    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "1"}
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), opts, seed=25)
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    e, kernels = _run(wdt, (129, k), (31, k), opts, seed=26)   # 31 tokens: no copy
+    assert kernels and not kernels[0].endswith(" dq") and e <= 5e-4, (kernels, e)
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    if wdt == "q4_0":   # two GEMMs over one scratch region: dequant, GEMM, dequant, GEMM in four stages
+        rng = np.random.default_rng(27)
+        g = pg.Graph()
+        ws = []
+        for i, shape in enumerate(((96, 64), (64, 96))):
+            blocks = pg.quantize(rng.standard_normal(shape).astype(np.float32), "q4_0")
+            ws.append((g.weight(f"w{i}", blocks, type="q4_0", shape=shape),
+                       np.asarray(pg.dequantize(blocks, "q4_0", shape), np.float64)))
+        (w1, w1f), (w2, w2f) = ws
+        xv = rng.standard_normal((40, 64)).astype(np.float32)
+        x = g.input("x", (40, 64))
+        y = pg.mul_mat(w2, pg.mul_mat(w1, x))
+        out, plans = _compute(y, {"x": xv}, opts, "plan for graph")
+        pg.get_device(VK).set_option("gemm_cfg", "auto")
+        ref = (xv.astype(np.float64) @ w1f.T) @ w2f.T
+        assert nmse(np.asarray(out), ref) <= 5e-4
+        assert plans[-1].startswith("4 dispatches, 3 barriers"), plans
+
+
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
 def test_auto_configuration(gemm):
     """gemm_cfg=auto: 128 x 128 where that grid still has 512 workgroups, else 64 x 64; the KHR build

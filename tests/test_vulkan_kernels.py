@@ -99,7 +99,7 @@ def _options_logged(options, what):
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"),
-                           ("fa_cm", "2")):
+                           ("fa_cm", "2"), ("gemm_dq", "0")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -686,3 +686,15 @@ def test_fa_dec_model_decode(tmp_path):
     assert "flash_attn_dec" in k3 and "flash_attn_dec" not in k1, (k3, k1)
     for a, b in zip(l3, l1):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8
+
+
+def test_gemm_dq_model_prefill(tmp_path):
+    """A synthetic LLaMA's 40-token prefill with gemm_dq=1 (each quantized GEMM after a dequant.comp
+    dispatch into the plan's scratch, one region shared by all of them) gives the logits of the
+    direct path, then decodes on (mat-vecs: no copy)."""
+    opts = {"gemm": "cm_emulated", "gemm_v": "4", "gemm_cfg": "64x64.k32.w2x2", "fa": "scalar"}
+    l1, k1 = _model_logits(tmp_path, {**opts, "gemm_dq": "1"}, "mul_mat '", 11, n_ctx=64, prompt=range(1, 41), wdt="q4_0")
+    l0, k0 = _model_logits(tmp_path, {**opts, "gemm_dq": "0"}, "mul_mat '", 11, n_ctx=64, prompt=range(1, 41), wdt="q4_0")
+    assert any(k.endswith(" dq") for k in k1) and not any(k.endswith(" dq") for k in k0), (k1, k0)
+    for a, b in zip(l1, l0):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-6

@@ -90,6 +90,8 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     uint32_t spec = 0, spec1 = 1;
     uint64_t work = 0;   /* workgroups */
     memset(dp->slot, 0, sizeof dp->slot);
+    dp->dq = 0;
+    dp->scratch_size = 0;
     dp->slot[VKP_SLOT_DST] = n;
     dp->slot[0] = s0;
     memcpy(&p[80], n->op_params, sizeof n->op_params);
@@ -153,7 +155,8 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
         uint32_t sp[2];
-        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex);
+        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, &dp->scratch_size);
+        dp->dq = dp->scratch_size ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
         if (e) return e;
         spec = sp[0]; spec1 = sp[1];
         break;
@@ -332,7 +335,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
-    uint64_t scratch_total = 0;
+    uint64_t scratch_total = 0, dq_size = 0;
     int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
@@ -372,6 +375,32 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                     vkp_shader_name(dps[nd].shader), dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD
                     ? (p[96 + 1] ? " vec4" : " scalar") : "");
         nd++;
+        if (dps[nd - 1].dq == 2) {   /* gemm_dq: dequant.comp first, the GEMM after it reading the f16 copy */
+            dispatch *q = &dps[nd - 1], *gm = &dps[nd];
+            uint32_t *pg_ = (uint32_t *)((char *)params + (size_t)nd * pstride);
+            *gm = *q;
+            memcpy(pg_, p, (size_t)pstride);
+            const pyg_tensor *w = q->slot[0];
+            uint64_t K = (uint64_t)w->ne[0], units = K / 8 * (uint64_t)(w->ne[1] * w->ne[2] * w->ne[3]);
+            memset(q->slot, 0, sizeof q->slot);
+            q->slot[0] = w;
+            q->add_out = NULL; q->writes_slot3 = 0; q->out6_word = 0;
+            q->dq = 1;
+            q->shader = VKP_SH_DEQUANT;
+            q->spec0 = (uint32_t)w->type;
+            vkp_fold_groups((units + 127) / 128, q->groups);
+            uint32_t specs[2] = { (uint32_t)w->type, 1 };
+            if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &q->pipe))) goto fail;
+            p[96] = (uint32_t)units;
+            gm->slot[0] = NULL;   /* its slot 0: the scratch, f16 rows of K back to back */
+            pg_[0] = 0;
+            pg_[1] = PYG_TYPE_F16;
+            pg_[8] = 2; pg_[9] = (uint32_t)(2 * K); pg_[10] = (uint32_t)(2 * K * (uint64_t)w->ne[1]);
+            pg_[11] = (uint32_t)(2 * K * (uint64_t)(w->ne[1] * w->ne[2]));
+            if (q->scratch_size > dq_size) dq_size = q->scratch_size;
+            nd++;
+            continue;
+        }
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
             dispatch *a = &dps[nd - 1], *c = &dps[nd];
             a->scratch_off = scratch_total;
@@ -391,6 +420,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
     }
     plan->n_dispatch = nd;
+    if (dq_size > 0) {   /* one region every dequant / GEMM pair shares (their stages keep them in order) */
+        for (int i = 0; i < nd; i++) if (dps[i].dq) { dps[i].scratch_off = scratch_total; dps[i].scratch_size = dq_size; }
+        scratch_total += (dq_size + align - 1) / align * align;
+    }
     if (scratch_total > 0) {
         void *smap;
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
@@ -456,9 +489,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
         bi[i * VKP_NSET + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
-        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split
+        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
+            bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size };
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
             const pyg_buffer *buf = NULL; uint64_t off = 0;
             vkp_resolve(dps[i].add_out, &buf, &off);
@@ -544,9 +579,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 myw[nrg[i]++] = (unsigned char)w;
                 if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = my[nrg[i] - 1]; }
             }
-            if (dps[i].fa_split) {   /* the plan's own scratch: a key no pyg_buffer has */
+            if (dps[i].fa_split || dps[i].dq) {   /* the plan's own scratch: a key no pyg_buffer has */
                 my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].scratch_off, dps[i].scratch_off + dps[i].scratch_size };
-                myw[nrg[i]++] = 1;
+                myw[nrg[i]++] = dps[i].dq != 2;   /* (the GEMM only reads the copy) */
             }
         }
         /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier

@@ -47,7 +47,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -95,6 +95,7 @@ typedef struct vkp_options {
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
+    int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp) */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
 } vkp_options;
@@ -136,7 +137,7 @@ struct pyg_device {
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
@@ -317,7 +318,9 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
 /* graph (vk_graph.c, vk_matmul.c) */
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
-pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
+/* *dq: gemm_dq chose the f16 copy of the weights: its bytes (else 0) */
+pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
+                             uint64_t *dq);
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 extern const char *const vkp_gemm_cfg_names[];   /* option gemm_cfg's values (vk_matmul.c) */

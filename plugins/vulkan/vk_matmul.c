@@ -213,8 +213,9 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
 }
 
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
-                             uint64_t *work, uint32_t *ex) {
+                             uint64_t *work, uint32_t *ex, uint64_t *dq) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
+    *dq = 0;
     uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
     if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
     const char *kind;
@@ -241,6 +242,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * and 4 KiB of staging */
     uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u, tile_m = tile, tile_n = tile;
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
+    uint64_t cm4_dq = 0;   /* gemm_dq: the f16 copy's bytes */
     char cm4_name[64];
     if (v == 4) {   /* mul_mat_cm4: auto takes the two square tiles by the rule above */
         ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? 3 : tile == 128 ? 8 : 0;   /* (3: 64x64.k64.w2x2.ks2) */
@@ -251,7 +253,16 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
-        cm_spec[0] = gemm_cfg_spec(&c, (int)s0->type, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23;
+        /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
+         * the dispatch before), the GEMM then reading f16: from 32 tokens, K a multiple of 8 (16-byte
+         * rows), the copy within one binding */
+        uint64_t dq_bytes = 2ull * (uint64_t)s0->ne[0] * M * (uint64_t)(s0->ne[2] * s0->ne[3]);
+        int use_dq = d->opts.gemm_dq && pyg_type_get_traits(s0->type)->is_quantized && N >= 32 && s0->ne[0] % 8 == 0 &&
+                     dq_bytes <= d->max_range && vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ (uint32_t)s0->type, 1 }, &d->dq_broken);
+        int wtype = use_dq ? PYG_TYPE_F16 : (int)s0->type;
+        if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
+        cm4_dq = use_dq ? dq_bytes : 0;
+        cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23;
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         cm_shared = gemm_cfg_shared(&c);
         tile_m = c.bm;
@@ -312,6 +323,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[0] = (uint32_t)*work;
         uint64_t o0 = 0;
         ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3/4: activation rows read as 16-byte words */
+        *dq = v == 4 ? cm4_dq : 0;
         kind = v == 4 ? cm4_name : vkp_shader_name(cm_shader);
     } else {
         if (cm4_bad) d->cm4_broken |= 1u << ci;   /* (that configuration only: the others stay available) */

@@ -48,6 +48,10 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
+ *   gemm_dq      0 (default) / 1: a quantized weight of a mul_mat_cm4 GEMM (from 32 tokens, K a multiple of 8)
+ *                dequantized by dequant.comp into the plan's scratch as f16 rows, the GEMM then reading f16
+ *                (what the CUDA plugin does before cuBLAS); one scratch region per plan, the size of its
+ *                largest weight, shared by every such GEMM; not yet measured on a GPU
  *   fa_cm        which tensor-core prefill attention: 2 (default) flash_attn_cm2.comp where K and V are
  *                f16 rows on 16-byte boundaries (16-byte loads, V transposed in registers, chunks pass 1
  *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */

@@ -20,6 +20,9 @@ typedef struct dispatch {
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
     uint64_t scratch_off, scratch_size;   /* its partials in the plan's scratch buffer */
     uint64_t fa_fold;               /* flash_attn_dec (merge folded in): bytes of its row counters (0: none) */
+    int dq;                         /* gemm_dq: 1 dequant.comp writing the weights as f16 rows into the scratch
+                                     * (scratch_off, scratch_size: one region every such pair of the plan shares),
+                                     * 2 the GEMM after it, reading them there as its slot 0 */
 } dispatch;
 
 /* helpers of vk_graph.c */

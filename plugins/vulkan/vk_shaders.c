@@ -128,6 +128,9 @@ VKP_SPV(flash_attn_cm2)
 VKP_SPV(flash_attn_cm2_emu)
 #include "flash_attn_cm2_emu.spv.h"
 ;
+VKP_SPV(dequant)
+#include "dequant.spv.h"
+;
 VKP_SPV(norm_mul_add)
 #include "norm_mul_add.spv.h"
 ;
@@ -199,6 +202,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_FLASH_ATTN_CM_EMU, flash_attn_cm_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM2, flash_attn_cm2)
     VKP_CASE(VKP_SH_FLASH_ATTN_CM2_EMU, flash_attn_cm2_emu)
+    VKP_CASE(VKP_SH_DEQUANT, dequant)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
     VKP_CASE(VKP_SH_NORM_MUL_WG_ADD, norm_mul_wg_add)
     VKP_CASE(VKP_SH_NORM_MUL_REG, norm_mul_reg)
@@ -231,7 +235,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4",
         [VKP_SH_MUL_MAT_VEC3S] = "mul_mat_vec3s", [VKP_SH_MUL_MAT_VEC3N] = "mul_mat_vec3n", [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
         [VKP_SH_MUL_MAT_CM4_KHR] = "mul_mat_cm4_khr", [VKP_SH_FLASH_ATTN_CM2] = "flash_attn_cm2",
-        [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu",
+        [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu", [VKP_SH_DEQUANT] = "dequant",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }
