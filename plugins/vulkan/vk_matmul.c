@@ -45,7 +45,7 @@ static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n)
 }
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
- * measurement switch debug_gemm_parts << 20 */
+ * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23 and gemm_dq's 16-byte f16 rows << 24) */
 static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
            lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;
@@ -262,7 +262,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         int wtype = use_dq ? PYG_TYPE_F16 : (int)s0->type;
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
-        cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23;
+        cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |
+                     (uint32_t)use_dq << 24;   /* the copy's rows start on 16 bytes: 16-byte loads */
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         cm_shared = gemm_cfg_shared(&c);
         tile_m = c.bm;

@@ -36,6 +36,8 @@ const uint KS = 1u + ((SPEC >> 19) & 1u);
 // (the KHR build) each step's products summed in f16 accumulators, then added into the f32 ones
 // (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
 const uint AH = (SPEC >> 23) & 1u;
+// f16 weights whose rows start on 16 bytes (option gemm_dq's copy): a task is 4 16-byte loads, stored as loaded
+const uint A16 = (SPEC >> 24) & 1u;
 const uint NSG = WM * WN * KS;
 // Measurement switch (device option debug_gemm_parts; kernel names end in .dnl/.dnm/.dmo/.dsk; for
 // scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
@@ -46,6 +48,7 @@ const uint DG = (SPEC >> 20) & 7u;
 #define CM_NSG NSG
 #include "coopmat.glsl"
 layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
+layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
 #ifdef CM_EMULATE
 #define UNROLL_CM [[dont_unroll]]               // (one copy of the emulated product: lavapipe compiles it in seconds)
 #else
@@ -98,6 +101,14 @@ void fetch_a(uint k0) {
         if (TY == TY_Q4_0) { b = ra + (k >> 5) * 18u; n = 5u; }
         else if (TY == TY_Q8_0) { b = ra + (k >> 5) * 34u; n = 9u; }
         else if (TY == TY_Q4_K) { b = ra + (k >> 8) * 144u; n = 5u; q = b + 16u + 32u * ((k >> 6) & 3u); }
+        else if (TY == TY_F16 && A16 != 0u) {
+            infa[i] = 1u;
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                uvec4 x = s0q[((ra + 2u * k) >> 4) + w];
+                [[unroll]] for (uint e = 0u; e < 4u; e++) rawa[i * RAWN + 4u * w + e] = x[e];
+            }
+            continue;
+        }
         else if (TY == TY_F16) { b = ra + 2u * k; n = 17u; }
         else { infa[i] = 1u; continue; }        // f32, bf16, q6_K: element by element in put_a
         infa[i] = 1u | (b & 2u);
@@ -161,6 +172,9 @@ void put_a(uint k0, uint st) {
                                 pk(d * float((qw >> 16) & 15u) - mm, d * float(qw >> 24) - mm));
                 if ((w & 1u) == 0u) o[w >> 1].xy = p; else o[w >> 1].zw = p;
             }
+        } else if (TY == TY_F16 && A16 != 0u) {
+            [[unroll]] for (uint w = 0u; w < 4u; w++)
+                o[w] = uvec4(rawa[i * RAWN + 4u * w], rawa[i * RAWN + 4u * w + 1u], rawa[i * RAWN + 4u * w + 2u], rawa[i * RAWN + 4u * w + 3u]);
         } else if (TY == TY_F16) {
             [[unroll]] for (uint w = 0u; w < 4u; w++)
                 o[w] = uvec4(wat(i, 16u * w, sh), wat(i, 16u * w + 4u, sh), wat(i, 16u * w + 8u, sh), wat(i, 16u * w + 12u, sh));
