@@ -109,13 +109,14 @@ void fetch_a(uint k0) {
             }
             continue;
         }
-        else if (TY == TY_F16) { b = ra + 2u * k; n = 17u; }
+        else if (TY == TY_F16) { b = ra + 2u * k; n = (b & 2u) != 0u ? 17u : 16u; }   // (the 17th word only to realign)
         else { infa[i] = 1u; continue; }        // f32, bf16, q6_K: element by element in put_a
         infa[i] = 1u | (b & 2u);
         [[unroll]] for (uint w = 0u; w < RAWN; w++)
             if (w < n) rawa[i * RAWN + w] = s0w[(b >> 2) + w];
         if (TY == TY_Q4_K)
-            [[unroll]] for (uint w = 0u; w < 9u; w++) rawa[i * RAWN + 5u + w] = s0w[(q >> 2) + w];
+            [[unroll]] for (uint w = 0u; w < 9u; w++)   // (the 9th word only to realign: past the block's end)
+                if (w < 8u || (q & 2u) != 0u) rawa[i * RAWN + 5u + w] = s0w[(q >> 2) + w];
     }
 }
 
