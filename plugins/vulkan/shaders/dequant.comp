@@ -2,8 +2,9 @@
 // A mul_mat's weights as f16 rows in the plan's scratch (option gemm_dq): slot 0 is the quantized
 // weight (any type deq() reads), binding 6 the copy, K halves per row, rows back to back in the
 // order (row, ne2, ne3); mul_mat_cm4 runs after it on the copy as an f16 weight. One invocation per
-// 8 weights of a row (K a multiple of 8: whole 16-byte words), ex[0] of them. q4_0 and q8_0 read
-// their block's scale once and the 8 quants as 16-bit words; other types element by element.
+// 8 weights of a row (K a multiple of 8: whole 16-byte words), ex[0] of them. q4_0, q8_0 and q4_K read
+// their block's (sub-block's) scale once and the 8 quants as 16-bit words; other types element by
+// element (deq).
 #include "common.glsl"
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint TY = 2u;
@@ -35,6 +36,24 @@ void main() {
             uint w = rd16(0u, b + 2u + j + 2u * c);
             v[2u * c] = dd * float(int(w << 24) >> 24);
             v[2u * c + 1u] = dd * float(int(w << 16) >> 24);
+        }
+    } else if (TY == TY_Q4_K) {   // 256 elements: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+        uint b = rb + (k0 >> 8) * 144u, e = k0 & 255u, sub = e >> 5, l = e & 31u;
+        uint sc, mn;
+        if (sub < 4u) {
+            sc = rd8(0u, b + 4u + sub) & 63u;
+            mn = rd8(0u, b + 8u + sub) & 63u;
+        } else {
+            uint a = rd8(0u, b + 8u + sub), lo = rd8(0u, b + 4u + sub), hi = rd8(0u, b + sub);
+            sc = (a & 15u) | ((hi >> 6) << 4);
+            mn = (a >> 4) | ((lo >> 6) << 4);
+        }
+        float dd = half_at(0u, b) * float(sc), dm = half_at(0u, b + 2u) * float(mn);
+        uint q0 = b + 16u + 32u * (sub >> 1) + l, ns = (sub & 1u) * 4u;   // 8 bytes from an even offset
+        for (uint c = 0u; c < 4u; c++) {
+            uint w = rd16(0u, q0 + 2u * c) >> ns;
+            v[2u * c] = dd * float(w & 15u) - dm;
+            v[2u * c + 1u] = dd * float((w >> 8) & 15u) - dm;
         }
     } else {
         for (uint c = 0u; c < 8u; c++) v[c] = deq(0u, rb, k0 + c, TY, t_nb(0u, 0u));
