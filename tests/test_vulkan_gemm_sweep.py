@@ -9,8 +9,8 @@ starting 2 bytes into a 32-bit word (q4_0, q8_0: 18- and 34-byte blocks; f16 thr
 activation rows off 16 bytes (the word-by-word path). The configurations are the plugin's own list
 (the option's error message names them), so a configuration added in vk_matmul.c is tested here.
 
-On lavapipe (32 KiB of shared memory) a configuration that needs more runs with one shared-memory
-stage instead of two, and the kernel name the plugin logs says so (".s1"); everything else about its
+On lavapipe (32 KiB of shared memory) or NVIDIA (48 KiB) a configuration that needs more runs with one
+shared-memory stage instead of two, and the kernel name the plugin logs says so (".s1"); everything else about its
 tiling is what the GPU runs."""
 import re
 
@@ -47,14 +47,24 @@ def shared_bytes(cfg):
     return stages * (bm + bn) * (bk + 8) * 2 + wm * wn * ks * 1024
 
 
+def shared_limit():
+    """The device's maxComputeSharedMemorySize, known per driver: lavapipe 32 KiB, NVIDIA 48 KiB."""
+    desc = pg.get_device(VK).description.lower()
+    for key, limit in (("llvmpipe", 32768), ("nvidia", 49152)):
+        if key in desc:
+            return limit
+    pytest.skip(f"shared-memory limit of {desc!r} not known to this test (add it to shared_limit)")
+
+
 def wanted(cfg, gemm):
     """The kernel names the debug log may give for cfg: itself, or on a device with less shared memory
-    than two stages need (lavapipe: 32 KiB), the same with one stage."""
+    than two stages need (lavapipe: 32 KiB, NVIDIA: 48 KiB), the same with one stage."""
     # (khr: cm_api's KHR build, where the device has it; f16acc: its cm_acc=f16, the default)
     names = {"mul_mat_cm4 " + cfg + s for s in ("", " khr", " khr f16acc")}
-    if gemm == "cm_emulated" and shared_bytes(cfg) > 32768 and ".s1" not in cfg:
+    limit = shared_limit()
+    if shared_bytes(cfg) > limit and ".s1" not in cfg:
         one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
-        names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc")} if shared_bytes(one) <= 32768 else set()
+        names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc")} if shared_bytes(one) <= limit else set()
     return names
 
 
@@ -175,15 +185,37 @@ def test_gemm_dq(gemm, cfg, wdt):
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
 def test_auto_configuration(gemm):
     """gemm_cfg=auto: 128 x 128 where that grid still has 512 workgroups, else 64 x 64; the KHR build
-    (cm_api auto on a device with VK_KHR_cooperative_matrix) 64x64.k64.w2x2.ks2 throughout."""
+    (cm_api auto on a device with VK_KHR_cooperative_matrix) has its own rule: test_auto_configuration_khr."""
     _skip_without(gemm)
+    if gemm == "coopmat" and _has_khr():
+        pytest.skip("the KHR build's rule: test_auto_configuration_khr")
     rng = np.random.default_rng(24)
-    khr = gemm == "coopmat" and _has_khr()
     for (m, n), tile in (((200, 40), "64x64"), ((64 * 128, 8 * 128), "128x128")):
-        tile = "64x64.k64.w2x2.ks2" if khr else tile
         g = pg.Graph()
         w, _ = _weight(g, rng, "q4_0", (m, 32))
         x = g.input("x", (n, 32))
         _, kernels = _compute(pg.mul_mat(w, x), {"x": np.zeros((n, 32), np.float32)},
                               {"gemm": gemm, "gemm_v": "4"}, "mul_mat '")
         assert kernels and kernels[0].startswith("mul_mat_cm4 " + tile), kernels
+
+
+@pytest.mark.parametrize("wdt, n, dq, cfg", [
+    ("q4_0", 70, "auto", "128x64.k64.w2x2"), ("q4_0", 200, "auto", "128x64.k64.w2x2"),
+    ("f16", 200, "auto", "64x128.k64.w2x2"), ("f16", 40, "auto", "128x64.k64.w2x2"),
+    ("q4_K", 70, "auto", "64x128.k64.w2x2 dq"), ("q4_K", 20, "auto", "128x64.k64.w2x2"),
+    ("q4_K", 70, "0", "128x64.k64.w2x2"), ("q6_K", 130, "auto", "64x128.k64.w2x2 dq"),
+    ("q4_0", 70, "1", "64x128.k64.w2x2 dq")])
+def test_auto_configuration_khr(wdt, n, dq, cfg):
+    """On VK_KHR_cooperative_matrix (gemm and gemm_v auto, the defaults) mul_mat_cm4 takes K steps of
+    64: 128 weight rows x 64 tokens for a quantized weight, 64 x 128 for a 16-bit one (and a
+    dequantized copy) past 64 tokens; gemm_dq auto dequantizes the k-quants from 32 tokens. Each
+    against float64 numpy."""
+    if not _has_khr():
+        pytest.skip("no VK_KHR_cooperative_matrix on this device (lavapipe before Mesa 24.1)")
+    name, _, tail = cfg.partition(" ")
+    want = {k + (" " + tail if tail else "") for k in wanted(name, "coopmat")}
+    k = _k(wdt)
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, n, k), {"gemm_dq": dq}, seed=28)
+    pg.get_device(VK).set_option("gemm_dq", "auto")
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
