@@ -244,22 +244,33 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
     uint64_t cm4_dq = 0;   /* gemm_dq: the f16 copy's bytes */
     char cm4_name[64];
-    if (v == 4) {   /* mul_mat_cm4: auto takes the two square tiles by the rule above */
-        ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? 3 : tile == 128 ? 8 : 0;   /* (3: 64x64.k64.w2x2.ks2) */
+    if (v == 4) {   /* mul_mat_cm4 */
+        /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
+         * the dispatch before), the GEMM then reading f16: from 32 tokens, K a multiple of 8 (16-byte
+         * rows), the copy within one binding. auto: the k-quants (q2_K-q6_K), whose 256-element blocks
+         * the GEMM would otherwise unpack every step (H200 at 09968c1, N = 512: q4_K 70.7 / 53.5 / 66.9
+         * TFLOPS at 4096x4096 / 2048x8192 / 11008x4096 against 57.8 / 47.3 / 55.9 direct; q4_0 1-4% slower) */
+        uint64_t dq_bytes = 2ull * (uint64_t)s0->ne[0] * M * (uint64_t)(s0->ne[2] * s0->ne[3]);
+        int kquant = s0->type >= PYG_TYPE_Q2_K && s0->type <= PYG_TYPE_Q6_K;
+        int want_dq = d->opts.gemm_dq == VKP_GEMM_DQ_ON || (d->opts.gemm_dq == VKP_GEMM_DQ_AUTO && kquant && khr);
+        int use_dq = want_dq && pyg_type_get_traits(s0->type)->is_quantized && N >= 32 && s0->ne[0] % 8 == 0 &&
+                     dq_bytes <= d->max_range && vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ (uint32_t)s0->type, 1 }, &d->dq_broken);
+        int wtype = use_dq ? PYG_TYPE_F16 : (int)s0->type;
+        /* gemm_cfg auto on VK_KHR_cooperative_matrix: K steps of 64, 128 weight rows x 64 tokens for a
+         * quantized weight and 64 x 128 for a 16/32-bit one (H200 at 09968c1, N = 512, 4096x4096 /
+         * 2048x8192 / 11008x4096: q4_0 74.7 / 55.8 / 68.7 TFLOPS against 42.8 / 42.7 / 43.8 at
+         * 64x64.k64.w2x2.ks2, f16 63.8 / 47.8 / 55.9 against 33.6 / 31.5 / 32.5; fewer tokens than 128
+         * take the 128 x 64 tile too); elsewhere the two square tiles by the rule above */
+        int wide_n = wtype == PYG_TYPE_F16 || wtype == PYG_TYPE_BF16 || wtype == PYG_TYPE_F32;
+        int khr_ci = wide_n && N > 64 ? 13 : 14;   /* 64x128.k64.w2x2, 128x64.k64.w2x2 */
+        ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? khr_ci : tile == 128 ? 8 : 0;
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
         if (gemm_cfg_shared(&c) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
-            c.st = 1;   /* (lavapipe's 32 KiB: the same tiling with one stage; the kernel name says so) */
+            c.st = 1;   /* (lavapipe's 32 KiB, NVIDIA's 48: the same tiling with one stage; the kernel name says so) */
         gemm_cfg_name(&c, (int)d->opts.debug_gemm_parts, cm4_name, sizeof cm4_name);
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
-        /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
-         * the dispatch before), the GEMM then reading f16: from 32 tokens, K a multiple of 8 (16-byte
-         * rows), the copy within one binding */
-        uint64_t dq_bytes = 2ull * (uint64_t)s0->ne[0] * M * (uint64_t)(s0->ne[2] * s0->ne[3]);
-        int use_dq = d->opts.gemm_dq && pyg_type_get_traits(s0->type)->is_quantized && N >= 32 && s0->ne[0] % 8 == 0 &&
-                     dq_bytes <= d->max_range && vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ (uint32_t)s0->type, 1 }, &d->dq_broken);
-        int wtype = use_dq ? PYG_TYPE_F16 : (int)s0->type;
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
         cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |
