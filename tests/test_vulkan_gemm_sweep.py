@@ -97,7 +97,7 @@ def test_every_configuration_and_type(gemm, cfg, wdt):
     if not want:
         pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
     k = _k(wdt)
-    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, seed=21)
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, seed=21)
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
@@ -113,7 +113,7 @@ def test_unaligned_activations(gemm, cfg, wdt):
     if not want:
         pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
     k = _k(wdt)
-    e, kernels = _run(wdt, (70, k), (37, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, x_offset=1, seed=22)
+    e, kernels = _run(wdt, (70, k), (37, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, x_offset=1, seed=22)
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
@@ -136,7 +136,7 @@ def test_f16_weight_rows_off_a_word(gemm, cfg):
     w = pg.view(win, (m, k), offset=2, strides=(2 * (k + 1), 2))
     xv = rng.standard_normal((n, k)).astype(np.float32)
     x = g.input("x", (n, k))
-    out, kernels = _compute(pg.mul_mat(w, x), {"x": xv}, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg}, "mul_mat '")
+    out, kernels = _compute(pg.mul_mat(w, x), {"x": xv}, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, "mul_mat '")
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     ref = xv.astype(np.float64) @ wide[:, 1:].astype(np.float64).T
     assert kernels and kernels[0] in want, (kernels, want)
