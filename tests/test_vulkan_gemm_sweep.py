@@ -219,3 +219,54 @@ def test_auto_configuration_khr(wdt, n, dq, cfg):
     pg.get_device(VK).set_option("gemm_dq", "auto")
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
+
+
+@pytest.mark.parametrize("wdt, dq", [("q4_0", "0"), ("q4_0", "1"), ("q4_K", "1"), ("q6_K", "0"), ("f16", "0"), ("f32", "0")])
+@pytest.mark.parametrize("cfg", ["64x64.k32.w2x2", "64x64.k64.w2x2.ks2"])
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_b16(gemm, cfg, wdt, dq):
+    """gemm_b16=1: the f32 activations are converted into the plan's scratch as f16 rows (dequant.comp
+    on f32) and the GEMM reads the copy (kernel name ' b16'; with gemm_dq also the weights' copy):
+    2 x 3 activation matrices over 2 broadcast weight matrices, M = 129, N = 70; activation rows off
+    16 bytes (the conversion reads any layout); N < 32 keeps the direct path."""
+    _skip_without(gemm)
+    tail = (" dq" if dq == "1" and wdt not in ("f16", "f32") else "") + " b16"
+    want = {n + tail for n in wanted(cfg, gemm)}
+    if not want:
+        pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
+    k = _k(wdt)
+    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": dq, "gemm_b16": "1"}
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), opts, seed=29)
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    e, kernels = _run(wdt, (70, k), (37, k), opts, x_offset=1, seed=30)
+    assert kernels and kernels[0] in want and e <= 5e-4, (kernels, e)
+    e, kernels = _run(wdt, (129, k), (31, k), opts, seed=31)   # 31 tokens: no copy
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    assert kernels and not kernels[0].endswith(" b16") and e <= 5e-4, (kernels, e)
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_b16_shared_conversion(gemm):
+    """Three GEMMs of the same activations (a layer's q, k, v) after one conversion, in one stage; a GEMM
+    of their sum converts again once they have read the region: convert | q k v | add | add | convert | o,
+    against float64 numpy."""
+    _skip_without(gemm)
+    rng = np.random.default_rng(32)
+    g = pg.Graph()
+    ws = []
+    for i in range(4):
+        blocks = pg.quantize(rng.standard_normal((64, 64)).astype(np.float32), "q4_0")
+        ws.append((g.weight(f"w{i}", blocks, type="q4_0", shape=(64, 64)),
+                   np.asarray(pg.dequantize(blocks, "q4_0", (64, 64)), np.float64)))
+    xv = rng.standard_normal((40, 64)).astype(np.float32)
+    x = g.input("x", (40, 64))
+    q, k, v = (pg.mul_mat(w, x) for w, _ in ws[:3])
+    y = pg.mul_mat(ws[3][0], pg.add(pg.add(q, k), v))
+    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": "64x64.k32.w2x2", "gemm_dq": "0", "gemm_b16": "1"}
+    out, plans = _compute(y, {"x": xv}, opts, "plan for graph")
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    x64 = xv.astype(np.float64)
+    ref = sum(x64 @ w.T for _, w in ws[:3]) @ ws[3][1].T
+    assert nmse(np.asarray(out), ref) <= 5e-4
+    assert plans[-1].startswith("8 dispatches, 5 barriers"), plans

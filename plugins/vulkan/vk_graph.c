@@ -91,7 +91,9 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     uint64_t work = 0;   /* workgroups */
     memset(dp->slot, 0, sizeof dp->slot);
     dp->dq = 0;
+    dp->b16 = 0;
     dp->scratch_size = 0;
+    dp->b16_size = 0;
     dp->slot[VKP_SLOT_DST] = n;
     dp->slot[0] = s0;
     memcpy(&p[80], n->op_params, sizeof n->op_params);
@@ -155,8 +157,12 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
         uint32_t sp[2];
-        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, &dp->scratch_size);
-        dp->dq = dp->scratch_size ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
+        uint64_t copies[2];
+        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies);
+        dp->scratch_size = copies[0];
+        dp->dq = copies[0] ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
+        dp->b16_size = copies[1];
+        dp->b16 = copies[1] ? 2 : 0;  /* gemm_b16: the same for its activations */
         if (e) return e;
         spec = sp[0]; spec1 = sp[1];
         break;
@@ -322,7 +328,7 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
-    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 2, sizeof *dps);
+    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 3, sizeof *dps);   /* (a GEMM: up to two conversions first) */
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
@@ -330,12 +336,13 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     const uint64_t align = vkp_dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
-    params = calloc((size_t)(nn > 0 ? nn : 1) * 2, (size_t)pstride);
+    params = calloc((size_t)(nn > 0 ? nn : 1) * 3, (size_t)pstride);
     if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
 
     /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
-    uint64_t scratch_total = 0, dq_size = 0;
+    uint64_t scratch_total = 0, dq_size = 0, b16_size = 0;
+    const pyg_tensor *b16_src = NULL;   /* what the b16 region holds while only its readers have run since */
     int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
@@ -347,6 +354,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
         if ((e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src))) goto fail;
+        if (dps[nd].b16 != 2) b16_src = NULL;
         for (int s = 0; s < VKP_NBIND; s++) {
             const pyg_tensor *t = dps[nd].slot[s];
             if (!t) continue;
@@ -375,6 +383,39 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                     vkp_shader_name(dps[nd].shader), dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD
                     ? (p[96 + 1] ? " vec4" : " scalar") : "");
         nd++;
+        if (dps[nd - 1].b16 == 2) {   /* gemm_b16: dequant.comp on the f32 activations first, unless it just ran on them */
+            const pyg_tensor *x = dps[nd - 1].slot[1];
+            if (x != b16_src) {
+                dispatch *c = &dps[nd - 1];
+                uint32_t *pg_ = (uint32_t *)((char *)params + (size_t)nd * pstride);
+                dps[nd] = *c;
+                memcpy(pg_, p, (size_t)pstride);
+                uint64_t units = (uint64_t)x->ne[0] / 8 * (uint64_t)(x->ne[1] * x->ne[2] * x->ne[3]);
+                memset(c->slot, 0, sizeof c->slot);
+                c->slot[0] = x;
+                c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0;
+                c->dq = 0; c->b16 = 1;
+                c->shader = VKP_SH_DEQUANT;
+                c->spec0 = PYG_TYPE_F32;
+                vkp_fold_groups((units + 127) / 128, c->groups);
+                uint32_t specs[2] = { PYG_TYPE_F32, 1 };
+                if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &c->pipe))) goto fail;
+                memcpy(p, p + 16, 16 * sizeof *p);   /* its slot 0: the activations */
+                p[96] = (uint32_t)units;
+                b16_src = x;
+                p = pg_;
+                nd++;
+            }
+            dispatch *gm = &dps[nd - 1];
+            uint64_t K = (uint64_t)x->ne[0];
+            gm->slot[1] = NULL;   /* its slot 1: the copy, f16 rows of K back to back */
+            p[16] = 0;
+            p[17] = PYG_TYPE_F16;
+            p[24] = 2; p[25] = (uint32_t)(2 * K); p[26] = (uint32_t)(2 * K * (uint64_t)x->ne[1]);
+            p[27] = (uint32_t)(2 * K * (uint64_t)(x->ne[1] * x->ne[2]));
+            p[96 + 1] = 1;   /* (16-byte rows) */
+            if (gm->b16_size > b16_size) b16_size = gm->b16_size;
+        }
         if (dps[nd - 1].dq == 2) {   /* gemm_dq: dequant.comp first, the GEMM after it reading the f16 copy */
             dispatch *q = &dps[nd - 1], *gm = &dps[nd];
             uint32_t *pg_ = (uint32_t *)((char *)params + (size_t)nd * pstride);
@@ -386,6 +427,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             q->slot[0] = w;
             q->add_out = NULL; q->writes_slot3 = 0; q->out6_word = 0;
             q->dq = 1;
+            q->b16 = 0;
             q->shader = VKP_SH_DEQUANT;
             q->spec0 = (uint32_t)w->type;
             vkp_fold_groups((units + 127) / 128, q->groups);
@@ -423,6 +465,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     if (dq_size > 0) {   /* one region every dequant / GEMM pair shares (their stages keep them in order) */
         for (int i = 0; i < nd; i++) if (dps[i].dq) { dps[i].scratch_off = scratch_total; dps[i].scratch_size = dq_size; }
         scratch_total += (dq_size + align - 1) / align * align;
+    }
+    if (b16_size > 0) {   /* the same for the activations' copies */
+        for (int i = 0; i < nd; i++) if (dps[i].b16) { dps[i].b16_off = scratch_total; dps[i].b16_size = b16_size; }
+        scratch_total += (b16_size + align - 1) / align * align;
     }
     if (scratch_total > 0) {
         void *smap;
@@ -494,6 +540,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
             bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size };
+        if (dps[i].b16 == 1)
+            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
+        if (dps[i].b16 == 2)   /* the GEMM's activations: the f16 copy */
+            bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
             const pyg_buffer *buf = NULL; uint64_t off = 0;
             vkp_resolve(dps[i].add_out, &buf, &off);
@@ -558,7 +608,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch
          * (flash attention's partials, marked written by the split and the merge alike) */
-        const int RPD = VKP_NBIND + 2;
+        const int RPD = VKP_NBIND + 3;   /* slots, add_out, up to two scratch regions */
         range *rg = calloc((size_t)nd * RPD + 1, sizeof *rg);
         unsigned char *rgw = calloc((size_t)nd * RPD + 1, 1);
         int *nrg = calloc((size_t)nd + 1, sizeof *nrg), *level = calloc((size_t)nd + 1, sizeof *level);
@@ -582,6 +632,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (dps[i].fa_split || dps[i].dq) {   /* the plan's own scratch: a key no pyg_buffer has */
                 my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].scratch_off, dps[i].scratch_off + dps[i].scratch_size };
                 myw[nrg[i]++] = dps[i].dq != 2;   /* (the GEMM only reads the copy) */
+            }
+            if (dps[i].b16) {
+                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].b16_off, dps[i].b16_off + dps[i].b16_size };
+                myw[nrg[i]++] = dps[i].b16 == 1;
             }
         }
         /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier

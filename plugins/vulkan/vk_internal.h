@@ -95,6 +95,7 @@ typedef struct vkp_options {
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
+    int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first */
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_GEMM_DQ_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
@@ -318,9 +319,10 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
 /* graph (vk_graph.c, vk_matmul.c) */
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
-/* *dq: gemm_dq chose the f16 copy of the weights: its bytes (else 0) */
+/* dq[0]: gemm_dq chose the f16 copy of the weights: its bytes (else 0); dq[1]: gemm_b16 the f16 copy of
+ * the activations */
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
-                             uint64_t *dq);
+                             uint64_t dq[2]);
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 enum { VKP_GEMM_DQ_AUTO, VKP_GEMM_DQ_OFF, VKP_GEMM_DQ_ON };   /* option gemm_dq: auto (the k-quants), 0, 1 */

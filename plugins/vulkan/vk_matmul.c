@@ -45,7 +45,8 @@ static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n)
 }
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
- * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23 and gemm_dq's 16-byte f16 rows << 24) */
+ * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23, gemm_dq's 16-byte f16 rows << 24
+ * and gemm_b16's f16 activations << 25) */
 static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
            lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;
@@ -213,9 +214,9 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
 }
 
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
-                             uint64_t *work, uint32_t *ex, uint64_t *dq) {
+                             uint64_t *work, uint32_t *ex, uint64_t dq[2]) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
-    *dq = 0;
+    dq[0] = dq[1] = 0;
     uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
     if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
     const char *kind;
@@ -242,7 +243,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * and 4 KiB of staging */
     uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u, tile_m = tile, tile_n = tile;
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
-    uint64_t cm4_dq = 0;   /* gemm_dq: the f16 copy's bytes */
+    uint64_t cm4_dq = 0, cm4_b16 = 0;   /* gemm_dq, gemm_b16: the f16 copies' bytes */
     char cm4_name[64];
     if (v == 4) {   /* mul_mat_cm4 */
         /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
@@ -273,8 +274,18 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
+        /* gemm_b16: the f32 activations converted to f16 rows in the plan's scratch first (dequant.comp
+         * on f32; one conversion serves the GEMMs after it on the same activations: q/k/v, gate/up),
+         * the GEMM then loading a 16-byte word of 8 halves per task instead of two of floats: half the
+         * activation bytes it reads again for every BM rows of weights. From 32 tokens, K a multiple of 8. */
+        uint64_t b16_bytes = 2ull * (uint64_t)s1->ne[0] * N * B;
+        int use_b16 = d->opts.gemm_b16 && s1->type == PYG_TYPE_F32 && N >= 32 && s1->ne[0] % 8 == 0 && b16_bytes <= d->max_range &&
+                      vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ PYG_TYPE_F32, 1 }, &d->dq_broken);
+        if (use_b16) strncat(cm4_name, " b16", sizeof cm4_name - strlen(cm4_name) - 1);
+        cm4_b16 = use_b16 ? b16_bytes : 0;
         cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |
-                     (uint32_t)use_dq << 24;   /* the copy's rows start on 16 bytes: 16-byte loads */
+                     (uint32_t)use_dq << 24 |   /* the copy's rows start on 16 bytes: 16-byte loads */
+                     (uint32_t)use_b16 << 25;   /* f16 activations, rows on 16 bytes */
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         cm_shared = gemm_cfg_shared(&c);
         tile_m = c.bm;
@@ -335,7 +346,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[0] = (uint32_t)*work;
         uint64_t o0 = 0;
         ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3/4: activation rows read as 16-byte words */
-        *dq = v == 4 ? cm4_dq : 0;
+        dq[0] = v == 4 ? cm4_dq : 0;
+        dq[1] = v == 4 ? cm4_b16 : 0;
         kind = v == 4 ? cm4_name : vkp_shader_name(cm_shader);
     } else {
         if (cm4_bad) d->cm4_broken |= 1u << ci;   /* (that configuration only: the others stay available) */

@@ -48,10 +48,14 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
- *   gemm_dq      0 (default) / 1: a quantized weight of a mul_mat_cm4 GEMM (from 32 tokens, K a multiple of 8)
- *                dequantized by dequant.comp into the plan's scratch as f16 rows, the GEMM then reading f16
- *                (what the CUDA plugin does before cuBLAS); one scratch region per plan, the size of its
- *                largest weight, shared by every such GEMM; not yet measured on a GPU
+ *   gemm_dq      auto (default) / 0 / 1: a quantized weight of a mul_mat_cm4 GEMM (from 32 tokens, K a
+ *                multiple of 8) dequantized by dequant.comp into the plan's scratch as f16 rows, the GEMM then
+ *                reading f16 (what the CUDA plugin does before cuBLAS); one scratch region per plan, the size
+ *                of its largest weight, shared by every such GEMM; auto: the k-quants on VK_KHR_cooperative_matrix
+ *                (H200: q4_K GEMMs 67-71 TFLOPS against 57-62 direct; q4_0 1-4% slower through the copy)
+ *   gemm_b16     0 (default) / 1: a mul_mat_cm4 GEMM's f32 activations (from 32 tokens) converted to f16 rows
+ *                in the plan's scratch first (dequant.comp), one conversion for consecutive GEMMs of the same
+ *                activations; the GEMM loads half the activation bytes
  *   fa_cm        which tensor-core prefill attention: 2 (default) flash_attn_cm2.comp where K and V are
  *                f16 rows on 16-byte boundaries (16-byte loads, V transposed in registers, chunks pass 1
  *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */

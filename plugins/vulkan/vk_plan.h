@@ -23,6 +23,11 @@ typedef struct dispatch {
     int dq;                         /* gemm_dq: 1 dequant.comp writing the weights as f16 rows into the scratch
                                      * (scratch_off, scratch_size: one region every such pair of the plan shares),
                                      * 2 the GEMM after it, reading them there as its slot 0 */
+    int b16;                        /* gemm_b16: 1 dequant.comp writing f32 activations as f16 rows into the scratch
+                                     * (b16_off, b16_size: one region every conversion of the plan shares), 2 a
+                                     * GEMM reading them there as its slot 1 (after the conversion, or after an
+                                     * earlier GEMM of the same activations that followed it) */
+    uint64_t b16_off, b16_size;
 } dispatch;
 
 /* helpers of vk_graph.c */

@@ -38,6 +38,8 @@ const uint KS = 1u + ((SPEC >> 19) & 1u);
 const uint AH = (SPEC >> 23) & 1u;
 // f16 weights whose rows start on 16 bytes (option gemm_dq's copy): a task is 4 16-byte loads, stored as loaded
 const uint A16 = (SPEC >> 24) & 1u;
+// f16 activations in rows on 16 bytes (option gemm_b16's copy): a task is one 16-byte load, stored as loaded
+const uint B16 = (SPEC >> 25) & 1u;
 const uint NSG = WM * WN * KS;
 // Measurement switch (device option debug_gemm_parts; kernel names end in .dnl/.dnm/.dmo/.dsk; for
 // scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
@@ -201,6 +203,11 @@ void fetch_b(uint k0) {
         bool ok = j < NTB && n < N && k < K;
         infb[i] = ok ? 1u : 0u;
         if (!ok) continue;
+        if (B16 != 0u) {
+            uvec4 x = s1q[(t_row(1u, n, i12, i13) >> 4) + (k >> 3)];
+            [[unroll]] for (uint e = 0u; e < 4u; e++) rawb[i * 8u + e] = x[e];
+            continue;
+        }
         uint w = (t_row(1u, n, i12, i13) >> 2) + k;   // in 32-bit words
         if (vec) {
             uvec4 x0 = s1q[w >> 2], x1 = s1q[(w >> 2) + 1u];
@@ -217,7 +224,9 @@ void put_b(uint st) {
         uint j = t + i * WG;
         if (j >= NTB) continue;
         uvec4 r = uvec4(0u);
-        if (infb[i] != 0u) {
+        if (infb[i] != 0u && B16 != 0u) {
+            r = uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]);
+        } else if (infb[i] != 0u) {
             vec4 x0 = uintBitsToFloat(uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]));
             vec4 x1 = uintBitsToFloat(uvec4(rawb[i * 8u + 4u], rawb[i * 8u + 5u], rawb[i * 8u + 6u], rawb[i * 8u + 7u]));
             r = uvec4(pk(x0.x, x0.y), pk(x0.z, x0.w), pk(x1.x, x1.y), pk(x1.z, x1.w));
