@@ -97,7 +97,7 @@ def test_every_configuration_and_type(gemm, cfg, wdt):
     if not want:
         pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
     k = _k(wdt)
-    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, seed=21)
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0", "gemm_b16": "0"}, seed=21)
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
@@ -113,7 +113,7 @@ def test_unaligned_activations(gemm, cfg, wdt):
     if not want:
         pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
     k = _k(wdt)
-    e, kernels = _run(wdt, (70, k), (37, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, x_offset=1, seed=22)
+    e, kernels = _run(wdt, (70, k), (37, k), {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0", "gemm_b16": "0"}, x_offset=1, seed=22)
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
@@ -136,7 +136,7 @@ def test_f16_weight_rows_off_a_word(gemm, cfg):
     w = pg.view(win, (m, k), offset=2, strides=(2 * (k + 1), 2))
     xv = rng.standard_normal((n, k)).astype(np.float32)
     x = g.input("x", (n, k))
-    out, kernels = _compute(pg.mul_mat(w, x), {"x": xv}, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0"}, "mul_mat '")
+    out, kernels = _compute(pg.mul_mat(w, x), {"x": xv}, {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "0", "gemm_b16": "0"}, "mul_mat '")
     pg.get_device(VK).set_option("gemm_cfg", "auto")
     ref = xv.astype(np.float64) @ wide[:, 1:].astype(np.float64).T
     assert kernels and kernels[0] in want, (kernels, want)
@@ -156,7 +156,7 @@ def test_gemm_dq(gemm, cfg, wdt):
     if not want:
         pytest.skip(f"{cfg} needs {shared_bytes(cfg)} bytes of shared memory even with one stage")
     k = _k(wdt)
-    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "1"}
+    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": "1", "gemm_b16": "0"}
     e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), opts, seed=25)
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
@@ -199,24 +199,24 @@ def test_auto_configuration(gemm):
         assert kernels and kernels[0].startswith("mul_mat_cm4 " + tile), kernels
 
 
-@pytest.mark.parametrize("wdt, n, dq, cfg", [
-    ("q4_0", 70, "auto", "128x64.k64.w2x2"), ("q4_0", 200, "auto", "128x64.k64.w2x2"),
-    ("f16", 200, "auto", "64x128.k64.w2x2"), ("f16", 40, "auto", "128x64.k64.w2x2"),
-    ("q4_K", 70, "auto", "64x128.k64.w2x2 dq"), ("q4_K", 20, "auto", "128x64.k64.w2x2"),
-    ("q4_K", 70, "0", "128x64.k64.w2x2"), ("q6_K", 130, "auto", "64x128.k64.w2x2 dq"),
-    ("q4_0", 70, "1", "64x128.k64.w2x2 dq")])
-def test_auto_configuration_khr(wdt, n, dq, cfg):
+@pytest.mark.parametrize("wdt, n, dq, b16, cfg", [
+    ("q4_0", 70, "auto", "auto", "64x128.k64.w2x2 b16"), ("q4_0", 200, "auto", "auto", "64x128.k64.w2x2 b16"),
+    ("q4_0", 70, "auto", "0", "128x64.k64.w2x2"), ("q4_0", 40, "auto", "auto", "128x64.k64.w2x2 b16"),
+    ("f16", 200, "auto", "0", "64x128.k64.w2x2"), ("f16", 40, "auto", "0", "128x64.k64.w2x2"),
+    ("q4_K", 70, "auto", "auto", "64x128.k64.w2x2 dq b16"), ("q4_K", 20, "auto", "auto", "128x64.k64.w2x2"),
+    ("q4_K", 70, "0", "0", "128x64.k64.w2x2"), ("q6_K", 130, "auto", "auto", "64x128.k64.w2x2 dq b16"),
+    ("q4_0", 70, "1", "0", "64x128.k64.w2x2 dq")])
+def test_auto_configuration_khr(wdt, n, dq, b16, cfg):
     """On VK_KHR_cooperative_matrix (gemm and gemm_v auto, the defaults) mul_mat_cm4 takes K steps of
-    64: 128 weight rows x 64 tokens for a quantized weight, 64 x 128 for a 16-bit one (and a
-    dequantized copy) past 64 tokens; gemm_dq auto dequantizes the k-quants from 32 tokens. Each
-    against float64 numpy."""
+    64: past 64 tokens 64 weight rows x 128 tokens where an operand is 16-bit (an f16 weight,
+    gemm_dq's copy, gemm_b16's activations), else 128 x 64; gemm_dq auto dequantizes the k-quants and
+    gemm_b16 auto converts the activations, both from 32 tokens. Each against float64 numpy."""
     if not _has_khr():
         pytest.skip("no VK_KHR_cooperative_matrix on this device (lavapipe before Mesa 24.1)")
     name, _, tail = cfg.partition(" ")
     want = {k + (" " + tail if tail else "") for k in wanted(name, "coopmat")}
     k = _k(wdt)
-    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, n, k), {"gemm_dq": dq}, seed=28)
-    pg.get_device(VK).set_option("gemm_dq", "auto")
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, n, k), {"gemm_dq": dq, "gemm_b16": b16}, seed=28)
     assert kernels and kernels[0] in want, (kernels, want)
     assert e <= 5e-4, f"NMSE {e:.3g}"
 

@@ -99,7 +99,7 @@ def _options_logged(options, what):
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"),
-                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "0")):
+                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -385,9 +385,10 @@ def test_gemm(wdt, gemm):
     assert e <= 5e-4, f"NMSE {e:.3g}"
     # gemm_v=0, the default: mul_mat_cm4's KHR build with f16 step sums where the device has
     # VK_KHR_cooperative_matrix (the H200: 128 x 64 tiles for 37 tokens, one shared-memory stage in
-    # its 48 KiB, the k-quants through gemm_dq's f16 copy), else mul_mat_cm3 (the emulation: always cm3)
+    # its 48 KiB, the k-quants through gemm_dq's f16 copy, the activations through gemm_b16's), else
+    # mul_mat_cm3 (the emulation: always cm3)
     dq = " dq" if wdt.endswith("_K") else ""
-    coop = "mul_mat_cm4 128x64.k64.w2x2.s1 khr f16acc" + dq if _has_khr() else "mul_mat_cm3"
+    coop = "mul_mat_cm4 128x64.k64.w2x2.s1 khr f16acc" + dq + " b16" if _has_khr() else "mul_mat_cm3"
     want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, coop if cm else "mul_mat")
     assert kernels == [want]
 

@@ -95,8 +95,8 @@ typedef struct vkp_options {
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
-    int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first */
-    int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_GEMM_DQ_* */
+    int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first: VKP_COPY_* */
+    int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
 } vkp_options;
@@ -325,7 +325,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                              uint64_t dq[2]);
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
-enum { VKP_GEMM_DQ_AUTO, VKP_GEMM_DQ_OFF, VKP_GEMM_DQ_ON };   /* option gemm_dq: auto (the k-quants), 0, 1 */
+enum { VKP_COPY_AUTO, VKP_COPY_OFF, VKP_COPY_ON };   /* options gemm_dq (auto: the k-quants) and gemm_b16: auto, 0, 1 */
 extern const char *const vkp_gemm_cfg_names[];   /* option gemm_cfg's values (vk_matmul.c) */
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm2.comp or flash_attn_cm.comp (shader, spec, work, ex filled) */
 int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2 build (option fa_v) */

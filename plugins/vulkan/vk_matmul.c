@@ -253,16 +253,29 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
          * TFLOPS at 4096x4096 / 2048x8192 / 11008x4096 against 57.8 / 47.3 / 55.9 direct; q4_0 1-4% slower) */
         uint64_t dq_bytes = 2ull * (uint64_t)s0->ne[0] * M * (uint64_t)(s0->ne[2] * s0->ne[3]);
         int kquant = s0->type >= PYG_TYPE_Q2_K && s0->type <= PYG_TYPE_Q6_K;
-        int want_dq = d->opts.gemm_dq == VKP_GEMM_DQ_ON || (d->opts.gemm_dq == VKP_GEMM_DQ_AUTO && kquant && khr);
+        int want_dq = d->opts.gemm_dq == VKP_COPY_ON || (d->opts.gemm_dq == VKP_COPY_AUTO && kquant && khr);
         int use_dq = want_dq && pyg_type_get_traits(s0->type)->is_quantized && N >= 32 && s0->ne[0] % 8 == 0 &&
                      dq_bytes <= d->max_range && vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ (uint32_t)s0->type, 1 }, &d->dq_broken);
         int wtype = use_dq ? PYG_TYPE_F16 : (int)s0->type;
-        /* gemm_cfg auto on VK_KHR_cooperative_matrix: K steps of 64, 128 weight rows x 64 tokens for a
-         * quantized weight and 64 x 128 for a 16/32-bit one (H200 at 09968c1, N = 512, 4096x4096 /
-         * 2048x8192 / 11008x4096: q4_0 74.7 / 55.8 / 68.7 TFLOPS against 42.8 / 42.7 / 43.8 at
-         * 64x64.k64.w2x2.ks2, f16 63.8 / 47.8 / 55.9 against 33.6 / 31.5 / 32.5; fewer tokens than 128
-         * take the 128 x 64 tile too); elsewhere the two square tiles by the rule above */
-        int wide_n = wtype == PYG_TYPE_F16 || wtype == PYG_TYPE_BF16 || wtype == PYG_TYPE_F32;
+        /* gemm_b16: the f32 activations converted to f16 rows in the plan's scratch first (dequant.comp
+         * on f32; one conversion serves the GEMMs after it on the same activations: q/k/v, gate/up),
+         * the GEMM then loading a 16-byte word of 8 halves per task instead of two of floats: half the
+         * activation bytes it reads again for every BM rows of weights. From 32 tokens, K a multiple of 8.
+         * auto (default): on VK_KHR_cooperative_matrix (H100 at b6a4856, N = 512, 4096x4096 / 2048x8192 /
+         * 11008x4096: q4_0 at 64x128.k64.w2x2 83.6 / 66.2 / 82.2 TFLOPS against 74.9 / 55.7 / 69.4;
+         * pp512 1b / 7b q4_0 +3% / +9%, q4_K +10% / +7%: bench/results/gpu-vulkan-h100-20261205T0744/) */
+        uint64_t b16_bytes = 2ull * (uint64_t)s1->ne[0] * N * B;
+        int want_b16 = d->opts.gemm_b16 == VKP_COPY_ON || (d->opts.gemm_b16 == VKP_COPY_AUTO && khr);
+        int use_b16 = want_b16 && s1->type == PYG_TYPE_F32 && N >= 32 && s1->ne[0] % 8 == 0 && b16_bytes <= d->max_range &&
+                      vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ PYG_TYPE_F32, 1 }, &d->dq_broken);
+        /* gemm_cfg auto on VK_KHR_cooperative_matrix: K steps of 64; past 64 tokens 64 weight rows x 128
+         * tokens for 16-bit operands (a 16/32-bit weight or gemm_dq's copy, or gemm_b16's activations),
+         * else 128 x 64 (H200 at 09968c1, N = 512, 4096x4096 / 2048x8192 / 11008x4096: q4_0 direct at
+         * 128x64 74.7 / 55.8 / 68.7 TFLOPS against 42.8 / 42.7 / 43.8 at 64x64.k64.w2x2.ks2, f16 at 64x128
+         * 63.8 / 47.8 / 55.9 against 33.6 / 31.5 / 32.5; H100 at b6a4856: q4_0 with gemm_b16 at 64x128
+         * the least time of 128x64, 64x128 and 128x128.k64.w2x4 with and without it); elsewhere the two
+         * square tiles by the rule above */
+        int wide_n = wtype == PYG_TYPE_F16 || wtype == PYG_TYPE_BF16 || wtype == PYG_TYPE_F32 || use_b16;
         int khr_ci = wide_n && N > 64 ? 13 : 14;   /* 64x128.k64.w2x2, 128x64.k64.w2x2 */
         ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? khr_ci : tile == 128 ? 8 : 0;
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
@@ -274,13 +287,6 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
-        /* gemm_b16: the f32 activations converted to f16 rows in the plan's scratch first (dequant.comp
-         * on f32; one conversion serves the GEMMs after it on the same activations: q/k/v, gate/up),
-         * the GEMM then loading a 16-byte word of 8 halves per task instead of two of floats: half the
-         * activation bytes it reads again for every BM rows of weights. From 32 tokens, K a multiple of 8. */
-        uint64_t b16_bytes = 2ull * (uint64_t)s1->ne[0] * N * B;
-        int use_b16 = d->opts.gemm_b16 && s1->type == PYG_TYPE_F32 && N >= 32 && s1->ne[0] % 8 == 0 && b16_bytes <= d->max_range &&
-                      vkp_pipeline_usable(d, VKP_SH_DEQUANT, (uint32_t[2]){ PYG_TYPE_F32, 1 }, &d->dq_broken);
         if (use_b16) strncat(cm4_name, " b16", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_b16 = use_b16 ? b16_bytes : 0;
         cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |

@@ -53,9 +53,10 @@
  *                reading f16 (what the CUDA plugin does before cuBLAS); one scratch region per plan, the size
  *                of its largest weight, shared by every such GEMM; auto: the k-quants on VK_KHR_cooperative_matrix
  *                (H200: q4_K GEMMs 67-71 TFLOPS against 57-62 direct; q4_0 1-4% slower through the copy)
- *   gemm_b16     0 (default) / 1: a mul_mat_cm4 GEMM's f32 activations (from 32 tokens) converted to f16 rows
- *                in the plan's scratch first (dequant.comp), one conversion for consecutive GEMMs of the same
- *                activations; the GEMM loads half the activation bytes
+ *   gemm_b16     auto (default) / 0 / 1: a mul_mat_cm4 GEMM's f32 activations (from 32 tokens) converted to
+ *                f16 rows in the plan's scratch first (dequant.comp), one conversion for consecutive GEMMs of
+ *                the same activations; the GEMM loads half the activation bytes; auto: on
+ *                VK_KHR_cooperative_matrix (H100: q4_0 GEMMs 66-84 TFLOPS against 56-75; pp512 +3-10%)
  *   fa_cm        which tensor-core prefill attention: 2 (default) flash_attn_cm2.comp where K and V are
  *                f16 rows on 16-byte boundaries (16-byte loads, V transposed in registers, chunks pass 1
  *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */

@@ -364,7 +364,7 @@ static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << in
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
 static const char *const k_cm_api[] = { "auto", "nv", "khr", NULL };   /* VKP_CM_API_* */
 static const char *const k_cm_acc[] = { "f32", "f16", NULL };
-static const char *const k_gemm_dq[] = { "auto", "0", "1", NULL };   /* index: vkp_options.gemm_dq (VKP_GEMM_DQ_*) */   /* index: vkp_options.cm_acc */
+static const char *const k_copy[] = { "auto", "0", "1", NULL };   /* index: vkp_options.gemm_dq, gemm_b16 (VKP_COPY_*) */   /* index: vkp_options.cm_acc */
 static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
 static const char *const k_barrier[] = { "memory", "buffer", "sync2", "debug_exec", NULL };   /* VKP_BARRIER_* */
@@ -394,8 +394,8 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(vkp_options, fa_v, 1, 3, "decode flash attention: 3 (default) flash_attn_dec.comp for the KV split (merge folded in; f16 K/V, 16-byte aligned rows), other nodes as 1; 1 flash_attn.comp; 2 flash_attn2 (eight invocations per key, subgroup reductions; where the device has subgroup arithmetic)"),
     PYG_OPTION_INT(vkp_options, gemm_v, 0, 4, "cooperative-matrix GEMM build: 0 auto (default: 4 where the device and the build have VK_KHR_cooperative_matrix, else 3), 3 pipelined with 16-byte shared-memory stores (mul_mat_cm3), 2 pipelined, 1 the earlier one, 4 mul_mat_cm4 (its configuration: gemm_cfg)"),
     PYG_OPTION_CHOICE(vkp_options, gemm_cfg, vkp_gemm_cfg_names, "mul_mat_cm4's configuration (gemm_v=4): auto, or a name TMxTN.kBK.wWMxWN[.ks2][.s1][.np] (vk_matmul.c)"),
-    PYG_OPTION_BOOL(vkp_options, gemm_b16, "a mul_mat_cm4 GEMM's f32 activations (from 32 tokens) converted to f16 rows in the plan's scratch by a dispatch before it (one conversion for consecutive GEMMs of the same activations), the GEMM then reading half the bytes (default 0)"),
-    PYG_OPTION_CHOICE(vkp_options, gemm_dq, k_gemm_dq, "a quantized weight of a mul_mat_cm4 GEMM (gemm_v=4 or auto on VK_KHR_cooperative_matrix; from 32 tokens) dequantized into the plan's scratch as f16 rows by a dispatch before it, the GEMM then reading f16: auto (default: the k-quants, whose blocks the GEMM would unpack per step; H200: q4_K 67-71 TFLOPS against 57-62), 0 never, 1 every quantized type"),
+    PYG_OPTION_CHOICE(vkp_options, gemm_b16, k_copy, "a mul_mat_cm4 GEMM's f32 activations (from 32 tokens) converted to f16 rows in the plan's scratch by a dispatch before it (one conversion for consecutive GEMMs of the same activations), the GEMM then reading half the bytes: auto (default: on VK_KHR_cooperative_matrix; H100: q4_0 GEMMs 66-84 TFLOPS against 56-75), 0 never, 1 always"),
+    PYG_OPTION_CHOICE(vkp_options, gemm_dq, k_copy, "a quantized weight of a mul_mat_cm4 GEMM (gemm_v=4 or auto on VK_KHR_cooperative_matrix; from 32 tokens) dequantized into the plan's scratch as f16 rows by a dispatch before it, the GEMM then reading f16: auto (default: the k-quants, whose blocks the GEMM would unpack per step; H200: q4_K 67-71 TFLOPS against 57-62), 0 never, 1 every quantized type"),
     PYG_OPTION_INT(vkp_options, fa_cm, 1, 2, "tensor-core prefill flash attention (fa=coopmat/auto/cm_emulated): 2 flash_attn_cm2 where K and V are f16 on 16-byte boundaries (default; else 1), 1 flash_attn_cm"),
     PYG_OPTION_INT(vkp_options, fa_wgs, 64, 65536, "KV-split flash attention for few query rows: at most this many workgroups, splits of whole 64-key chunks (default 4096)"),
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
