@@ -174,9 +174,17 @@ def test_matvec(wdt, matvec, rows, n):
 def test_matvec_batched(wdt):
     """Weights broadcast over the activations' batch axes (r2 = 3, r3 = 2) in mul_mat_vec2."""
     k = _k(wdt)
-    e, kernels = _run(wdt, (2, 1, 20, k), (2, 6, 2, k), {"matvec_rows": "4"}, seed=3)
+    e, kernels = _run(wdt, (2, 1, 20, k), (2, 6, 2, k), {"matvec": "2", "matvec_rows": "4"}, seed=3)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels == ["mul_mat_vec2"]
+
+
+@pytest.mark.parametrize("mv", ["5", "6"])
+def test_matvec3i_q4_K_batched(mv):
+    """The int8 mat-vecs on q4_K weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
+    e, kernels = _run("q4_K", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": mv}, seed=12)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    assert kernels in _int_dot_kernels(mv), kernels
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -208,7 +216,7 @@ def _int_dot_kernels(matvec="5"):
     return _int_dot_want(INT8_KERNEL[matvec])
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0", "q4_K"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (37, 256, 4), (2048, 2048, 1), (259, 4096, 2), (101, 5632, 1),
                                    (1000, 11008, 3), (32000, 2048, 1)])
 @pytest.mark.parametrize("rows", ["1", "2", "4"])
@@ -218,7 +226,8 @@ def test_matvec3i(mv, wdt, m, k, n, rows):
     while staged and dotted by OpSDot; within the int8 activations' error of numpy (as the CUDA
     plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4.
     matvec=6: mul_mat_vec3w, the same with the whole row staged once and each invocation's units
-    walked two at a time (an odd count of them, one, several)."""
+    walked two at a time (an odd count of them, one, several). q4_K: a unit is one block of 256, each
+    32-element sub-block's integer dot scaled by its 6-bit scale, its min times the block's sum."""
     e, kernels = _run(wdt, (m, k), (n, k), {"matvec": mv, "matvec_rows": rows}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels in _int_dot_kernels(mv), kernels
@@ -589,6 +598,35 @@ def test_matvec3_model_decode(wdt, tmp_path):
         i8, k5 = logits(mv)
         kmv = "6" if mv == "7" and wdt == "q8_0" else mv   # mul_mat_vec4 is q4_0's: q8_0 runs as 6
         assert any(k[0] in k5 for k in _int_dot_kernels(kmv)), k5
+        for step, (a, b) in enumerate(zip(i8, old)):
+            assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec={mv}"
+
+
+def test_matvec3_q4_K_model_decode(tmp_path):
+    """A small synthetic LLaMA in q4_K decodes with the int8 mat-vecs (matvec=5, 6, the default, and 7,
+    which runs q4_K as 6) to within mul_mat's NMSE threshold of the float mat-vec's logits (matvec=2,
+    mul_mat_vec2), every step; matvec=3 keeps q4_K on mul_mat_vec2 (the float build has no q4_K)."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / "m-q4_K.gguf")
+    write_synth_model(path, dict(n_embd=512, n_layer=2, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=4096), "q4_K",
+                      seed=4, progress=False)
+
+    def logits(matvec):
+        with _options_logged({"matvec": matvec}, "mul_mat '") as kernels:
+            m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
+            try:
+                got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
+            finally:
+                m.close()
+        return got, set(kernels)
+    old, k2 = logits("2")
+    assert "mul_mat_vec2" in k2 and not any(k.startswith("mul_mat_vec3") for k in k2), k2
+    _, k3 = logits("3")
+    assert not any(k.startswith("mul_mat_vec3") for k in k3), k3
+    for mv in ("5", "6", "7"):
+        i8, k5 = logits(mv)
+        assert any(k[0] in k5 for k in _int_dot_kernels("6" if mv == "7" else mv)), k5
         for step, (a, b) in enumerate(zip(i8, old)):
             assert nmse(a, b) <= 5e-4, f"step {step}: NMSE {nmse(a, b):.3g} with matvec={mv}"
 

@@ -48,7 +48,7 @@ def _run(wdt, m, k, n, add, options, seed=0):
     return got, [m64 @ w64[0].T, m64 @ w64[1].T, m64], kernels
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0", "q4_K"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (259, 2048, 2), (101, 1536, 4), (64, 8192, 3)])
 @pytest.mark.parametrize("add", [True, False])
 def test_norm_mv(wdt, m, k, n, add):

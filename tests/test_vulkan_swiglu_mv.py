@@ -43,7 +43,7 @@ def _run(wdt, m, k, n, options, seed=0):
     return got, feeds, w64, kernels
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0", "q4_K"])
 @pytest.mark.parametrize("m,k,n", [(37, 256, 1), (259, 4096, 2), (101, 1536, 4), (1000, 2816, 3)])
 def test_swiglu_mv(wdt, m, k, n):
     got, feeds, w64, kernels = _run(wdt, m, k, n, {}, seed=m + k + n)

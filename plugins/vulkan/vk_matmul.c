@@ -68,11 +68,12 @@ static int mv_layout_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_ten
     return pyg_tensor_rows_contiguous(s0);
 }
 
-/* mul_mat_vec3.comp's: q4_0 or q8_0, K a multiple of its 256-element units (then a row is whole
- * 16-byte words), weight rows starting on 16 bytes. */
-static int mv3_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1) {
+/* mul_mat_vec3.comp's: q4_0 or q8_0 (and q4_K in its int8 builds), K a multiple of its 256-element
+ * units (then a row is whole 16-byte words), weight rows starting on 16 bytes. */
+static int mv3_ok(const pyg_device *d, const pyg_tensor *s0, const pyg_tensor *s1, int int8) {
     uint64_t o0 = 0;
-    if ((s0->type != PYG_TYPE_Q4_0 && s0->type != PYG_TYPE_Q8_0) || s0->ne[0] % 256) return 0;
+    int ty_ok = s0->type == PYG_TYPE_Q4_0 || s0->type == PYG_TYPE_Q8_0 || (int8 && s0->type == PYG_TYPE_Q4_K);
+    if (!ty_ok || s0->ne[0] % 256) return 0;
     if (!mv_layout_ok(d, s0, s1, &o0)) return 0;
     return o0 % 16 == 0 && s0->nb[1] % 16 == 0 && s0->nb[2] % 16 == 0 && s0->nb[3] % 16 == 0;
 }
@@ -150,7 +151,9 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
         shared = wu * 256u + wu * 64u + 128u * 9u * 16u + (uint64_t)rw * wu * 4u;
         sp[0] |= (uint32_t)wu << 16;
     }
-    if (*broken || !mv3_ok(d, s0, s1) || shared > d->props.limits.maxComputeSharedMemorySize ||
+    int int8 = shader == VKP_SH_MUL_MAT_VEC3I || shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S ||
+               shader == VKP_SH_MUL_MAT_VEC3N;   /* (q4_K: the int8 builds only) */
+    if (*broken || !mv3_ok(d, s0, s1, int8) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];
@@ -208,7 +211,7 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
     for (int i = 0; i < 4; i++)
         if (wa->ne[i] != wb->ne[i] || a->ne[i] != b->ne[i] || sw->ne[i] != a->ne[i]) return 0;
     if (a->type != PYG_TYPE_F32 || b->type != PYG_TYPE_F32 || a->nb[0] != 4 || b->nb[0] != 4) return 0;
-    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, b) || !vkp_supports_op(d, sw) || !mv3_ok(d, wb, b->src[1])) return 0;
+    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, b) || !vkp_supports_op(d, sw) || !mv3_ok(d, wb, b->src[1], 0)) return 0;
     if (!mv3_plan(d, a, VKP_SH_MUL_MAT_VEC3G, &d->mv3g_broken, spec, work)) return 0;
     return 1;
 }

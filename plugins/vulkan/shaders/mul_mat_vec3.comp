@@ -11,7 +11,9 @@
 // and quants are realigned from the registers (q4_0/q8_0 blocks are 2-byte aligned). The row sums
 // meet in shared memory (one barrier), one write per row. No subgroup operations. The host picks
 // it for rows it covers (vk_matmul.c: mv3_ok: K a multiple of 256, 16-byte aligned weight rows and
-// activation rows); other layouts and types keep mul_mat_vec2.comp / mul_mat_vec.comp.
+// activation rows); other layouts and types keep mul_mat_vec2.comp / mul_mat_vec.comp. q4_K (a unit
+// is its 144-byte block of 256) runs in the int8 builds only (MV_INT8: each 32-element sub-block's
+// integer dot scaled by its 6-bit scale, its min times the activation block's sum subtracted).
 // Built with MV_PIPE (mul_mat_vec3p, option matvec=4): the next chunk's weight loads are issued
 // before this chunk's dot (twice the registers: two units' words in flight per invocation).
 // Built with MV_GLU (mul_mat_vec3g, option fuse_glu=1): a = W_a x (slot 0) and b = W_b x (slot 2,
@@ -50,7 +52,7 @@ layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgrou
 const uint TY = SPEC & 255u;
 const uint RW = SPEC >> 8;                      // 8, 16 or 32
 const uint UC = 128u / RW;                      // units per chunk
-const uint NW = TY == TY_Q4_0 ? 9u : 17u;       // 16-byte words per unit
+const uint NW = TY == TY_Q8_0 ? 17u : 9u;       // 16-byte words per unit (q4_0: 8 blocks, q4_K: one)
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 #ifdef MV_GLU

@@ -1,4 +1,4 @@
-// mv_int8.glsl — the int8 side of the q4_0/q8_0 mat-vecs (mul_mat_vec3i/w, mul_mat_vec4), included
+// mv_int8.glsl — the int8 side of the q4_0/q8_0/q4_K mat-vecs (mul_mat_vec3i/w, mul_mat_vec4), included
 // after the includer declared TY (the weight type), the shared arrays yq8 (the activations as int8,
 // 8 words per block of 32) and yqd (per block: d, the sum of its quants), the activation binding
 // s1v (vec4) and the WD(i) word accessor of a unit's registers. OpSDot (SPV_KHR_integer_dot_product,
@@ -6,9 +6,30 @@
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
 int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
 
-// the unit's 8 blocks dotted with the chunk's int8 activations of unit uc
+// the unit's 8 blocks dotted with the chunk's int8 activations of unit uc (q4_K: its one block of 256)
 float dot_unit_i8(uvec4 wv[17], uint uc) {
     float acc = 0.0;
+    if (TY == TY_Q4_K) {   // word 0: d, dmin; words 1..3: 12 bytes of 6-bit scales and mins; words 4..35: quants
+        vec2 dm = unpackHalf2x16(WD(0u));
+        uint s0 = WD(1u), s1 = WD(2u), s2 = WD(3u);
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {   // sub-block j of 32: nibble (j & 1) of quant bytes 32 (j / 2) ..
+            uint sh = 8u * (j & 3u), sc, mn;
+            if (j < 4u) {
+                sc = (s0 >> sh) & 63u;
+                mn = (s1 >> sh) & 63u;
+            } else {
+                uint a = (s2 >> sh) & 255u;
+                sc = (a & 15u) | (((s0 >> sh) >> 6) & 3u) << 4;
+                mn = (a >> 4) | (((s1 >> sh) >> 6) & 3u) << 4;
+            }
+            uint qw = 4u + 8u * (j >> 1), ns = 4u * (j & 1u), yw = 64u * uc + 8u * j;
+            int s = 0;
+            [[unroll]] for (uint k = 0u; k < 8u; k++) s += sdot4x8((WD(qw + k) >> ns) & 0x0f0f0f0fu, yq8[yw + k], 0);
+            vec2 yd = yqd[8u * uc + j];   // sum(w * y) = d sc yd.x s - dmin mn yd.x yd.y
+            acc += yd.x * (dm.x * float(sc) * float(s) - dm.y * float(mn) * yd.y);
+        }
+        return acc;
+    }
     [[unroll]] for (uint b = 0u; b < 8u; b++) {
         uint o = (TY == TY_Q4_0 ? 18u : 34u) * b, wi = o >> 2;
         bool odd = (b & 1u) != 0u;
