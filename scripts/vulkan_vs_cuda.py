@@ -95,6 +95,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the GEMMs' f32 activations converted to f16 rows first (gemm_b16; auto, the default since
             # 2026-12-05, on VK_KHR_cooperative_matrix), and the GEMMs without it
             "b16": {"gemm_b16": "1"}, "b160": {"gemm_b16": "0"},
+            # q4_K decode in the int8 mat-vecs (mul_mat_vec3w, the default matvec=6) instead of mul_mat_vec2
+            "mvq4k": {"matvec_q4_K": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -108,7 +110,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
-            "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto"}
+            "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "matvec_q4_K": "0"}
 
 
 def _set_vk(pg, opts):

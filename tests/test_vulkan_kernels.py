@@ -99,7 +99,7 @@ def _options_logged(options, what):
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"),
-                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto")):
+                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("matvec_q4_K", "0")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -182,9 +182,11 @@ def test_matvec_batched(wdt):
 @pytest.mark.parametrize("mv", ["5", "6"])
 def test_matvec3i_q4_K_batched(mv):
     """The int8 mat-vecs on q4_K weights broadcast over the activations' batch axes (r2 = 3, r3 = 2)."""
-    e, kernels = _run("q4_K", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": mv}, seed=12)
+    e, kernels = _run("q4_K", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": mv, "matvec_q4_K": "1"}, seed=12)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels in _int_dot_kernels(mv), kernels
+    e, kernels = _run("q4_K", (2, 1, 20, 512), (2, 6, 2, 512), {"matvec": mv}, seed=12)   # the default: off
+    assert e <= 5e-4 and kernels == ["mul_mat_vec2"], (e, kernels)
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
@@ -227,8 +229,9 @@ def test_matvec3i(mv, wdt, m, k, n, rows):
     plugin's int8 mat-vec), at the models' K, partial chunks, M not a multiple of the rows, N up to 4.
     matvec=6: mul_mat_vec3w, the same with the whole row staged once and each invocation's units
     walked two at a time (an odd count of them, one, several). q4_K: a unit is one block of 256, each
-    32-element sub-block's integer dot scaled by its 6-bit scale, its min times the block's sum."""
-    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": mv, "matvec_rows": rows}, seed=m + k + n)
+    32-element sub-block's integer dot scaled by its 6-bit scale, its min times the block's sum
+    (option matvec_q4_K=1: off by default until a GPU has timed it)."""
+    e, kernels = _run(wdt, (m, k), (n, k), {"matvec": mv, "matvec_rows": rows, "matvec_q4_K": "1"}, seed=m + k + n)
     assert e <= 5e-4, f"NMSE {e:.3g}"
     assert kernels in _int_dot_kernels(mv), kernels
 
@@ -603,17 +606,18 @@ def test_matvec3_model_decode(wdt, tmp_path):
 
 
 def test_matvec3_q4_K_model_decode(tmp_path):
-    """A small synthetic LLaMA in q4_K decodes with the int8 mat-vecs (matvec=5, 6, the default, and 7,
-    which runs q4_K as 6) to within mul_mat's NMSE threshold of the float mat-vec's logits (matvec=2,
-    mul_mat_vec2), every step; matvec=3 keeps q4_K on mul_mat_vec2 (the float build has no q4_K)."""
+    """A small synthetic LLaMA in q4_K decodes with the int8 mat-vecs (matvec_q4_K=1; matvec=5, 6, the
+    default, and 7, which runs q4_K as 6) to within mul_mat's NMSE threshold of the float mat-vec's
+    logits (matvec=2, mul_mat_vec2), every step; matvec=3 keeps q4_K on mul_mat_vec2 (the float build
+    has no q4_K), as does matvec_q4_K=0, the default."""
     import pyggml.models as models
     from pyggml.synth import write_synth_model
     path = str(tmp_path / "m-q4_K.gguf")
     write_synth_model(path, dict(n_embd=512, n_layer=2, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=4096), "q4_K",
                       seed=4, progress=False)
 
-    def logits(matvec):
-        with _options_logged({"matvec": matvec}, "mul_mat '") as kernels:
+    def logits(matvec, q4k="1"):
+        with _options_logged({"matvec": matvec, "matvec_q4_K": q4k}, "mul_mat '") as kernels:
             m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
             try:
                 got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
@@ -622,6 +626,8 @@ def test_matvec3_q4_K_model_decode(tmp_path):
         return got, set(kernels)
     old, k2 = logits("2")
     assert "mul_mat_vec2" in k2 and not any(k.startswith("mul_mat_vec3") for k in k2), k2
+    _, k6 = logits("6", "0")   # the default: q4_K stays on mul_mat_vec2
+    assert not any(k.startswith("mul_mat_vec3") for k in k6), k6
     _, k3 = logits("3")
     assert not any(k.startswith("mul_mat_vec3") for k in k3), k3
     for mv in ("5", "6", "7"):

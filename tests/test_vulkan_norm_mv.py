@@ -41,7 +41,7 @@ def _graph(wdt, m, k, n, add, seed):
 
 def _run(wdt, m, k, n, add, options, seed=0):
     outs, feeds, w64, gv = _graph(wdt, m, k, n, add, seed)
-    with _options_logged({"norm_wg": "on", "fuse_norm_mv": "on", **options}, "mul_mat '") as kernels:
+    with _options_logged({"norm_wg": "on", "fuse_norm_mv": "on", "matvec_q4_K": "1", **options}, "mul_mat '") as kernels:
         got = pg.Scheduler([VK], poison=True).compute(outs, feeds)
     h = feeds["x"].astype(np.float64) + (feeds["r"].astype(np.float64) if add else 0.0)
     m64 = h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + EPS) * gv

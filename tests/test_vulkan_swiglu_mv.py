@@ -38,7 +38,7 @@ def _graph(wdt, m, k, n, seed, keep=True):
 
 def _run(wdt, m, k, n, options, seed=0):
     outs, feeds, w64 = _graph(wdt, m, k, n, seed)
-    with _options_logged({"fuse_swiglu": "1", **options}, "swiglu '") as kernels:
+    with _options_logged({"fuse_swiglu": "1", "matvec_q4_K": "1", **options}, "swiglu '") as kernels:
         got = pg.Scheduler([VK], poison=True).compute(outs, feeds)
     return got, feeds, w64, kernels
 

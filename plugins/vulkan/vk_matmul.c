@@ -152,8 +152,8 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
         sp[0] |= (uint32_t)wu << 16;
     }
     int int8 = shader == VKP_SH_MUL_MAT_VEC3I || shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S ||
-               shader == VKP_SH_MUL_MAT_VEC3N;   /* (q4_K: the int8 builds only) */
-    if (*broken || !mv3_ok(d, s0, s1, int8) || shared > d->props.limits.maxComputeSharedMemorySize ||
+               shader == VKP_SH_MUL_MAT_VEC3N;   /* (q4_K: the int8 builds only, with option matvec_q4_K) */
+    if (*broken || !mv3_ok(d, s0, s1, int8 && d->opts.matvec_q4_K) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];

@@ -48,6 +48,8 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
+ *   matvec_q4_K  0 (default) / 1: q4_K weights in the int8 mat-vecs of matvec >= 5 (else mul_mat_vec2 on f32
+ *                activations); tested on lavapipe, not yet timed on a GPU
  *   gemm_dq      auto (default) / 0 / 1: a quantized weight of a mul_mat_cm4 GEMM (from 32 tokens, K a
  *                multiple of 8) dequantized by dequant.comp into the plan's scratch as f16 rows, the GEMM then
  *                reading f16 (what the CUDA plugin does before cuBLAS); one scratch region per plan, the size
