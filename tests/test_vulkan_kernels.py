@@ -574,24 +574,35 @@ def test_add_rms_norm_mul_fusion(rows, n0, wg):
     assert plans[-1].startswith("1 dispatches"), plans
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
-def test_matvec3_model_decode(wdt, tmp_path):
-    """A small synthetic LLaMA (n_embd 512, n_ff 1536: K multiples of 256) decodes with matvec=3 to
-    the logits matvec=2 gives (every step), and its decode graph ran mul_mat_vec3."""
+def _decode_model(tmp_path, wdt, seed):
+    """A small synthetic LLaMA (n_embd 512, n_ff 1536: K multiples of 256) in wdt, and a function of
+    device options giving its logits (a 5-token prefill, four decode steps) and the kernels its
+    mul_mat nodes ran."""
     import pyggml.models as models
     from pyggml.synth import write_synth_model
     path = str(tmp_path / f"m-{wdt}.gguf")
     write_synth_model(path, dict(n_embd=512, n_layer=2, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=4096), wdt,
-                      seed=3, progress=False)
+                      seed=seed, progress=False)
 
-    def logits(matvec):
-        with _options_logged({"matvec": matvec}, "mul_mat '") as kernels:
+    def logits(options):
+        with _options_logged(options, "mul_mat '") as kernels:
             m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
             try:
                 got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
             finally:
                 m.close()
         return got, set(kernels)
+    return logits
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q8_0"])
+def test_matvec3_model_decode(wdt, tmp_path):
+    """A small synthetic LLaMA (n_embd 512, n_ff 1536: K multiples of 256) decodes with matvec=3 to
+    the logits matvec=2 gives (every step), and its decode graph ran mul_mat_vec3."""
+    run = _decode_model(tmp_path, wdt, 3)
+
+    def logits(matvec):
+        return run({"matvec": matvec})
     new, k3 = logits("3")
     old, k2 = logits("2")
     assert "mul_mat_vec3" in k3 and "mul_mat_vec3" not in k2, (k3, k2)
@@ -610,20 +621,10 @@ def test_matvec3_q4_K_model_decode(tmp_path):
     default, and 7, which runs q4_K as 6) to within mul_mat's NMSE threshold of the float mat-vec's
     logits (matvec=2, mul_mat_vec2), every step; matvec=3 keeps q4_K on mul_mat_vec2 (the float build
     has no q4_K), as does matvec_q4_K=0, the default."""
-    import pyggml.models as models
-    from pyggml.synth import write_synth_model
-    path = str(tmp_path / "m-q4_K.gguf")
-    write_synth_model(path, dict(n_embd=512, n_layer=2, n_head=8, n_head_kv=4, n_ff=1536, n_vocab=4096), "q4_K",
-                      seed=4, progress=False)
+    run = _decode_model(tmp_path, "q4_K", 4)
 
     def logits(matvec, q4k="1"):
-        with _options_logged({"matvec": matvec, "matvec_q4_K": q4k}, "mul_mat '") as kernels:
-            m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
-            try:
-                got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
-            finally:
-                m.close()
-        return got, set(kernels)
+        return run({"matvec": matvec, "matvec_q4_K": q4k})
     old, k2 = logits("2")
     assert "mul_mat_vec2" in k2 and not any(k.startswith("mul_mat_vec3") for k in k2), k2
     _, k6 = logits("6", "0")   # the default: q4_K stays on mul_mat_vec2
