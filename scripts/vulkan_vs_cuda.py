@@ -97,6 +97,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "b16": {"gemm_b16": "1"}, "b160": {"gemm_b16": "0"},
             # q4_K decode in the int8 mat-vecs (mul_mat_vec3w, the default matvec=6) instead of mul_mat_vec2
             "mvq4k": {"matvec_q4_K": "1"},
+            # the GEMMs' activation fragments loaded from gemm_b16's copy in global memory (gemm_bg)
+            "bg": {"gemm_bg": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -110,7 +112,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
-            "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "matvec_q4_K": "0"}
+            "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0"}
 
 
 def _set_vk(pg, opts):

@@ -270,3 +270,35 @@ def test_gemm_b16_shared_conversion(gemm):
     ref = sum(x64 @ w.T for _, w in ws[:3]) @ ws[3][1].T
     assert nmse(np.asarray(out), ref) <= 5e-4
     assert plans[-1].startswith("8 dispatches, 5 barriers"), plans
+
+
+def bg_name(cfg):
+    """The kernel name gemm_bg gives cfg: its shared memory holds the weight tiles alone, so two stages
+    fit where the activation tiles left room for one (vk_matmul.c: gemm_cfg_shared_bg)."""
+    m = re.fullmatch(r"(\d+)x(\d+)\.k(\d+)\.w(\d+)x(\d+)(\.ks2)?", cfg)
+    bm, bn, bk, wm, wn = (int(x) for x in m.groups()[:5])
+    ks = 2 if m.group(6) else 1
+    two = 2 * bm * (bk + 8) * 2 + wm * wn * ks * 1024 + 16
+    return cfg if two <= shared_limit() else cfg + ".s1"
+
+
+@pytest.mark.parametrize("wdt, dq", [("q4_0", "0"), ("q4_K", "1"), ("f16", "0")])
+@pytest.mark.parametrize("cfg", ["64x64.k32.w2x2", "64x64.k64.w2x2.ks2", "128x64.k64.w2x2", "64x128.k64.w2x2"])
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_gemm_bg(gemm, cfg, wdt, dq):
+    """gemm_bg=1 (with gemm_b16): the activation fragments are loaded from the f16 copy in global memory,
+    whose rows the conversion pads with zeros to whole tiles (N = 70 and 37 against tiles of 64 and 128
+    tokens, K = 224 against steps of 64: a half-empty last step), weights broadcast over 2 x 3
+    activation matrices, activation rows off 16 bytes; against float64 numpy."""
+    _skip_without(gemm)
+    name = "mul_mat_cm4 " + bg_name(cfg)
+    tail = (" dq" if dq == "1" else "") + " b16 bg"
+    want = {name + s + tail for s in ("", " khr", " khr f16acc")}
+    k = _k(wdt)
+    opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": dq, "gemm_b16": "1", "gemm_bg": "1"}
+    e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), opts, seed=33)
+    assert kernels and kernels[0] in want, (kernels, want)
+    assert e <= 5e-4, f"NMSE {e:.3g}"
+    e, kernels = _run(wdt, (70, k), (37, k), opts, x_offset=1, seed=34)
+    pg.get_device(VK).set_option("gemm_cfg", "auto")
+    assert kernels and kernels[0] in want and e <= 5e-4, (kernels, e)

@@ -99,7 +99,7 @@ def _options_logged(options, what):
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("norm_v", "2"), ("fa_v", "3"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"),
-                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("matvec_q4_K", "0")):
+                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -750,14 +750,16 @@ def test_gemm_dq_model_prefill(tmp_path):
 
 def test_gemm_b16_model_prefill(tmp_path):
     """A synthetic LLaMA's 40-token prefill with gemm_b16=1 (the GEMMs' activations converted to f16 rows
-    in the plan's scratch, one conversion for q/k/v and one for gate/up; with gemm_dq=1 the weights too)
-    gives the logits of the direct path, which rounds the activations to f16 the same way on their way
-    into shared memory, then decodes on."""
+    in the plan's scratch, one conversion for q/k/v and one for gate/up; with gemm_dq=1 the weights too;
+    with gemm_bg=1 the activation fragments read from the copy, padded to whole tiles) gives the logits
+    of the direct path, which rounds the activations to f16 the same way on their way into shared
+    memory, then decodes on."""
     opts = {"gemm": "cm_emulated", "gemm_v": "4", "gemm_cfg": "64x64.k32.w2x2", "fa": "scalar"}
     l0, k0 = _model_logits(tmp_path, {**opts, "gemm_dq": "0"}, "mul_mat '", 12, n_ctx=64, prompt=range(1, 41), wdt="q4_0")
-    for dq in ("0", "1"):
-        l1, k1 = _model_logits(tmp_path, {**opts, "gemm_dq": dq, "gemm_b16": "1"}, "mul_mat '", 12, n_ctx=64,
+    for dq, bg in (("0", "0"), ("1", "0"), ("1", "1")):
+        l1, k1 = _model_logits(tmp_path, {**opts, "gemm_dq": dq, "gemm_b16": "1", "gemm_bg": bg}, "mul_mat '", 12, n_ctx=64,
                                prompt=range(1, 41), wdt="q4_0")
-        assert any(k.endswith(" b16") for k in k1) and not any(k.endswith(" b16") for k in k0), (k1, k0)
+        assert any(k.endswith(" b16" + (" bg" if bg == "1" else "")) for k in k1), k1
+        assert not any(" b16" in k for k in k0), k0
         for a, b in zip(l1, l0):
             assert nmse(np.asarray(a), np.asarray(b)) <= 1e-6

@@ -157,8 +157,10 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
         uint32_t sp[2];
-        uint64_t copies[2];
+        uint64_t copies[4];
         pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies);
+        dp->b16_rows = copies[2];
+        dp->b16_k = copies[3];
         dp->scratch_size = copies[0];
         dp->dq = copies[0] ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
         dp->b16_size = copies[1];
@@ -343,6 +345,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     int nd = 0;
     uint64_t scratch_total = 0, dq_size = 0, b16_size = 0;
     const pyg_tensor *b16_src = NULL;   /* what the b16 region holds while only its readers have run since */
+    uint64_t b16_rows = 0, b16_k = 0;   /* and in which layout (gemm_bg pads it to the GEMM's tiles) */
     int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
@@ -385,12 +388,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         nd++;
         if (dps[nd - 1].b16 == 2) {   /* gemm_b16: dequant.comp on the f32 activations first, unless it just ran on them */
             const pyg_tensor *x = dps[nd - 1].slot[1];
-            if (x != b16_src) {
+            if (x != b16_src || dps[nd - 1].b16_rows != b16_rows || dps[nd - 1].b16_k != b16_k) {
                 dispatch *c = &dps[nd - 1];
                 uint32_t *pg_ = (uint32_t *)((char *)params + (size_t)nd * pstride);
                 dps[nd] = *c;
                 memcpy(pg_, p, (size_t)pstride);
-                uint64_t units = (uint64_t)x->ne[0] / 8 * (uint64_t)(x->ne[1] * x->ne[2] * x->ne[3]);
+                uint64_t units = c->b16_k / 8 * c->b16_rows * (uint64_t)(x->ne[2] * x->ne[3]);
                 memset(c->slot, 0, sizeof c->slot);
                 c->slot[0] = x;
                 c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0;
@@ -402,17 +405,21 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &c->pipe))) goto fail;
                 memcpy(p, p + 16, 16 * sizeof *p);   /* its slot 0: the activations */
                 p[96] = (uint32_t)units;
+                p[97] = (uint32_t)c->b16_rows;   /* (dequant.comp: the copy's padded rows and units per row) */
+                p[98] = (uint32_t)(c->b16_k / 8);
                 b16_src = x;
+                b16_rows = c->b16_rows;
+                b16_k = c->b16_k;
                 p = pg_;
                 nd++;
             }
             dispatch *gm = &dps[nd - 1];
-            uint64_t K = (uint64_t)x->ne[0];
+            uint64_t K = gm->b16_k, R = gm->b16_rows;   /* (K, ne1 but padded to whole tiles under gemm_bg) */
             gm->slot[1] = NULL;   /* its slot 1: the copy, f16 rows of K back to back */
             p[16] = 0;
             p[17] = PYG_TYPE_F16;
-            p[24] = 2; p[25] = (uint32_t)(2 * K); p[26] = (uint32_t)(2 * K * (uint64_t)x->ne[1]);
-            p[27] = (uint32_t)(2 * K * (uint64_t)(x->ne[1] * x->ne[2]));
+            p[24] = 2; p[25] = (uint32_t)(2 * K); p[26] = (uint32_t)(2 * K * R);
+            p[27] = (uint32_t)(2 * K * R * (uint64_t)x->ne[2]);
             p[96 + 1] = 1;   /* (16-byte rows) */
             if (gm->b16_size > b16_size) b16_size = gm->b16_size;
         }
@@ -434,6 +441,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             uint32_t specs[2] = { (uint32_t)w->type, 1 };
             if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &q->pipe))) goto fail;
             p[96] = (uint32_t)units;
+            p[97] = p[98] = 0;   /* (dequant.comp: no padding) */
             gm->slot[0] = NULL;   /* its slot 0: the scratch, f16 rows of K back to back */
             pg_[0] = 0;
             pg_[1] = PYG_TYPE_F16;

@@ -96,6 +96,7 @@ typedef struct vkp_options {
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
     int64_t matvec_q4_K;            /* q4_K weights in the int8 mat-vecs (mul_mat_vec3i/3w/3s/3n) */
+    int64_t gemm_bg;                /* with gemm_b16: the GEMM loads activation fragments from the copy in global memory */
     int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first: VKP_COPY_* */
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
@@ -321,9 +322,9 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
 /* dq[0]: gemm_dq chose the f16 copy of the weights: its bytes (else 0); dq[1]: gemm_b16 the f16 copy of
- * the activations */
+ * the activations, dq[2] its rows per (ne2, ne3) and dq[3] its row length in elements (gemm_bg: padded) */
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
-                             uint64_t dq[2]);
+                             uint64_t dq[4]);
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 enum { VKP_COPY_AUTO, VKP_COPY_OFF, VKP_COPY_ON };   /* options gemm_dq (auto: the k-quants) and gemm_b16: auto, 0, 1 */

@@ -45,17 +45,19 @@ static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n)
 }
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
- * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23, gemm_dq's 16-byte f16 rows << 24
- * and gemm_b16's f16 activations << 25) */
+ * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23, gemm_dq's 16-byte f16 rows << 24,
+ * gemm_b16's f16 activations << 25 and gemm_bg's fragments of them from global memory << 26) */
 static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
            lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;
 }
 
-/* its shared memory: the f16 tiles (rows of BK + 8 halves) per stage and a 1 KiB staging tile per subgroup */
-static uint64_t gemm_cfg_shared(const vkp_gemm_cfg *c) {
-    return (uint64_t)c->st * (c->bm + c->bn) * (c->bk + 8u) * 2u + (uint64_t)c->wm * c->wn * c->ks * 1024u;
+/* its shared memory: the f16 tiles (rows of BK + 8 halves) per stage and a 1 KiB staging tile per subgroup
+ * (bg, gemm_bg: no activation tiles) */
+static uint64_t gemm_cfg_shared_bg(const vkp_gemm_cfg *c, int bg) {
+    return (uint64_t)c->st * (c->bm + (bg ? 0u : c->bn)) * (c->bk + 8u) * 2u + (uint64_t)c->wm * c->wn * c->ks * 1024u + (bg ? 16u : 0u);
 }
+static uint64_t gemm_cfg_shared(const vkp_gemm_cfg *c) { return gemm_cfg_shared_bg(c, 0); }
 
 /* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
  * bytes; *o0 is the weights' offset in their binding. */
@@ -217,9 +219,9 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
 }
 
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
-                             uint64_t *work, uint32_t *ex, uint64_t dq[2]) {
+                             uint64_t *work, uint32_t *ex, uint64_t dq[4]) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
-    dq[0] = dq[1] = 0;
+    dq[0] = dq[1] = dq[2] = dq[3] = 0;
     uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
     if (M * N * B > 0xFFFFFFFFull) return vkp_err(PYG_ERR_UNSUPPORTED, "mul_mat '%s' too large", n->name);
     const char *kind;
@@ -246,7 +248,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
      * and 4 KiB of staging */
     uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u, tile_m = tile, tile_n = tile;
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
-    uint64_t cm4_dq = 0, cm4_b16 = 0;   /* gemm_dq, gemm_b16: the f16 copies' bytes */
+    uint64_t cm4_dq = 0, cm4_b16 = 0, cm4_np = 0, cm4_kp = 0;   /* gemm_dq, gemm_b16: the f16 copies' bytes; the activation copy's rows, row length */
     char cm4_name[64];
     if (v == 4) {   /* mul_mat_cm4 */
         /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
@@ -282,21 +284,29 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         int khr_ci = wide_n && N > 64 ? 13 : 14;   /* 64x128.k64.w2x2, 128x64.k64.w2x2 */
         ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? khr_ci : tile == 128 ? 8 : 0;
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
-        if (gemm_cfg_shared(&c) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
+        /* gemm_bg (with the activation copy): the GEMM loads its activation fragments from the copy in
+         * global memory, in rows padded to whole tiles of c.bn tokens and c.bk elements */
+        int use_bg = use_b16 && d->opts.gemm_bg;
+        if (gemm_cfg_shared_bg(&c, use_bg) > d->props.limits.maxComputeSharedMemorySize && c.st == 2)
             c.st = 1;   /* (lavapipe's 32 KiB, NVIDIA's 48: the same tiling with one stage; the kernel name says so) */
+        cm4_np = use_bg ? (N + c.bn - 1) / c.bn * c.bn : N;
+        cm4_kp = use_bg ? ((uint64_t)s1->ne[0] + c.bk - 1) / c.bk * c.bk : (uint64_t)s1->ne[0];
+        if (use_bg) b16_bytes = 2ull * cm4_kp * cm4_np * B;
+        if (use_bg && b16_bytes > d->max_range) use_bg = use_b16 = 0;   /* (then neither copy) */
         gemm_cfg_name(&c, (int)d->opts.debug_gemm_parts, cm4_name, sizeof cm4_name);
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
         if (khr) strncat(cm4_name, d->opts.cm_acc ? " khr f16acc" : " khr", sizeof cm4_name - strlen(cm4_name) - 1);
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
-        if (use_b16) strncat(cm4_name, " b16", sizeof cm4_name - strlen(cm4_name) - 1);
+        if (use_b16) strncat(cm4_name, use_bg ? " b16 bg" : " b16", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_b16 = use_b16 ? b16_bytes : 0;
         cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |
                      (uint32_t)use_dq << 24 |   /* the copy's rows start on 16 bytes: 16-byte loads */
-                     (uint32_t)use_b16 << 25;   /* f16 activations, rows on 16 bytes */
+                     (uint32_t)use_b16 << 25 |  /* f16 activations, rows on 16 bytes */
+                     (uint32_t)use_bg << 26;    /* their fragments loaded from global memory */
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
-        cm_shared = gemm_cfg_shared(&c);
+        cm_shared = gemm_cfg_shared_bg(&c, use_bg);
         tile_m = c.bm;
         tile_n = c.bn;
         cm_disable = &cm4_bad;
@@ -357,6 +367,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3/4: activation rows read as 16-byte words */
         dq[0] = v == 4 ? cm4_dq : 0;
         dq[1] = v == 4 ? cm4_b16 : 0;
+        dq[2] = v == 4 && cm4_b16 ? cm4_np : 0;
+        dq[3] = v == 4 && cm4_b16 ? cm4_kp : 0;
         kind = v == 4 ? cm4_name : vkp_shader_name(cm_shader);
     } else {
         if (cm4_bad) d->cm4_broken |= 1u << ci;   /* (that configuration only: the others stay available) */

@@ -49,6 +49,9 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
+ *   gemm_bg      0 (default) / 1: with gemm_b16's copy, mul_mat_cm4 loads its activation fragments from it in
+ *                global memory (rows padded to whole tiles), shared memory holding the weight tiles alone;
+ *                tested on lavapipe, not yet timed on a GPU
  *   matvec_q4_K  0 (default) / 1: q4_K weights in the int8 mat-vecs of matvec >= 5 (else mul_mat_vec2 on f32
  *                activations); tested on lavapipe, not yet timed on a GPU
  *   gemm_dq      auto (default) / 0 / 1: a quantized weight of a mul_mat_cm4 GEMM (from 32 tokens, K a

@@ -28,6 +28,7 @@ typedef struct dispatch {
                                      * GEMM reading them there as its slot 1 (after the conversion, or after an
                                      * earlier GEMM of the same activations that followed it) */
     uint64_t b16_off, b16_size;
+    uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
 /* helpers of vk_graph.c */

@@ -1,7 +1,8 @@
 #version 450
 // A mul_mat's weights as f16 rows in the plan's scratch (option gemm_dq): slot 0 is the quantized
 // weight (any type deq() reads), binding 6 the copy, K halves per row, rows back to back in the
-// order (row, ne2, ne3); mul_mat_cm4 runs after it on the copy as an f16 weight. One invocation per
+// order (row, ne2, ne3); mul_mat_cm4 runs after it on the copy as an f16 weight (gemm_b16: the same for
+// f32 activations, the copy then its slot 1; with gemm_bg in rows padded to whole tiles). One invocation per
 // 8 weights of a row (K a multiple of 8: whole 16-byte words), ex[0] of them. q4_0, q8_0 and q4_K read
 // their block's (sub-block's) scale once and the 8 quants as 16-bit words; other types element by
 // element (deq).
@@ -13,10 +14,13 @@ layout(std430, binding = 6) writeonly buffer Out { uvec4 o4[]; };
 void main() {
     uint u = wg_linear() * 128u + gl_LocalInvocationID.x;
     if (u >= ex_u(0u)) return;
-    uint K = t_ne(0u, 0u), ku = K / 8u;
+    // ex[1], ex[2] (gemm_bg's activation copy, else 0): the copy's rows per (ne2, ne3) and its units per
+    // row, past the source's ne1 and K / 8: the padding is written as zeros
+    uint K = t_ne(0u, 0u), ku = ex_u(2u) != 0u ? ex_u(2u) : K / 8u, rows = ex_u(1u) != 0u ? ex_u(1u) : t_ne(0u, 1u);
     uint k0 = (u % ku) * 8u, r = u / ku;
-    uint i1 = r % t_ne(0u, 1u); r /= t_ne(0u, 1u);
+    uint i1 = r % rows; r /= rows;
     uint i2 = r % t_ne(0u, 2u), i3 = r / t_ne(0u, 2u);
+    if (i1 >= t_ne(0u, 1u) || k0 >= K) { o4[u] = uvec4(0u); return; }
     uint rb = t_row(0u, i1, i2, i3);
     float v[8];
     if (TY == TY_Q4_0) {          // block of 32: f16 d, 16 bytes; weight j: byte j % 16, low nibble below 16

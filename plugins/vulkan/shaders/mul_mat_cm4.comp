@@ -40,6 +40,10 @@ const uint AH = (SPEC >> 23) & 1u;
 const uint A16 = (SPEC >> 24) & 1u;
 // f16 activations in rows on 16 bytes (option gemm_b16's copy): a task is one 16-byte load, stored as loaded
 const uint B16 = (SPEC >> 25) & 1u;
+// (with B16; option gemm_bg) the activation fragments loaded from that copy in global memory, not staged in
+// shared memory: the copy's rows are padded to whole tiles of BN tokens and BK elements (zeros), so no
+// fragment reads past it; shared memory holds the weight tiles alone
+const uint BG = (SPEC >> 26) & 1u;
 const uint NSG = WM * WN * KS;
 // Measurement switch (device option debug_gemm_parts; kernel names end in .dnl/.dnm/.dmo/.dsk; for
 // scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
@@ -65,7 +69,7 @@ const uint NTA = BM * BK / 32u, TA = (NTA + WG - 1u) / WG;   // weight tasks (32
 const uint NTB = BN * BK / 8u, TB = (NTB + WG - 1u) / WG;    // activation tasks (8 elements)
 const uint RAWN = 17u;                          // raw words per weight task (f16: 64 bytes + realignment)
 shared uvec4 As[NST * BM * LD4];                // weights, [stage][m][k / 8]
-shared uvec4 Bs[NST * BN * LD4];                // activations, [stage][n][k / 8]
+shared uvec4 Bs[BG != 0u ? 1u : NST * BN * LD4];   // activations, [stage][n][k / 8] (BG: unused)
 shared uvec4 Cs[NSG * 64u];                     // a 16x16 f32 tile per subgroup (results, the k-groups' sum)
 
 uint rawa[TA * RAWN];                           // the next step's weight words, as loaded
@@ -74,6 +78,7 @@ uint rawb[TB * 8u];                             // the next step's activations (
 uint infb[TB];
 
 uint M, N, K, bm, bn, i02, i03, i12, i13;
+uint gb0, ldg;                                  // BG: the tile's first token row in the copy, its row stride (16-byte words)
 bool vec;
 
 // the 32-bit word at even byte o of weight task i's block (q4_K: o >= 16 its quant words), the
@@ -197,6 +202,7 @@ void put_a(uint k0, uint st) {
 
 // activation task j: token c = j / (BK / 8), 8 elements from k0 + 8 (j % (BK / 8))
 void fetch_b(uint k0) {
+    if (BG != 0u) return;
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TB; i++) {
         uint j = t + i * WG, n = bn * BN + j / (BK / 8u), k = (DG == 4u ? k0 & 255u : k0) + 8u * (j % (BK / 8u));
@@ -219,6 +225,7 @@ void fetch_b(uint k0) {
 }
 
 void put_b(uint st) {
+    if (BG != 0u) return;
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TB; i++) {
         uint j = t + i * WG;
@@ -237,9 +244,17 @@ void put_b(uint st) {
 
 // a subgroup's operand fragments of one 16-element sub-step into fa[FM], fb[FN]: its rows of the weight
 // tile at stage offset ao, its columns of the activation tile at bo, sub-step word offset kk
+// (BG: bo is the step's first word in the copy's rows of the tile)
 #define LOAD_FRAGS(ao, bo, kk) \
     UNROLL_CM for (uint i = 0u; i < FM; i++) CM_LOAD_V4(fa[i], As, (ao) + (wm + 16u * i) * LD4 + (kk), LD4, false); \
-    UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (bo) + (wn + CM_N * j) * LD4 + (kk), LD4, true)
+    if (BG != 0u) { UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], s1q, (bo) + (wn + CM_N * j) * ldg + (kk), ldg, true); } \
+    else { UNROLL_CM for (uint j = 0u; j < FN; j++) CM_LOAD_V4(fb[j], Bs, (bo) + (wn + CM_N * j) * LD4 + (kk), LD4, true); }
+// one product into the f32 sums (the emulation reads its operands where the fragments lie: Bs or the copy)
+#ifdef CM_EMULATE
+#define MAD_AB(acc_, fa_, fb_) if (BG != 0u) { CM_MAD_V4(acc_, As, fa_, s1q, fb_, true); } else { CM_MAD_V4(acc_, As, fa_, Bs, fb_, true); }
+#else
+#define MAD_AB(acc_, fa_, fb_) CM_MAD_V4(acc_, As, fa_, Bs, fb_, true)
+#endif
 
 void main() {
     uint w = wg_linear();
@@ -252,6 +267,7 @@ void main() {
     i12 = w % B2; i13 = w / B2;
     i02 = i12 / (B2 / t_ne(0u, 2u)); i03 = i13 / (t_ne(1u, 3u) / t_ne(0u, 3u));
     vec = ex_u(1u) != 0u;
+    if (BG != 0u) { gb0 = t_row(1u, bn * BN, i12, i13) >> 4; ldg = t_nb(1u, 1u) >> 4; }
     uint sg = SG_ID, kq = sg / (WM * WN), s2 = sg % (WM * WN);
     uint wm = (s2 % WM) * (BM / WM), wn = (s2 / WM) * (BN / WN);
     ACC acc[FM * FN];
@@ -262,7 +278,7 @@ void main() {
     barrier();
     if (DG == 3u) {   // the products alone, on fragments loaded once
         FRAG_A fa[FM]; FRAG_B fb[FN];
-        LOAD_FRAGS(0u, 0u, 0u);
+        LOAD_FRAGS(0u, BG != 0u ? gb0 : 0u, 0u);
 #if defined(CM_KHR)
         if (AH != 0u) {
             ACC_H ph[FM * FN];
@@ -275,11 +291,11 @@ void main() {
 #endif
         for (uint s = 0u; s < nk * KQ; s++)
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
-                CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
+                MAD_AB(acc[i * FN + j], fa[i], fb[j]);
         nk = 0u;
     }
     for (uint s = 0u; s < nk; s++) {
-        uint st = s % NST, ao = st * BM * LD4, bo = st * BN * LD4;
+        uint st = s % NST, ao = st * BM * LD4, bo = BG != 0u ? gb0 + s * (BK / 8u) : st * BN * LD4;
         bool more = s + 1u < nk && DG != 1u;
         if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
 #if defined(CM_KHR)
@@ -301,7 +317,7 @@ void main() {
             FRAG_A fa[FM]; FRAG_B fb[FN];
             LOAD_FRAGS(ao, bo, kk);
             UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
-                CM_MAD_V4(acc[i * FN + j], As, fa[i], Bs, fb[j], true);
+                MAD_AB(acc[i * FN + j], fa[i], fb[j]);
         }
         if (NST == 1u) barrier();               // the one stage read before it is rewritten
         if (more) {
