@@ -327,6 +327,26 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     free(plan);
 }
 
+/* Turn dispatch c (a GEMM's copy, its params p) into dequant.comp converting src to f16 rows: units of 8
+ * values, rows padded to `rows` with `per_row` units each (0, 0: no padding). The caller marks it dq or b16. */
+static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_tensor *src, uint64_t units,
+                             uint32_t rows, uint32_t per_row) {
+    memset(c->slot, 0, sizeof c->slot);
+    c->slot[0] = src;
+    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0;
+    c->dq = 0; c->b16 = 0;
+    c->shader = VKP_SH_DEQUANT;
+    c->spec0 = (uint32_t)src->type;
+    vkp_fold_groups((units + 127) / 128, c->groups);
+    uint32_t specs[2] = { (uint32_t)src->type, 1 };
+    pyg_error *e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &c->pipe);
+    if (e) return e;
+    p[96] = (uint32_t)units;
+    p[97] = rows;
+    p[98] = per_row;
+    return NULL;
+}
+
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
@@ -394,19 +414,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 dps[nd] = *c;
                 memcpy(pg_, p, (size_t)pstride);
                 uint64_t units = c->b16_k / 8 * c->b16_rows * (uint64_t)(x->ne[2] * x->ne[3]);
-                memset(c->slot, 0, sizeof c->slot);
-                c->slot[0] = x;
-                c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0;
-                c->dq = 0; c->b16 = 1;
-                c->shader = VKP_SH_DEQUANT;
-                c->spec0 = PYG_TYPE_F32;
-                vkp_fold_groups((units + 127) / 128, c->groups);
-                uint32_t specs[2] = { PYG_TYPE_F32, 1 };
-                if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &c->pipe))) goto fail;
                 memcpy(p, p + 16, 16 * sizeof *p);   /* its slot 0: the activations */
-                p[96] = (uint32_t)units;
-                p[97] = (uint32_t)c->b16_rows;   /* (dequant.comp: the copy's padded rows and units per row) */
-                p[98] = (uint32_t)(c->b16_k / 8);
+                if ((e = as_dequant(d, c, p, x, units, (uint32_t)c->b16_rows, (uint32_t)(c->b16_k / 8)))) goto fail;
+                c->b16 = 1;
                 b16_src = x;
                 b16_rows = c->b16_rows;
                 b16_k = c->b16_k;
@@ -430,18 +440,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             memcpy(pg_, p, (size_t)pstride);
             const pyg_tensor *w = q->slot[0];
             uint64_t K = (uint64_t)w->ne[0], units = K / 8 * (uint64_t)(w->ne[1] * w->ne[2] * w->ne[3]);
-            memset(q->slot, 0, sizeof q->slot);
-            q->slot[0] = w;
-            q->add_out = NULL; q->writes_slot3 = 0; q->out6_word = 0;
+            if ((e = as_dequant(d, q, p, w, units, 0, 0))) goto fail;
             q->dq = 1;
-            q->b16 = 0;
-            q->shader = VKP_SH_DEQUANT;
-            q->spec0 = (uint32_t)w->type;
-            vkp_fold_groups((units + 127) / 128, q->groups);
-            uint32_t specs[2] = { (uint32_t)w->type, 1 };
-            if ((e = vkp_get_pipeline(d, VKP_SH_DEQUANT, specs, &q->pipe))) goto fail;
-            p[96] = (uint32_t)units;
-            p[97] = p[98] = 0;   /* (dequant.comp: no padding) */
             gm->slot[0] = NULL;   /* its slot 0: the scratch, f16 rows of K back to back */
             pg_[0] = 0;
             pg_[1] = PYG_TYPE_F16;

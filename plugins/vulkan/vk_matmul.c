@@ -57,7 +57,6 @@ static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
 static uint64_t gemm_cfg_shared_bg(const vkp_gemm_cfg *c, int bg) {
     return (uint64_t)c->st * (c->bm + (bg ? 0u : c->bn)) * (c->bk + 8u) * 2u + (uint64_t)c->wm * c->wn * c->ks * 1024u + (bg ? 16u : 0u);
 }
-static uint64_t gemm_cfg_shared(const vkp_gemm_cfg *c) { return gemm_cfg_shared_bg(c, 0); }
 
 /* What the wide-load mat-vec kernels share: rows contiguous, f32 activations whose rows start on 16
  * bytes; *o0 is the weights' offset in their binding. */
