@@ -35,6 +35,7 @@ struct pyg_graph_plan {
     int *labels;                    /* profiling: its shader label (vkp_prof_label) */
     uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
+    VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
 };
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
@@ -273,6 +274,14 @@ static pyg_error *stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range
         d->barrier2(plan->cb, &di);
         return NULL;
     }
+    if (d->opts.barrier == VKP_BARRIER_EVENT && plan->n_barriers <= plan->n_events) {
+        VkEvent ev = plan->events[plan->n_barriers - 1];
+        VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
+        d->fn.vkCmdSetEvent(plan->cb, ev, cs);
+        d->fn.vkCmdWaitEvents(plan->cb, 1, &ev, cs, cs, 1, &mb, 0, NULL, 0, NULL);
+        return NULL;
+    }
     if (d->opts.barrier == VKP_BARRIER_DEBUG_EXEC) {
         d->fn.vkCmdPipelineBarrier(plan->cb, cs, cs, 0, 0, NULL, 0, NULL, 0, NULL);
         return NULL;
@@ -321,6 +330,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     free(plan->acc);
     free(plan->acc_write);
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
+    for (int i = 0; i < plan->n_events; i++) d->fn.vkDestroyEvent(d->dev, plan->events[i], NULL);
+    free(plan->events);
     free(plan->ops);
     free(plan->labels);
     free(plan->bytes);
@@ -668,6 +679,18 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             level[i] = lv > floor_lv ? lv : floor_lv;
             if (level[i] + 1 > nstage) nstage = level[i] + 1;
         }
+        if (d->opts.barrier == VKP_BARRIER_EVENT && nstage > 1) {   /* one event per stage boundary */
+            plan->events = calloc((size_t)nstage, sizeof *plan->events);
+            VkEventCreateInfo eci = { .sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO };
+            while (plan->events && plan->n_events < nstage - 1 &&
+                   d->fn.vkCreateEvent(d->dev, &eci, NULL, &plan->events[plan->n_events]) == VK_SUCCESS)
+                plan->n_events++;
+            if (plan->n_events < nstage - 1) {
+                free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
+                e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "barrier=event: %d events", nstage - 1);
+                goto fail;
+            }
+        }
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
@@ -707,6 +730,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[nd - 1]], stage_line);
         free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
         vkp_full_barrier(d, plan->cb);
+        for (int i = 0; i < plan->n_events; i++)   /* (after the full barrier: no wait on them is in progress) */
+            d->fn.vkCmdResetEvent(plan->cb, plan->events[i], VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }

@@ -30,6 +30,7 @@
     X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) \
     X(vkDeviceWaitIdle) X(vkQueueWaitIdle) \
     X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
+    X(vkCreateEvent) X(vkDestroyEvent) X(vkCmdSetEvent) X(vkCmdResetEvent) X(vkCmdWaitEvents) \
     X(vkGetQueryPoolResults)
 
 #define VKP_DECL(name) PFN_##name name;
@@ -107,7 +108,7 @@ enum { VKP_CM_API_AUTO, VKP_CM_API_NV, VKP_CM_API_KHR };   /* option cm_api (vk_
 /* option barrier: a global memory barrier (default), buffer barriers on what the previous stage
  * wrote, a synchronization2 memory barrier naming storage accesses only, or (measurement only: not
  * a memory dependency, sync validation flags it) an execution dependency alone */
-enum { VKP_BARRIER_MEMORY, VKP_BARRIER_BUFFER, VKP_BARRIER_SYNC2, VKP_BARRIER_DEBUG_EXEC };
+enum { VKP_BARRIER_MEMORY, VKP_BARRIER_BUFFER, VKP_BARRIER_SYNC2, VKP_BARRIER_DEBUG_EXEC, VKP_BARRIER_EVENT };
 #define VKP_OFF 1
 #define VKP_ON 2
 
