@@ -283,7 +283,8 @@ def bg_name(cfg):
 
 
 @pytest.mark.parametrize("wdt, dq", [("q4_0", "0"), ("q4_K", "1"), ("f16", "0")])
-@pytest.mark.parametrize("cfg", ["64x64.k32.w2x2", "64x64.k64.w2x2.ks2", "128x64.k64.w2x2", "64x128.k64.w2x2"])
+@pytest.mark.parametrize("cfg", ["64x64.k32.w2x2", "64x64.k64.w2x2.ks2", "128x64.k64.w2x2", "64x128.k64.w2x2",
+                                 "128x128.k64.w2x4", "128x128.k64.w2x2"])
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
 def test_gemm_bg(gemm, cfg, wdt, dq):
     """gemm_bg=1 (with gemm_b16): the activation fragments are loaded from the f16 copy in global memory,

@@ -27,11 +27,13 @@ static const vkp_gemm_cfg vkp_gemm_cfgs[] = {
     { 128, 64, 32, 2, 2, 1, 2, 1 }, { 64, 128, 32, 2, 2, 1, 2, 1 }, { 128, 128, 32, 2, 2, 1, 2, 1 },
     { 128, 128, 32, 2, 4, 1, 2, 1 }, { 128, 128, 32, 2, 2, 1, 1, 1 }, { 64, 64, 64, 2, 2, 2, 1, 1 },
     { 128, 128, 64, 2, 4, 1, 2, 1 }, { 64, 128, 64, 2, 2, 1, 2, 1 }, { 128, 64, 64, 2, 2, 1, 2, 1 },
+    { 128, 128, 64, 2, 2, 1, 2, 1 },   /* (64 x 64 per subgroup: with gemm_bg, two stages fit 48 KiB) */
 };
 const char *const vkp_gemm_cfg_names[] = {   /* "auto", then vkp_gemm_cfgs' names in order */
     "auto", "64x64.k32.w2x2", "64x64.k32.w2x2.np", "64x64.k64.w2x2", "64x64.k64.w2x2.ks2", "64x64.k32.w2x2.ks2",
     "32x64.k64.w1x2", "128x64.k32.w2x2", "64x128.k32.w2x2", "128x128.k32.w2x2", "128x128.k32.w2x4",
-    "128x128.k32.w2x2.s1", "64x64.k64.w2x2.ks2.s1", "128x128.k64.w2x4", "64x128.k64.w2x2", "128x64.k64.w2x2", NULL,
+    "128x128.k32.w2x2.s1", "64x64.k64.w2x2.ks2.s1", "128x128.k64.w2x4", "64x128.k64.w2x2", "128x64.k64.w2x2",
+    "128x128.k64.w2x2", NULL,
 };
 #define VKP_GEMM_CFGS ((int)(sizeof vkp_gemm_cfgs / sizeof vkp_gemm_cfgs[0]))
 
