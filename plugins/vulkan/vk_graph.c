@@ -17,26 +17,6 @@ enum { E_ADD, E_MUL, E_SCALE, E_SILU, E_GELU, E_SWIGLU2, E_SWIGLU1, E_COPY };
 /* ---------------------------------------------------------------- plans */
 
 
-struct pyg_graph_plan {
-    pyg_device *dev;
-    VkCommandPool pool;
-    VkCommandBuffer cb;
-    VkDescriptorPool dpool;
-    VkBuffer pbuf;                  /* parameter blocks: pmem (host-visible), or pobj's (device-local) */
-    VkDeviceMemory pmem;
-    pyg_buffer *pobj;
-    int n_dispatch, n_barriers;
-    range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
-    unsigned char *acc_write;
-    VkBuffer sbuf;                  /* scratch: KV-split partials of flash attention (device memory) */
-    VkDeviceMemory smem;
-    VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
-    int *ops;                       /* profiling: op of each dispatch */
-    int *labels;                    /* profiling: its shader label (vkp_prof_label) */
-    uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
-    VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
-    VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
-};
 
 /* where a tensor's bytes live: its own buffer, or (for an in-place alias) its view source's */
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
@@ -253,67 +233,6 @@ static int profile_label(const dispatch *dp) {
         snprintf(buf, sizeof buf, "%s", sh);
     }
     return vkp_prof_label(buf);
-}
-
-/* The barrier between two stages (option barrier), after the dispatches order[k0..k1) of the previous
- * one: a global memory barrier (compute writes before, compute reads and writes after); buffer
- * barriers on each buffer that stage wrote (the writes of earlier stages were made visible by the
- * barriers before it: their destination scope is every later command); the synchronization2
- * barrier with storage accesses only; or, to measure what the memory dependency costs, an
- * execution dependency alone (not a valid order for the data: sync validation reports it). */
-static pyg_error *stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *rg, const unsigned char *rgw, const int *nrg,
-                                int rpd, const int *order, int k0, int k1) {
-    const VkPipelineStageFlags cs = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
-    plan->n_barriers++;
-    if (d->opts.barrier == VKP_BARRIER_SYNC2 && d->barrier2) {
-        VkMemoryBarrier2KHR mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER_2_KHR,
-            .srcStageMask = VK_PIPELINE_STAGE_2_COMPUTE_SHADER_BIT_KHR, .srcAccessMask = VK_ACCESS_2_SHADER_STORAGE_WRITE_BIT_KHR,
-            .dstStageMask = VK_PIPELINE_STAGE_2_COMPUTE_SHADER_BIT_KHR,
-            .dstAccessMask = VK_ACCESS_2_SHADER_STORAGE_READ_BIT_KHR | VK_ACCESS_2_SHADER_STORAGE_WRITE_BIT_KHR };
-        VkDependencyInfoKHR di = { .sType = VK_STRUCTURE_TYPE_DEPENDENCY_INFO_KHR, .memoryBarrierCount = 1, .pMemoryBarriers = &mb };
-        d->barrier2(plan->cb, &di);
-        return NULL;
-    }
-    if (d->opts.barrier == VKP_BARRIER_EVENT && plan->n_barriers <= plan->n_events) {
-        VkEvent ev = plan->events[plan->n_barriers - 1];
-        VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
-        d->fn.vkCmdSetEvent(plan->cb, ev, cs);
-        d->fn.vkCmdWaitEvents(plan->cb, 1, &ev, cs, cs, 1, &mb, 0, NULL, 0, NULL);
-        return NULL;
-    }
-    if (d->opts.barrier == VKP_BARRIER_DEBUG_EXEC) {
-        d->fn.vkCmdPipelineBarrier(plan->cb, cs, cs, 0, 0, NULL, 0, NULL, 0, NULL);
-        return NULL;
-    }
-    if (d->opts.barrier == VKP_BARRIER_BUFFER) {
-        int cap = 0;
-        for (int k = k0; k < k1; k++) cap += nrg[order[k]];
-        VkBufferMemoryBarrier *bb = calloc((size_t)(cap > 0 ? cap : 1), sizeof *bb);
-        if (!bb) return vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan barriers");
-        int nb = 0;
-        for (int k = k0; k < k1; k++) {
-            const range *m = rg + (size_t)order[k] * rpd; const unsigned char *w = rgw + (size_t)order[k] * rpd;
-            for (int a = 0; a < nrg[order[k]]; a++) {
-                if (!w[a]) continue;
-                VkBuffer vb = m[a].buf == (const pyg_buffer *)(void *)plan ? plan->sbuf : m[a].buf->buf;
-                int seen = 0;
-                for (int b = 0; b < nb && !seen; b++) seen = bb[b].buffer == vb;
-                if (seen) continue;
-                bb[nb++] = (VkBufferMemoryBarrier){ .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                    .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-                    .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED, .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                    .buffer = vb, .offset = 0, .size = VK_WHOLE_SIZE };
-            }
-        }
-        d->fn.vkCmdPipelineBarrier(plan->cb, cs, cs, 0, 0, NULL, (uint32_t)nb, bb, 0, NULL);
-        free(bb);
-        return NULL;
-    }
-    VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT, .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
-    d->fn.vkCmdPipelineBarrier(plan->cb, cs, cs, 0, 1, &mb, 0, NULL, 0, NULL);
-    return NULL;
 }
 
 void vkp_plan_destroy(pyg_graph_plan *plan) {
@@ -708,7 +627,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 if (w > 0) sl += (size_t)w;
             }
             if (k > 0 && level[i] != level[order[k - 1]]) {
-                if (!d->opts.debug_drop_barriers && (e = stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
+                if (!d->opts.debug_drop_barriers && (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
                     free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
                     goto fail;
                 }

@@ -31,6 +31,28 @@ typedef struct dispatch {
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
+/* A plan (vk_graph.c builds it, records it once, resubmits it) */
+struct pyg_graph_plan {
+    pyg_device *dev;
+    VkCommandPool pool;
+    VkCommandBuffer cb;
+    VkDescriptorPool dpool;
+    VkBuffer pbuf;                  /* parameter blocks: pmem (host-visible), or pobj's (device-local) */
+    VkDeviceMemory pmem;
+    pyg_buffer *pobj;
+    int n_dispatch, n_barriers;
+    range *acc; int n_acc;          /* sanitizer mode: byte ranges a compute reads (lo..hi) and writes */
+    unsigned char *acc_write;
+    VkBuffer sbuf;                  /* scratch: KV-split partials of flash attention (device memory) */
+    VkDeviceMemory smem;
+    VkQueryPool qpool;              /* profiling: a timestamp before the first and after each dispatch */
+    int *ops;                       /* profiling: op of each dispatch */
+    int *labels;                    /* profiling: its shader label (vkp_prof_label) */
+    uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
+    VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
+    VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
+};
+
 /* helpers of vk_graph.c */
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */
 int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option: auto is on except on CPU devices */
@@ -38,6 +60,10 @@ uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may s
 /* the parameter block and dispatch of one node (the caller checked supports_op) */
 pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p);
 
+/* vk_barrier.c: the barrier (option barrier) after the dispatches order[k0..k1) of one stage, given every
+ * dispatch's byte ranges (rpd per dispatch: rg, written or not: rgw, how many: nrg) */
+pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *rg, const unsigned char *rgw, const int *nrg,
+                             int rpd, const int *order, int k0, int k1);
 /* vk_fuse.c: dispatch dps[nd] for graph node *ip and the nodes fused into it (*ip moves to the
  * last of them; dps[nd].op names the op profiles count it under). norm_src: the last earlier
  * dispatch that is a fused norm mat-vecs may recompute (fuse_norm_mv), or -1. */
