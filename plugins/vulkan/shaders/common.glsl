@@ -190,3 +190,36 @@ float alibi_slope(float max_bias, uint h, uint n_head) {
     float m1 = exp2(-(max_bias / 2.0) / float(nl2));
     return h < nl2 ? pow(m0, float(h + 1u)) : pow(m1, float(2u * (h - nl2) + 1u));
 }
+
+// barrier=spin (vk_spin.c, experimental): no command between a plan's stages; each dispatch's
+// parameter block names the stage counter (binding 7, the plan's; word 0 an error flag) its
+// workgroups wait on until the previous stage's workgroups have all counted themselves there, and
+// the counter its own workgroups count up when done. Every shader's main is this one: its own is
+// renamed vkp_body below. Words 125-127 are 0 in every other plan: the shader runs as written.
+layout(std430, binding = 7) coherent buffer StageSync { uint stage_ctr[]; };
+layout(std430, binding = 7) coherent volatile buffer StageSyncV { uint stage_ctr_v[]; };
+#define VKP_SPIN_POLLS (1u << 22)   // (vk_spin.c's message names it) as 1024 rounds of 4096:
+                                    // llvmpipe ends any one loop after 65535 iterations
+void vkp_body();
+void main() {
+    uint wait_on = pw(125u);
+    if (wait_on != 0u) {
+        if (gl_LocalInvocationIndex == 0u) {
+            uint target = pw(126u);
+            bool done = stage_ctr_v[wait_on] >= target;
+            for (uint round = 0u; round < 1024u && !done; round++)
+                for (uint n = 0u; n < 4096u && !done; n++) done = stage_ctr_v[wait_on] >= target;
+            if (!done) atomicOr(stage_ctr[0], 1u);   // reported by the host: no hang
+        }
+        memoryBarrierBuffer();   // the previous stage's writes before this workgroup's reads
+        barrier();
+    }
+    vkp_body();
+    uint signal_on = pw(127u);
+    if (signal_on != 0u) {
+        memoryBarrierBuffer();   // this workgroup's writes before its count
+        barrier();
+        if (gl_LocalInvocationIndex == 0u) atomicAdd(stage_ctr[signal_on], 1u);
+    }
+}
+#define main vkp_body
