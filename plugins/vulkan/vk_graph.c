@@ -624,6 +624,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
             }
             for (int i = 0; i < nd; i++) tot[level[i]] += (uint64_t)dps[i].groups[0] * dps[i].groups[1] * dps[i].groups[2];
+            for (int i = 0; i < nd; i++) {   /* slot 0 written by no dispatch (weights): may be loaded before the wait */
+                uint32_t *pi = (uint32_t *)((char *)params + (size_t)i * pstride);
+                const range *s0 = rg + (size_t)i * RPD;   /* its first range is slot 0 where it has one */
+                int ok = dps[i].slot[0] && !dps[i].dq && !dps[i].b16 && nrg[i] > 0;
+                for (int j = 0; j < nd && ok; j++)
+                    for (int a = 0; a < nrg[j] && ok; a++) {
+                        const range *m = rg + (size_t)j * RPD + a;
+                        if (rgw[(size_t)j * RPD + a] && m->buf == s0->buf && m->lo < s0->hi && s0->lo < m->hi) ok = 0;
+                    }
+                pi[VKP_SYNC_EARLY] = (uint32_t)ok;
+            }
             for (int i = 0; i < nd; i++)
                 vkp_spin_words(d, (uint32_t *)((char *)params + (size_t)i * pstride), level[i], level[i] > 0 ? (uint32_t)tot[level[i] - 1] : 0);
             free(tot);

@@ -200,8 +200,11 @@ layout(std430, binding = 7) coherent buffer StageSync { uint stage_ctr[]; };
 layout(std430, binding = 7) coherent volatile buffer StageSyncV { uint stage_ctr_v[]; };
 #define VKP_SPIN_POLLS (1u << 22)   // (vk_spin.c's message names it) as 1024 rounds of 4096:
                                     // llvmpipe ends any one loop after 65535 iterations
+// A shader built with VKP_LATE_WAIT calls vkp_stage_wait itself (every invocation, uniform control
+// flow), after it issued loads of what no stage of the plan writes where word 124 says so (its
+// weights: their latency overlaps the wait); main does not.
 void vkp_body();
-void main() {
+void vkp_stage_wait() {
     uint wait_on = pw(125u);
     if (wait_on != 0u) {
         if (gl_LocalInvocationIndex == 0u) {
@@ -214,6 +217,12 @@ void main() {
         memoryBarrierBuffer();   // the previous stage's writes before this workgroup's reads
         barrier();
     }
+}
+bool vkp_early_ok() { return pw(124u) != 0u; }   // slot 0 is written by no dispatch of the plan
+void main() {
+#ifndef VKP_LATE_WAIT
+    vkp_stage_wait();
+#endif
     vkp_body();
     uint signal_on = pw(127u);
     if (signal_on != 0u) {
