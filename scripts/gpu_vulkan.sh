@@ -28,7 +28,7 @@
 # mv3 norm2 facm gemm3 (defaults), fakd = fa_v=2 (flash_attn2), gemm1, tile128, tile64,
 # rows1, rows4, mv3r32, norm1, old = matvec=1 gemm=tiled fa=scalar norm_v=1; since 2026-12-05 cfg0 =
 # mul_mat_cm4's earlier auto tile, b16 / b160 = gemm_b16 on / off, gdq / gdq0 = gemm_dq on / off, mvq4k =
-# q4_K in the int8 mat-vecs: scripts/vulkan_vs_cuda.py lists them all),
+# q4_K in the int8 mat-vecs, bevent / bspin = barrier=event / spin: scripts/vulkan_vs_cuda.py lists them all),
 # GPU_VK_PROFILE (1; 0 skips the per-kernel profile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"), GPU_VK_PROFILE_VARIANTS ("new next": next =
 # fadec + mv3p + ropest + glu at once, whose kernels profile as separate shaders: flash_attn_dec
 # against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
