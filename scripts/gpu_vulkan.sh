@@ -39,6 +39,10 @@
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
+# barrier=spin (untimed so far: no machine came on 2026-12-06) in one call, its correctness first:
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES=tests/test_vulkan_spin.py GPU_VK_TEST_K=spin GPU_VK_PROFILE=0 \
+#   GPU_VK_FLOOR=1 GPU_VK_FLOOR_SETS="default barrier=spin barrier=event" GPU_VK_VARIANTS="new bspin bspinf bg" \
+#   GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
