@@ -522,12 +522,16 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
-        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
+        int nfill = 0;   /* flash_attn_dec's row counters and barrier=spin's stage counters start at 0 in every run */
         for (int i = 0; i < nd; i++)
             if (dps[i].fa_fold) {
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
                 nfill++;
             }
+        if (spin) {
+            d->fn.vkCmdFillBuffer(plan->cb, plan->ybuf, 0, VK_WHOLE_SIZE, 0);
+            nfill++;
+        }
         if (nfill) {
             VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
@@ -617,7 +621,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 goto fail;
             }
         }
-        if (spin) {   /* each dispatch's words: the previous stage's workgroups to wait for; counters zeroed */
+        if (spin) {   /* each dispatch's words: the previous stage's workgroups to wait for (counters zeroed above) */
             uint64_t *tot = calloc((size_t)nstage + 1, sizeof *tot);
             if (!tot) {
                 free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
@@ -638,10 +642,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             for (int i = 0; i < nd; i++)
                 vkp_spin_words(d, (uint32_t *)((char *)params + (size_t)i * pstride), level[i], level[i] > 0 ? (uint32_t)tot[level[i] - 1] : 0);
             free(tot);
-            d->fn.vkCmdFillBuffer(plan->cb, plan->ybuf, 0, VK_WHOLE_SIZE, 0);
-            VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
-                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
-            d->fn.vkCmdPipelineBarrier(plan->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
         }
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];

@@ -62,9 +62,9 @@ enum {
 #define VKP_BIND_SYNC 7     /* barrier=spin: the plan's stage counters (vk_spin.c); dummy elsewhere */
 #define VKP_NSET (VKP_NBIND + 3)   /* bindings per descriptor set: tensors, parameters, scratch, stage counters */
 /* barrier=spin words of the parameter block (common.glsl's main reads them; 0 everywhere else):
- * whether slot 0 may be read early,
- * 1 + the counter this dispatch waits on (0: none), the count it waits for, 1 + the counter it adds
- * its workgroups to when done (0: none) */
+ * whether slot 0 may be read early, the counter this dispatch waits on (0: none; counter 0 is the
+ * error flag, stage k counts on counter k + 1), the count it waits for, the counter it adds its
+ * workgroups to when done (0: none) */
 #define VKP_SYNC_EARLY 124   /* 1: no dispatch of the plan writes slot 0's bytes (a weight): loads of it may
                               * go before the wait (shaders built with VKP_LATE_WAIT) */
 #define VKP_SYNC_WAIT 125
