@@ -631,7 +631,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             for (int i = 0; i < nd; i++) {   /* slot 0 written by no dispatch (weights): may be loaded before the wait */
                 uint32_t *pi = (uint32_t *)((char *)params + (size_t)i * pstride);
                 const range *s0 = rg + (size_t)i * RPD;   /* its first range is slot 0 where it has one */
-                int ok = dps[i].slot[0] && !dps[i].dq && !dps[i].b16 && nrg[i] > 0;
+                int late = dps[i].shader == VKP_SH_MUL_MAT_VEC3W || dps[i].shader == VKP_SH_MUL_MAT_VEC3S ||
+                           dps[i].shader == VKP_SH_MUL_MAT_VEC3N;   /* the builds with VKP_LATE_WAIT: the others never read it */
+                int ok = late && dps[i].slot[0] && !dps[i].dq && !dps[i].b16 && nrg[i] > 0;
                 for (int j = 0; j < nd && ok; j++)
                     for (int a = 0; a < nrg[j] && ok; a++) {
                         const range *m = rg + (size_t)j * RPD + a;
