@@ -28,7 +28,7 @@
 # mv3 norm2 facm gemm3 (defaults), fakd = fa_v=2 (flash_attn2), gemm1, tile128, tile64,
 # rows1, rows4, mv3r32, norm1, old = matvec=1 gemm=tiled fa=scalar norm_v=1; since 2026-12-05 cfg0 =
 # mul_mat_cm4's earlier auto tile, b16 / b160 = gemm_b16 on / off, gdq / gdq0 = gemm_dq on / off, mvq4k =
-# q4_K in the int8 mat-vecs, bevent / bspin = barrier=event / spin: scripts/vulkan_vs_cuda.py lists them all),
+# q4_K in the int8 mat-vecs: scripts/vulkan_vs_cuda.py lists them all),
 # GPU_VK_PROFILE (1; 0 skips the per-kernel profile), GPU_VK_PROFILE_MODELS ("synth:1b:q4_0 synth:7b:q4_0"), GPU_VK_PROFILE_VARIANTS ("new next": next =
 # fadec + mv3p + ropest + glu at once, whose kernels profile as separate shaders: flash_attn_dec
 # against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
@@ -39,10 +39,6 @@
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
-# barrier=spin (untimed so far: no machine came on 2026-12-06) in one call, its correctness first:
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES=tests/test_vulkan_spin.py GPU_VK_TEST_K=spin GPU_VK_PROFILE=0 \
-#   GPU_VK_FLOOR=1 GPU_VK_FLOOR_SETS="default barrier=spin barrier=event" GPU_VK_VARIANTS="new bspin bspinf bg" \
-#   GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -99,11 +99,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "mvq4k": {"matvec_q4_K": "1"},
             # the GEMMs' activation fragments loaded from gemm_b16's copy in global memory (gemm_bg)
             "bg": {"gemm_bg": "1"},
-            "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"}, "bspin": {"barrier": "spin"},
-            # barrier=spin with more fused stages: the norm recomputed in the mat-vecs at any width (7b), and
-            # with the swiglu in the down projection's mat-vec
-            "bspinf": {"barrier": "spin", "fuse_norm_mv": "on", "fuse_swiglu": "1"},
-            "bspinq": {"barrier": "spin", "matvec_q4_K": "1"},
+            "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
             # against rope + set_rows, mul_mat_vec3g against two mul_mat_vec3 + elementwise.swiglu)

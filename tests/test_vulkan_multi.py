@@ -442,15 +442,13 @@ def test_dropped_scheduler_sync_is_caught(policy):
 @pytest.mark.skipif(not VALIDATING, reason="runs inside test_suite_under_validation_layer")
 @pytest.mark.parametrize("key,value,hazard", [("debug_drop_barriers", "1", True), ("barrier", "debug_exec", True),
                                               ("barrier", "buffer", False), ("barrier", "sync2", False),
-                                              ("barrier", "event", False), ("barrier", "spin", True)])
+                                              ("barrier", "event", False)])
 def test_dropped_barrier_is_caught_by_sync_validation(key, value, hazard):
     """The device-side counterpart: plans recorded without their compute barriers
     (debug_drop_barriers=1), or with execution dependencies that carry no memory dependency
     (barrier=debug_exec), give read-after-write hazards that synchronization validation reports;
     with the default barriers (only where a dependency exists), the buffer barriers, the
-    synchronization2 ones or the events (barrier=event) the same graph is clean. barrier=spin orders the
-    stages through shader atomics (vk_spin.c), which synchronization validation does not model: it
-    reports them as it reports no barrier at all."""
+    synchronization2 ones or the events (barrier=event) the same graph is clean."""
     y, feeds = _three_inputs()
     dev = pg.get_device(VK)
     ok = pg.Scheduler([VK], sync="events")

@@ -251,7 +251,6 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     for (int i = 0; i < plan->n_events; i++) d->fn.vkDestroyEvent(d->dev, plan->events[i], NULL);
     free(plan->events);
-    vkp_spin_destroy(d, plan);
     free(plan->ops);
     free(plan->labels);
     free(plan->bytes);
@@ -417,7 +416,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
      * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
      * dependent read of it a trip over the bus), else one host-visible buffer */
-    void *pmap = NULL;   /* (host-visible blocks: barrier=spin writes its words again after recording) */
     {
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
         if (vkp_auto_on(d, d->opts.params_dev)) {
@@ -428,11 +426,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             void *map;
             if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
             memcpy(map, params, (size_t)((uint64_t)nd * pstride));
-            pmap = map;
         }
     }
-    const int spin = d->opts.barrier == VKP_BARRIER_SPIN && !d->opts.debug_drop_barriers && nd > 0;
-    if (spin && (e = vkp_spin_setup(d, plan, nd))) goto fail;   /* (stages <= dispatches) */
 
     /* descriptor sets */
     if (nd > 0) {
@@ -446,7 +441,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
     VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
-    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 4, sizeof *wds);   /* tensors, parameters, scratch, counters */
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 3, sizeof *wds);   /* tensors, parameters, scratch */
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
         e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
@@ -494,17 +489,15 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (hi > buf->alloc_size) hi = buf->alloc_size;
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
-        bi[i * VKP_NSET + VKP_BIND_SYNC] = spin ? (VkDescriptorBufferInfo){ plan->ybuf, 0, VK_WHOLE_SIZE }
-                                                : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        for (int w = 0; w < 4; w++) {
-            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : w == 2 ? VKP_BIND_SCRATCH : VKP_BIND_SYNC;
-            wds[4 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
+        for (int w = 0; w < 3; w++) {
+            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : VKP_BIND_SCRATCH;
+            wds[3 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
                 .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : 1,
                 .descriptorType = w == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                 .pBufferInfo = &bi[i * VKP_NSET + first] };
         }
     }
-    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 4, wds, 0, NULL);
+    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 3, wds, 0, NULL);
     if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;
     free(layouts); free(bi); free(wds);
     if (e) { free(sets); goto fail; }
@@ -522,16 +515,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
-        int nfill = 0;   /* flash_attn_dec's row counters and barrier=spin's stage counters start at 0 in every run */
+        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
         for (int i = 0; i < nd; i++)
             if (dps[i].fa_fold) {
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
                 nfill++;
             }
-        if (spin) {
-            d->fn.vkCmdFillBuffer(plan->cb, plan->ybuf, 0, VK_WHOLE_SIZE, 0);
-            nfill++;
-        }
         if (nfill) {
             VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
@@ -621,30 +610,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 goto fail;
             }
         }
-        if (spin) {   /* each dispatch's words: the previous stage's workgroups to wait for (counters zeroed above) */
-            uint64_t *tot = calloc((size_t)nstage + 1, sizeof *tot);
-            if (!tot) {
-                free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
-                e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
-            }
-            for (int i = 0; i < nd; i++) tot[level[i]] += (uint64_t)dps[i].groups[0] * dps[i].groups[1] * dps[i].groups[2];
-            for (int i = 0; i < nd; i++) {   /* slot 0 written by no dispatch (weights): may be loaded before the wait */
-                uint32_t *pi = (uint32_t *)((char *)params + (size_t)i * pstride);
-                const range *s0 = rg + (size_t)i * RPD;   /* its first range is slot 0 where it has one */
-                int late = dps[i].shader == VKP_SH_MUL_MAT_VEC3W || dps[i].shader == VKP_SH_MUL_MAT_VEC3S ||
-                           dps[i].shader == VKP_SH_MUL_MAT_VEC3N;   /* the builds with VKP_LATE_WAIT: the others never read it */
-                int ok = late && dps[i].slot[0] && !dps[i].dq && !dps[i].b16 && nrg[i] > 0;
-                for (int j = 0; j < nd && ok; j++)
-                    for (int a = 0; a < nrg[j] && ok; a++) {
-                        const range *m = rg + (size_t)j * RPD + a;
-                        if (rgw[(size_t)j * RPD + a] && m->buf == s0->buf && m->lo < s0->hi && s0->lo < m->hi) ok = 0;
-                    }
-                pi[VKP_SYNC_EARLY] = (uint32_t)ok;
-            }
-            for (int i = 0; i < nd; i++)
-                vkp_spin_words(d, (uint32_t *)((char *)params + (size_t)i * pstride), level[i], level[i] > 0 ? (uint32_t)tot[level[i] - 1] : 0);
-            free(tot);
-        }
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
@@ -662,7 +627,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 if (w > 0) sl += (size_t)w;
             }
             if (k > 0 && level[i] != level[order[k - 1]]) {
-                if (!d->opts.debug_drop_barriers && !spin && (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
+                if (!d->opts.debug_drop_barriers && (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
                     free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
                     goto fail;
                 }
@@ -684,16 +649,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[nd - 1]], stage_line);
         free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
         vkp_full_barrier(d, plan->cb);
-        if (spin) vkp_spin_record_end(d, plan);
         for (int i = 0; i < plan->n_events; i++)   /* (after the full barrier: no wait on them is in progress) */
             d->fn.vkCmdResetEvent(plan->cb, plan->events[i], VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
-    }
-    if (spin) {   /* the parameter blocks again, with the words */
-        if (plan->pobj) { if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail; }
-        else memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
     }
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
@@ -731,8 +691,7 @@ pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (plan->n_dispatch == 0) return NULL;
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     if (plan->qpool) profile_collect(plan);
-    pyg_error *e = vkp_spin_check(plan);
-    if (!e) e = vkp_submit(s, plan->cb);
+    pyg_error *e = vkp_submit(s, plan->cb);
     if (plan->qpool && !e) { plan->ts_sem = s->timeline; plan->ts_val = s->value; }
     if (VKP_PROF) { vkp_prof.plan_computes++; vkp_prof.compute_ns += vkp_now_ns() - t0; }
     for (int i = 0; !e && i < plan->n_acc; i++)

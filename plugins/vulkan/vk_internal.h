@@ -59,17 +59,7 @@ enum {
 #define VKP_SLOT_DST 4
 #define VKP_NBIND 5
 #define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials), a fused add's output; dummy elsewhere */
-#define VKP_BIND_SYNC 7     /* barrier=spin: the plan's stage counters (vk_spin.c); dummy elsewhere */
-#define VKP_NSET (VKP_NBIND + 3)   /* bindings per descriptor set: tensors, parameters, scratch, stage counters */
-/* barrier=spin words of the parameter block (common.glsl's main reads them; 0 everywhere else):
- * whether slot 0 may be read early, the counter this dispatch waits on (0: none; counter 0 is the
- * error flag, stage k counts on counter k + 1), the count it waits for, the counter it adds its
- * workgroups to when done (0: none) */
-#define VKP_SYNC_EARLY 124   /* 1: no dispatch of the plan writes slot 0's bytes (a weight): loads of it may
-                              * go before the wait (shaders built with VKP_LATE_WAIT) */
-#define VKP_SYNC_WAIT 125
-#define VKP_SYNC_TARGET 126
-#define VKP_SYNC_SIGNAL 127
+#define VKP_NSET (VKP_NBIND + 2)   /* bindings per descriptor set: tensors, parameters, scratch */
 
 typedef struct vkp_pipeline {
     int shader;
@@ -92,7 +82,6 @@ typedef struct vkp_options {
     int64_t subgroups;              /* subgroup kernels where the device has subgroup arithmetic */
     int64_t profile;                /* plugin-wide: count host work and time dispatches (vk_profile.c) */
     int64_t debug_drop_barriers;    /* test switch: plans omit compute barriers (sync validation must see it) */
-    int64_t debug_spin_stall;       /* test switch: barrier=spin waits for one workgroup too many (the stall error) */
     int64_t barrier;                /* VKP_BARRIER_*: how plans order one stage after the next (vk_graph.c) */
     /* kernel choices (vk_options.c) */
     int64_t matvec;                 /* 2: mul_mat_vec2.comp where it applies (default), 1: mul_mat_vec.comp, 3: mul_mat_vec3.comp for q4_0/q8_0 */
@@ -117,11 +106,9 @@ typedef struct vkp_options {
 #define VKP_AUTO 0
 enum { VKP_CM_API_AUTO, VKP_CM_API_NV, VKP_CM_API_KHR };   /* option cm_api (vk_plugin.c's k_cm_api) */
 /* option barrier: a global memory barrier (default), buffer barriers on what the previous stage
- * wrote, a synchronization2 memory barrier naming storage accesses only, (measurement only: not
- * a memory dependency, sync validation flags it) an execution dependency alone, events, or no
- * command between stages: the workgroups of a stage wait in the shader on a device counter the
- * previous stage's workgroups count up (vk_spin.c; experimental) */
-enum { VKP_BARRIER_MEMORY, VKP_BARRIER_BUFFER, VKP_BARRIER_SYNC2, VKP_BARRIER_DEBUG_EXEC, VKP_BARRIER_EVENT, VKP_BARRIER_SPIN };
+ * wrote, a synchronization2 memory barrier naming storage accesses only, or (measurement only: not
+ * a memory dependency, sync validation flags it) an execution dependency alone */
+enum { VKP_BARRIER_MEMORY, VKP_BARRIER_BUFFER, VKP_BARRIER_SYNC2, VKP_BARRIER_DEBUG_EXEC, VKP_BARRIER_EVENT };
 #define VKP_OFF 1
 #define VKP_ON 2
 
@@ -136,9 +123,6 @@ struct pyg_device {
     vkp_device_fns fn;
     pthread_mutex_t queue_lock;     /* vkQueueSubmit is externally synchronized */
     pthread_mutex_t lock;           /* pipeline cache, internal stream, accounting */
-    pthread_mutex_t spin_lock;      /* the list of live barrier=spin plans (vk_spin.c; host waits take it, */
-    struct pyg_graph_plan *spin_plans;   /* some of them under lock), and their count: every host wait */
-    int n_spin;                     /* checks their stall flags when it is not 0 */
     int32_t device_type;
     int subgroup_arith;             /* subgroup add usable in compute shaders (and option subgroups=1) */
     int subgroup_hw;                /* the device has it (subgroup_arith without the option) */
@@ -280,7 +264,6 @@ pyg_error *vkp_validation_selftest(pyg_device *d);
  * 2 host-visible, device-local preferred; map is set for host memory; mtype_out may be NULL */
 pyg_error *vkp_raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf, VkDeviceMemory *mem, void **map, uint32_t *mtype_out);
 
-pyg_error *vkp_spin_poll(pyg_device *d);   /* a barrier=spin plan's stall, as an error (vk_spin.c) */
 pyg_error *vkp_raw_device_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 pyg_error *vkp_raw_host_buffer(pyg_device *d, uint64_t size, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 

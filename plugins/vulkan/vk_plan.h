@@ -51,10 +51,6 @@ struct pyg_graph_plan {
     uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
     VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
-    VkBuffer ybuf; VkDeviceMemory ymem; uint64_t ysize;   /* barrier=spin: the stage counters (vk_spin.c) */
-    VkBuffer yhost; VkDeviceMemory yhost_mem;             /* and the host's copy of their error flag */
-    volatile uint32_t *yflag;
-    struct pyg_graph_plan *spin_next;   /* the device's list of them */
 };
 
 /* helpers of vk_graph.c */
@@ -68,13 +64,6 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
  * dispatch's byte ranges (rpd per dispatch: rg, written or not: rgw, how many: nrg) */
 pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *rg, const unsigned char *rgw, const int *nrg,
                              int rpd, const int *order, int k0, int k1);
-/* vk_spin.c: barrier=spin's counters (nstage of them), a dispatch's words, the flag's copy-back at
- * the end of the recording, its check before a compute, the teardown */
-pyg_error *vkp_spin_setup(pyg_device *d, pyg_graph_plan *plan, int nstage);
-void vkp_spin_words(const pyg_device *d, uint32_t *p, int level, uint32_t prev_total);
-void vkp_spin_record_end(pyg_device *d, pyg_graph_plan *plan);
-pyg_error *vkp_spin_check(const pyg_graph_plan *plan);
-void vkp_spin_destroy(pyg_device *d, pyg_graph_plan *plan);
 /* vk_fuse.c: dispatch dps[nd] for graph node *ip and the nodes fused into it (*ip moves to the
  * last of them; dps[nd].op names the op profiles count it under). norm_src: the last earlier
  * dispatch that is a fused norm mat-vecs may recompute (fuse_norm_mv), or -1. */

@@ -218,7 +218,6 @@ static pyg_error *device_open(pyg_device *d) {
     d->ts_period = d->props.limits.timestampPeriod;
     pthread_mutex_init(&d->queue_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_mutex_init(&d->spin_lock, NULL);
 
     g_ifn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
     d->heap_size = 0;
@@ -368,7 +367,7 @@ static const char *const k_cm_acc[] = { "f32", "f16", NULL };
 static const char *const k_copy[] = { "auto", "0", "1", NULL };   /* index: vkp_options.gemm_dq, gemm_b16 (VKP_COPY_*) */   /* index: vkp_options.cm_acc */
 static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
-static const char *const k_barrier[] = { "memory", "buffer", "sync2", "debug_exec", "event", "spin", NULL };   /* VKP_BARRIER_* */
+static const char *const k_barrier[] = { "memory", "buffer", "sync2", "debug_exec", "event", NULL };   /* VKP_BARRIER_* */
 
 /* Settings (vkp_options, read by plans created afterwards; README.md lists them) parsed by one
  * table; plus three actions whose value is ignored: "validation_check" (sanitizer mode: the
@@ -387,8 +386,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, subgroups, "subgroup kernels where the device has them (0: shared-memory kernels)"),
     PYG_OPTION_BOOL(vkp_options, profile, "plugin-wide: count host work, time the dispatches of plans created after"),
     PYG_OPTION_BOOL(vkp_options, debug_drop_barriers, "test switch: plans omit compute barriers (default 0)"),
-    PYG_OPTION_BOOL(vkp_options, debug_spin_stall, "test switch: barrier=spin plans wait for one workgroup more than the stage before has, so every wait gives up and the stall error comes (default 0)"),
-    PYG_OPTION_CHOICE(vkp_options, barrier, k_barrier, "the barrier between two stages of a plan: memory (default: one global memory barrier), buffer (buffer barriers on what the previous stage wrote), sync2 (VK_KHR_synchronization2, storage accesses only; where the device has it), debug_exec (measurement only: an execution dependency without the memory dependency), event (each stage sets an event the next one waits on, with the same memory dependency: vkCmdSetEvent / vkCmdWaitEvents), spin (experimental: no command between stages; each stage's workgroups wait in the shader on a counter the previous stage's workgroups count up, vk_spin.c; sync validation cannot see it)"),
+    PYG_OPTION_CHOICE(vkp_options, barrier, k_barrier, "the barrier between two stages of a plan: memory (default: one global memory barrier), buffer (buffer barriers on what the previous stage wrote), sync2 (VK_KHR_synchronization2, storage accesses only; where the device has it), debug_exec (measurement only: an execution dependency without the memory dependency), event (each stage sets an event the next one waits on, with the same memory dependency: vkCmdSetEvent / vkCmdWaitEvents)"),
     PYG_OPTION_INT(vkp_options, matvec, 1, 7, "decode mat-vec: 7 mul_mat_vec4 (q4_0 with coalesced weight loads, rows back to back, K <= 16384; else as 6), 6 mul_mat_vec3w (mul_mat_vec3i with the whole row staged once, K <= 16384; else as 5; default), 5 mul_mat_vec3i (mul_mat_vec3 on int8 activations with the integer dot product, where the device has it; else as 3), 4 mul_mat_vec3p (mul_mat_vec3 loading a chunk ahead), 3 mul_mat_vec3.comp for q4_0/q8_0, else as 2, 2 mul_mat_vec2.comp where it applies, 1 the earlier kernel"),
     PYG_OPTION_BOOL(vkp_options, matvec_q4_K, "q4_K weights in the int8 mat-vecs of matvec >= 5 (mul_mat_vec3i/3w and the norm and swiglu fusions; else mul_mat_vec2 on f32 activations): default 0, tested on lavapipe, not yet measured on a GPU"),
     PYG_OPTION_CHOICE(vkp_options, matvec_rows, k_matvec_rows, "weight rows per subgroup of mul_mat_vec2 (default 2); mul_mat_vec3 takes 8 times as many per workgroup"),

@@ -42,9 +42,6 @@
 // layer norm. (A first build summed the scale as norm_mul_reg.comp does, in a pass of its own
 // before the quantization, for bit-equal results: on the H200 at ce97664 that pass cost more than
 // the barrier it saved, tg128 7b q4_0 200 against 228 t/s.)
-#ifdef MV_WHOLE
-#define VKP_LATE_WAIT   // barrier=spin: the first weight unit is loaded before the wait (common.glsl)
-#endif
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifdef MV_INT8
@@ -206,10 +203,7 @@ void main() {
     float acc = 0.0;
     uvec4 wv[17];
 #ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
-    bool early = vkp_early_ok();
-    if (early) load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the previous stage ends (barrier=spin)
-    vkp_stage_wait();
-    if (!early) load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
+    load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
     for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
 #ifdef MV_NORM
     float ss = subgroupAdd(g_ss);
