@@ -36,7 +36,7 @@ from vulkan_gemm_sweep import LogLines, dispatch_times, warm_up   # noqa: E402
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "512x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]
 KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5"}, "mv3w": {"matvec": "6"},
-           "mv4": {"matvec": "7"}, "mv5": {"matvec": "8"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"},
+           "mv4": {"matvec": "7"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"},
            "mv4r32": {"matvec": "7", "matvec_rows": "4"}, "mv3wr8": {"matvec": "6", "matvec_rows": "1"},
            "mv3wr32": {"matvec": "6", "matvec_rows": "4"}}
 DEFAULTS = {"matvec": "3", "matvec_rows": "2"}

@@ -99,9 +99,6 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "mvq4k": {"matvec_q4_K": "1"},
             # the GEMMs' activation fragments loaded from gemm_b16's copy in global memory (gemm_bg)
             "bg": {"gemm_bg": "1"},
-            # q4_0 one-column mat-vecs on mul_mat_vec5 (activations in registers, weights streamed); mv5f with
-            # the norm recomputed in no mat-vec (1b: q/k/v and gate/up on mul_mat_vec5 too)
-            "mv5": {"matvec": "8"}, "mv5f": {"matvec": "8", "fuse_norm_mv": "off"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store

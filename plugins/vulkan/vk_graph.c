@@ -212,7 +212,6 @@ static int profile_label(const dispatch *dp) {
     switch (dp->shader) {
     case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
     case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4: case VKP_SH_MUL_MAT_VEC3S:
-    case VKP_SH_MUL_MAT_VEC5:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8 & 255);
         break;

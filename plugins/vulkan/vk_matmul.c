@@ -164,26 +164,6 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     return 1;
 }
 
-/* mul_mat_vec5.comp (matvec=8) for node n: q4_0 weights in mul_mat_vec3's layout, whole pairs of blocks
- * per row (K a multiple of 64), one f32 activation column (N = 1, no batch dimensions), subgroup
- * arithmetic with a subgroup size dividing the invocations along K. Row groups per workgroup RG: 4, 2
- * or 1 as the row's units (pairs of blocks) are under 64, under 128 or more, so that the 128 / RG
- * invocations along K have about one unit each. */
-static int mv5_plan(pyg_device *d, const pyg_tensor *n, uint32_t spec[2], uint64_t *work) {
-    const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
-    if (s0->type != PYG_TYPE_Q4_0 || s0->ne[0] % 64 || s1->ne[1] != 1 || s1->ne[2] != 1 || s1->ne[3] != 1 ||
-        s0->ne[2] != 1 || s0->ne[3] != 1 || !d->subgroup_arith || !mv3_ok(d, s0, s1, 0)) return 0;
-    uint64_t units = (uint64_t)s0->ne[0] / 64u;
-    uint32_t rg = units < 64 ? 4u : units < 128 ? 2u : 1u;
-    if (d->subgroup_size < 1 || (128u / rg) % d->subgroup_size) return 0;
-    uint32_t sp[2] = { (uint32_t)s0->type | (8u * rg) << 8, 1 };
-    if (d->mv5_broken || !vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC5, sp, &d->mv5_broken)) return 0;
-    spec[0] = sp[0];
-    spec[1] = sp[1];
-    *work = ((uint64_t)s0->ne[1] + 8u * rg - 1) / (8u * rg);
-    return 1;
-}
-
 /* fuse_swiglu=1 (with matvec >= 6): sw = swiglu(a, b) and y = mul_mat(W, sw) (a model's feed-forward
  * down projection in decode) as one mul_mat_vec3s dispatch: mul_mat_vec3w reading silu(a) * b as
  * its activations (the same float operations as the elementwise swiglu, so the same bytes), the
@@ -340,12 +320,10 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         mv3_shader = VKP_SH_MUL_MAT_VEC3I;
         mv3_broken = &d->mv3i_broken;
     }
-    /* 8: mul_mat_vec5 (activations in registers) where it applies, else as 6; 7: mul_mat_vec4 (coalesced
-     * loads) where it applies, else as 6; 6: mul_mat_vec3w (the whole row staged once) where it applies, else as 5 */
+    /* 7: mul_mat_vec4 (coalesced loads) where it applies, else as 6; 6: mul_mat_vec3w (the whole row
+     * staged once) where it applies, else as 5 */
     int mv = -1;
-    if (N == 1 && d->opts.matvec == 8 && mv5_plan(d, n, spec, work))
-        mv = VKP_SH_MUL_MAT_VEC5;
-    else if (N <= 4 && d->opts.matvec == 7 && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC4, &d->mv4_broken, spec, work))
+    if (N <= 4 && d->opts.matvec == 7 && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC4, &d->mv4_broken, spec, work))
         mv = VKP_SH_MUL_MAT_VEC4;
     else if (N <= 4 && d->opts.matvec >= 6 && mv3_plan(d, n, VKP_SH_MUL_MAT_VEC3W, &d->mv3w_broken, spec, work))
         mv = VKP_SH_MUL_MAT_VEC3W;

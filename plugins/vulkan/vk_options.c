@@ -1,8 +1,7 @@
 /* plugins/vulkan/vk_options.c — the device options that choose kernels: their defaults, and the
  * values a device cannot honour. The option table itself (parsing, messages) is vk_plugin.c's, the
  * fields are vkp_options' (vk_internal.h). Plans created afterwards read them:
- *   matvec       8 mul_mat_vec5 (q4_0, one column: the activations in registers, the weights streamed, as
- *                the CUDA plugin's mat-vec; lavapipe only so far), else as 6; 7 mul_mat_vec4 (q4_0 rows back to back, coalesced loads through shared memory; slower on
+ *   matvec       7 mul_mat_vec4 (q4_0 rows back to back, coalesced loads through shared memory; slower on
  *                the H200 at 9755fdb), else as 6; 6 (default) mul_mat_vec3w (mul_mat_vec3i with the whole
  *                activation row, K <= 16384, quantized once, no barrier in the loop; H200: tg128 7b q4_0
  *                231-236 vs 209-217 t/s against 3, 1b 601-633 vs 572-594), else as 5;
