@@ -17,7 +17,13 @@ layout(constant_id = 1) const uint RPW = 1u;   // rows per workgroup = 64 / repo
 const uint UN = 8u;   // loads in flight per invocation and pass
 
 // x_k of row rs of slot 0 for k = k0 + u * ns (u < UN), 0 past the row
+// (f32 rows: plain loads, clamped to the row's last element so that none is conditional and all UN
+// issue together; the callers use only k < n0. The typed accessor's branches kept them one by one.)
 void load_x(out float v[UN], uint rs, uint k0, uint ns, uint n0, uint nb0, uint ty) {
+    if (ty == TY_F32) {
+        [[unroll]] for (uint u = 0u; u < UN; u++) v[u] = uintBitsToFloat(s0w[(rs + min(k0 + u * ns, n0 - 1u) * nb0) >> 2]);
+        return;
+    }
     [[unroll]] for (uint u = 0u; u < UN; u++) {
         uint k = k0 + u * ns;
         v[u] = k < n0 ? ldf(0u, rs + k * nb0, ty) : 0.0;
@@ -27,6 +33,10 @@ void load_x(out float v[UN], uint rs, uint k0, uint ns, uint n0, uint nb0, uint 
 // the soft_max input: x * scale (+ slope * mask)
 void load_sm(out float v[UN], uint rs, uint k0, uint ns, uint n0, uint nb0, uint ty, float scale,
              bool has_mask, float slope, uint rm, uint mnb0, uint mty) {
+    if (ty == TY_F32 && !has_mask) {   // (as load_x)
+        [[unroll]] for (uint u = 0u; u < UN; u++) v[u] = uintBitsToFloat(s0w[(rs + min(k0 + u * ns, n0 - 1u) * nb0) >> 2]) * scale;
+        return;
+    }
     [[unroll]] for (uint u = 0u; u < UN; u++) {
         uint k = k0 + u * ns;
         v[u] = 0.0;
