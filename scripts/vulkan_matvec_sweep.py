@@ -38,8 +38,11 @@ SHAPES = ["2048x2048", "512x2048", "8192x2048", "2048x8192", "4096x4096", "11008
 KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5"}, "mv3w": {"matvec": "6"},
            "mv4": {"matvec": "7"}, "mv4r8": {"matvec": "7", "matvec_rows": "1"},
            "mv4r32": {"matvec": "7", "matvec_rows": "4"}, "mv3wr8": {"matvec": "6", "matvec_rows": "1"},
-           "mv3wr32": {"matvec": "6", "matvec_rows": "4"}}
-DEFAULTS = {"matvec": "3", "matvec_rows": "2"}
+           "mv3wr32": {"matvec": "6", "matvec_rows": "4"},
+           # mul_mat_vec3w in parts (option debug_mv_parts, results wrong by design): without its activation
+           # staging (zeros staged) / without its weight loads: what each costs of the whole
+           "mv3w_nostage": {"matvec": "6", "debug_mv_parts": "1"}, "mv3w_noweights": {"matvec": "6", "debug_mv_parts": "2"}}
+DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0"}
 
 
 def set_options(opts):

@@ -403,6 +403,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
     PYG_OPTION_CHOICE(vkp_options, cm_api, k_cm_api, "the extension of mul_mat_cm4's tensor-core products (gemm_v=4): auto (khr where the device and the build have it, else nv), nv (VK_NV_cooperative_matrix), khr (VK_KHR_cooperative_matrix; refused without it)"),
     PYG_OPTION_CHOICE(vkp_options, cm_acc, k_cm_acc, "mul_mat_cm4's KHR build (cm_api): f16 (default): each K step's products summed in f16 accumulators, then added into the f32 ones; f32 accumulators throughout (on the H200 about 30 TFLOPS against 40-51)"),
+    PYG_OPTION_INT(vkp_options, debug_mv_parts, 0, 2, "measurement switch for mul_mat_vec3w (matvec=6), results wrong by design: 1 the activation row is neither read nor quantized (zeros staged), 2 no weight loads (zeros dotted) (default 0: the whole mat-vec)"),
     PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 4, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K (default 0: the whole GEMM)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };

@@ -50,7 +50,8 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgroup << 8
 const uint TY = SPEC & 255u;
-const uint RW = SPEC >> 8;                      // 8, 16 or 32
+const uint RW = (SPEC >> 8) & 255u;             // 8, 16 or 32
+const uint PARTS = (SPEC >> 16) & 3u;           // option debug_mv_parts (mul_mat_vec3w): 1 no activation staging, 2 no weight loads
 const uint UC = 128u / RW;                      // units per chunk
 const uint NW = TY == TY_Q8_0 ? 17u : 9u;       // 16-byte words per unit (q4_0: 8 blocks, q4_K: one)
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
@@ -203,8 +204,15 @@ void main() {
     float acc = 0.0;
     uvec4 wv[17];
 #ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
-    load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
-    for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
+    load_unit(wv, rq, uc, live && uc < nunits && PARTS != 2u);   // in flight while the row is staged
+    if (PARTS == 1u) {   // measurement: zeros staged, the activations neither read nor quantized
+        for (uint i = t; i < nunits * 8u; i += 128u) {
+            [[unroll]] for (uint k = 0u; k < 8u; k++) yq8[8u * i + k] = 0u;
+            yqd[i] = vec2(0.0);
+        }
+    } else {
+        for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
+    }
 #ifdef MV_NORM
     float ss = subgroupAdd(g_ss);
     if (subgroupElect()) red_n[gl_SubgroupID] = ss;
@@ -212,9 +220,9 @@ void main() {
     barrier();
     uvec4 wn[17];
     for (uint u = uc; u < nunits; u += 2u * UC) {   // two units in flight: one dotted, one loading
-        load_unit(wn, rq, u + UC, live && u + UC < nunits);
+        load_unit(wn, rq, u + UC, live && u + UC < nunits && PARTS != 2u);
         if (live) acc += dot_unit_i8(wv, u);
-        load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits);
+        load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits && PARTS != 2u);
         if (live && u + UC < nunits) acc += dot_unit_i8(wn, u + UC);
     }
 #else
