@@ -39,6 +39,11 @@
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
+# Next (written 2026-12-06, not yet run): what the decode mat-vec's activation staging and weight loads each
+# cost (debug_mv_parts; the 7b mat-vecs run at about 1.2 TB/s), with the per-kernel profile beside them:
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TESTS=0 GPU_VK_MATVEC=1 GPU_VK_MATVEC_KERNELS="mv3w mv3w_nostage mv3w_noweights" \
+#   GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS=new GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS=new \
+#   GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
