@@ -41,9 +41,10 @@
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
 # Next (written 2026-12-06, not yet run): what the decode mat-vec's activation staging and weight loads each
 # cost (debug_mv_parts; the 7b mat-vecs run at about 1.2 TB/s), with the per-kernel profile beside them:
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TESTS=0 GPU_VK_MATVEC=1 GPU_VK_MATVEC_KERNELS="mv3w mv3w_nostage mv3w_noweights" \
-#   GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS=new GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS=new \
-#   GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
+# and matvec_ahead (two units' weights in flight while the row is staged; byte-equal on lavapipe):
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES=tests/test_vulkan_mv_switches.py GPU_VK_TEST_K=ahead GPU_VK_MATVEC=1 \
+#   GPU_VK_MATVEC_KERNELS="mv3w mv3w_ahead mv3w_nostage mv3w_noweights" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS=new \
+#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new mvahead" GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -41,8 +41,10 @@ KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5
            "mv3wr32": {"matvec": "6", "matvec_rows": "4"},
            # mul_mat_vec3w in parts (option debug_mv_parts, results wrong by design): without its activation
            # staging (zeros staged) / without its weight loads: what each costs of the whole
-           "mv3w_nostage": {"matvec": "6", "debug_mv_parts": "1"}, "mv3w_noweights": {"matvec": "6", "debug_mv_parts": "2"}}
-DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0"}
+           "mv3w_nostage": {"matvec": "6", "debug_mv_parts": "1"}, "mv3w_noweights": {"matvec": "6", "debug_mv_parts": "2"},
+           # mul_mat_vec3w with two units' weights in flight while the row is staged (matvec_ahead)
+           "mv3w_ahead": {"matvec": "6", "matvec_ahead": "1"}}
+DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0", "matvec_ahead": "0"}
 
 
 def set_options(opts):

@@ -102,6 +102,7 @@ typedef struct vkp_options {
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
+    int64_t matvec_ahead;           /* the whole-row mat-vecs load two units before staging the row, not one */
     int64_t debug_mv_parts;         /* measurement switch: mul_mat_vec3w without its activation staging (1) or weight loads (2) */
 } vkp_options;
 #define VKP_AUTO 0

@@ -148,6 +148,8 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
         shared = 64u * 256u + 64u * 8u * 8u + 512u;   /* 64 units and their per-block (d, sum) */
     }
     if (shader == VKP_SH_MUL_MAT_VEC3W) sp[0] |= (uint32_t)d->opts.debug_mv_parts << 16;   /* (measurement: results wrong) */
+    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N)
+        sp[0] |= (uint32_t)(d->opts.matvec_ahead != 0) << 18;   /* two units loading while the row is staged */
     if (shader == VKP_SH_MUL_MAT_VEC4) {   /* q4_0, rows back to back, a subgroup size dividing 128 */
         if (s0->type != PYG_TYPE_Q4_0 || (uint64_t)s0->nb[1] != K / 32u * 18u) return 0;
         if (d->subgroup_size < 1 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;

@@ -52,6 +52,7 @@ layout(constant_id = 0) const uint SPEC = 0u;   // src0 type | rows per workgrou
 const uint TY = SPEC & 255u;
 const uint RW = (SPEC >> 8) & 255u;             // 8, 16 or 32
 const uint PARTS = (SPEC >> 16) & 3u;           // option debug_mv_parts (mul_mat_vec3w): 1 no activation staging, 2 no weight loads
+const bool AHEAD = ((SPEC >> 18) & 1u) != 0u;   // option matvec_ahead (MV_WHOLE builds): two units in flight while the row is staged
 const uint UC = 128u / RW;                      // units per chunk
 const uint NW = TY == TY_Q8_0 ? 17u : 9u;       // 16-byte words per unit (q4_0: 8 blocks, q4_K: one)
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
@@ -204,7 +205,9 @@ void main() {
     float acc = 0.0;
     uvec4 wv[17];
 #ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
+    uvec4 wn[17];
     load_unit(wv, rq, uc, live && uc < nunits && PARTS != 2u);   // in flight while the row is staged
+    if (AHEAD) load_unit(wn, rq, uc + UC, live && uc + UC < nunits && PARTS != 2u);   // (and the next: K = 4096 has two)
     if (PARTS == 1u) {   // measurement: zeros staged, the activations neither read nor quantized
         for (uint i = t; i < nunits * 8u; i += 128u) {
             [[unroll]] for (uint k = 0u; k < 8u; k++) yq8[8u * i + k] = 0u;
@@ -218,12 +221,12 @@ void main() {
     if (subgroupElect()) red_n[gl_SubgroupID] = ss;
 #endif
     barrier();
-    uvec4 wn[17];
     for (uint u = uc; u < nunits; u += 2u * UC) {   // two units in flight: one dotted, one loading
-        load_unit(wn, rq, u + UC, live && u + UC < nunits && PARTS != 2u);
+        if (!AHEAD) load_unit(wn, rq, u + UC, live && u + UC < nunits && PARTS != 2u);
         if (live) acc += dot_unit_i8(wv, u);
         load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits && PARTS != 2u);
         if (live && u + UC < nunits) acc += dot_unit_i8(wn, u + UC);
+        if (AHEAD) load_unit(wn, rq, u + 3u * UC, live && u + 3u * UC < nunits && PARTS != 2u);
     }
 #else
 #ifdef MV_PIPE
