@@ -39,12 +39,15 @@
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
-# Next (written 2026-12-06, not yet run): what the decode mat-vec's activation staging and weight loads each
-# cost (debug_mv_parts; the 7b mat-vecs run at about 1.2 TB/s), with the per-kernel profile beside them:
-# and matvec_ahead (two units' weights in flight while the row is staged; byte-equal on lavapipe):
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES=tests/test_vulkan_mv_switches.py GPU_VK_TEST_K=ahead GPU_VK_MATVEC=1 \
-#   GPU_VK_MATVEC_KERNELS="mv3w mv3w_ahead mv3w_nostage mv3w_noweights" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS=new \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new mvahead" GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
+# Next (written 2026-12-06, not yet run), one call: the tests of mv_q8, matvec_ahead and debug_mv_parts on the
+# NVIDIA driver (and under the validation layer); what the decode mat-vec's activation staging and weight loads
+# each cost (debug_mv_parts: sweep kernels mv3w_nostage, mv3w_noweights; the 7b mat-vecs run at about 1.2 TB/s);
+# mv3w_ahead (matvec_ahead); the per-kernel profile; pp512/tg128 with variants mvahead, mvq8 (mv_q8: the norms'
+# int8 copies staged by the q/k/v and gate/up mat-vecs) and mvq8a (both). All three are byte-equal on lavapipe.
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_switches.py tests/test_vulkan_mv_q8.py" \
+#   GPU_VK_TEST_K="mv or q8 or ahead or validation" GPU_VK_MATVEC=1 \
+#   GPU_VK_MATVEC_KERNELS="mv3w mv3w_ahead mv3w_nostage mv3w_noweights" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new mvq8" \
+#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new mvahead mvq8 mvq8a" GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -9,9 +9,16 @@ import numpy as np
 import pytest
 
 import pyggml as pg
-from test_vulkan_kernels import VK, _compute, _decode_model, _int_dot_kernels, _run, _weight
+from test_vulkan_kernels import VALIDATING, VK, _compute, _decode_model, _int_dot_kernels, _run, _rerun_under_validation, _validation_clean, _weight  # noqa: F401 (an autouse fixture)
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
+
+
+@pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
+def test_under_validation_layer():
+    """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1 (synchronization validation:
+    every test ends clean)."""
+    _rerun_under_validation(__file__)
 
 
 @pytest.mark.parametrize("parts", ["1", "2"])

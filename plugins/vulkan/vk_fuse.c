@@ -4,6 +4,8 @@
  *   gate + up mat-vecs + swiglu (fuse_glu): mul_mat_vec3g;
  *   a mat-vec reading a fused norm's result (fuse_norm_mv): mul_mat_vec3n recomputes that result from
  *     the norm's inputs, so it runs beside the norm dispatch instead of after it;
+ *   a mat-vec reading a fused norm's result (mv_q8): mul_mat_vec3q stages the int8 blocks of that
+ *     result the norm dispatch wrote beside it (norm_mul_reg.comp's Q8_OUT build);
  *   swiglu + the mat-vec reading it (fuse_swiglu): mul_mat_vec3s;
  *   rope + the set_rows of its result (fuse_rope): rope_store (vk_rope_store.c);
  * else the node alone (vkp_build_node). Every fused node's output is still written (R9). A fusion
@@ -196,6 +198,29 @@ static int norm_mv_fusable(pyg_device *d, const pyg_tensor *mm, const dispatch *
     return 1;
 }
 
+/* mul_mat(W, m) where m is the result of the fused norm dispatch dps[ns], which can write m's int8
+ * blocks (vk_graph.c marked it q8): mul_mat_vec3q reads that copy as its activations (slot 1 still
+ * describes m; the plan binds the copy there). The copy is m as the norm dispatch wrote it, so nothing
+ * from that dispatch up to this one may have written over m. The norm's Q8_OUT build is chosen once
+ * a mat-vec reads its copy (q8_n). */
+static int q8_mv(pyg_device *d, const pyg_tensor *mm, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+    if (ns < 0 || dps[ns].q8 != 1 || mm->op != PYG_OP_MUL_MAT || mm->src[1] != dps[ns].slot[VKP_SLOT_DST]) return 0;
+    for (int j = ns + 1; j < nd; j++) if (writes_into(&dps[j], mm->src[1])) return 0;
+    uint32_t spec[2]; uint64_t work;
+    if (!vkp_mv3q_setup(d, mm, spec, &work)) return 0;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: mul_mat_vec3q", mm->name, dps[ns].slot[3]->name);
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = mm->src[0]; dp->slot[1] = mm->src[1]; dp->slot[VKP_SLOT_DST] = mm;
+    dp->shader = VKP_SH_MUL_MAT_VEC3Q;
+    dp->spec0 = spec[0];
+    dp->q8 = 2;
+    dps[ns].q8_n++;
+    memcpy(&p[80], mm->op_params, sizeof mm->op_params);
+    p[96] = (uint32_t)work;
+    vkp_fold_groups(work, dp->groups);
+    return 1;
+}
+
 pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src) {
     pyg_error *e = NULL;
     int i = *ip, nn = g->n_nodes;
@@ -220,6 +245,8 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;
         while (g->nodes[i] != next2) i++;
     } else if (norm_mv_fusable(d, n, dps, nd, norm_src, &dps[nd], p)) {   /* a mat-vec beside the norm it reads */
+        if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;
+    } else if (q8_mv(d, n, dps, nd, norm_src, &dps[nd], p)) {   /* a mat-vec staging the norm's int8 copy */
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;
     } else if (swiglu_mv_fusable(d, n, next, &dps[nd], p)) {   /* swiglu + the down projection */
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;

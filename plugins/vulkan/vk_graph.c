@@ -211,7 +211,7 @@ static int profile_label(const dispatch *dp) {
     const pyg_type_traits *tr;
     switch (dp->shader) {
     case VKP_SH_MUL_MAT_VEC2: case VKP_SH_MUL_MAT_VEC3: case VKP_SH_MUL_MAT_VEC3P: case VKP_SH_MUL_MAT_VEC3G:
-    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4: case VKP_SH_MUL_MAT_VEC3S:
+    case VKP_SH_MUL_MAT_VEC3I: case VKP_SH_MUL_MAT_VEC3W: case VKP_SH_MUL_MAT_VEC4: case VKP_SH_MUL_MAT_VEC3S: case VKP_SH_MUL_MAT_VEC3Q:
         tr = pyg_type_get_traits((int32_t)(dp->spec0 & 255));
         snprintf(buf, sizeof buf, "%s.%s.r%u", sh, tr ? tr->name : "?", dp->spec0 >> 8 & 255);
         break;
@@ -223,7 +223,7 @@ static int profile_label(const dispatch *dp) {
     case VKP_SH_FLASH_ATTN:
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
         break;
-    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD:
+    case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_ADD_Q8:
         snprintf(buf, sizeof buf, "add+%s", sh);
         break;
     case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
@@ -329,8 +329,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
-        if ((dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD) && p[96 + 1])
-            norm_src = nd;   /* mat-vecs reading its result may recompute it (vk_fuse.c) */
+        if ((dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD) && p[96 + 1]) {
+            norm_src = nd;   /* mat-vecs reading its result may recompute it, or copy its int8 blocks (vk_fuse.c) */
+            uint64_t K = (uint64_t)dps[nd].slot[VKP_SLOT_DST]->ne[0], rows = p[96];
+            if (d->opts.mv_q8 && K % 256 == 0 && rows <= 4 && d->subgroup_shuffle && d->subgroup_size >= 8 && d->subgroup_size <= 64) {
+                dps[nd].q8 = 1;   /* (its Q8_OUT build once a mat-vec reads the copy: below) */
+                dps[nd].q8_size = rows * (K + K / 4);
+            }
+        }
         if (dps[nd].writes_slot3 && dps[nd].op == PYG_OP_RMS_NORM)   /* which kernel (tests read it) */
             vkp_log(PYG_LOG_DEBUG, "rms_norm '%s' (fused%s): %s%s", dps[nd].slot[3]->name, dps[nd].add_out ? " with add" : "",
                     vkp_shader_name(dps[nd].shader), dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD
@@ -400,6 +406,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
     }
     plan->n_dispatch = nd;
+    uint64_t q8_size = 0;   /* mv_q8: the norms whose int8 copy a mat-vec reads write it (one region they share in turn) */
+    for (int i = 0; i < nd; i++) {
+        if (dps[i].q8 != 1) continue;
+        if (!dps[i].q8_n) { dps[i].q8 = 0; continue; }
+        dps[i].shader = dps[i].shader == VKP_SH_NORM_MUL_REG ? VKP_SH_NORM_MUL_REG_Q8 : VKP_SH_NORM_MUL_REG_ADD_Q8;
+        if ((e = vkp_get_pipeline(d, dps[i].shader, (uint32_t[2]){ 0, vkp_rows_per_wg(d) }, &dps[i].pipe))) goto fail;
+        vkp_log(PYG_LOG_DEBUG, "rms_norm '%s': int8 copy for %d mat-vec(s)", dps[i].slot[3]->name, dps[i].q8_n);
+        if (dps[i].q8_size > q8_size) q8_size = dps[i].q8_size;
+    }
+    if (q8_size > 0) {
+        for (int i = 0; i < nd; i++) if (dps[i].q8) { dps[i].q8_off = scratch_total; dps[i].q8_size = q8_size; }
+        scratch_total += (q8_size + align - 1) / align * align;
+    }
     if (dq_size > 0) {   /* one region every dequant / GEMM pair shares (their stages keep them in order) */
         for (int i = 0; i < nd; i++) if (dps[i].dq) { dps[i].scratch_off = scratch_total; dps[i].scratch_size = dq_size; }
         scratch_total += (dq_size + align - 1) / align * align;
@@ -441,7 +460,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
     VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
-    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 3, sizeof *wds);   /* tensors, parameters, scratch */
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 4, sizeof *wds);   /* tensors, parameters, scratch, int8 copy */
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
         e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
@@ -482,6 +501,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         if (dps[i].b16 == 2)   /* the GEMM's activations: the f16 copy */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
+        bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
+                                                        : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
+            bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
             const pyg_buffer *buf = NULL; uint64_t off = 0;
             vkp_resolve(dps[i].add_out, &buf, &off);
@@ -489,15 +512,15 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (hi > buf->alloc_size) hi = buf->alloc_size;
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
-        for (int w = 0; w < 3; w++) {
-            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : VKP_BIND_SCRATCH;
-            wds[3 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
+        for (int w = 0; w < 4; w++) {
+            uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : w == 2 ? VKP_BIND_SCRATCH : VKP_BIND_Q8;
+            wds[4 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
                 .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : 1,
                 .descriptorType = w == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                 .pBufferInfo = &bi[i * VKP_NSET + first] };
         }
     }
-    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 3, wds, 0, NULL);
+    if (!e && nd > 0) d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)nd * 4, wds, 0, NULL);
     if (VKP_PROF) vkp_prof.descriptor_updates += (uint64_t)nd;
     free(layouts); free(bi); free(wds);
     if (e) { free(sets); goto fail; }
@@ -546,7 +569,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch
          * (flash attention's partials, marked written by the split and the merge alike) */
-        const int RPD = VKP_NBIND + 3;   /* slots, add_out, up to two scratch regions */
+        const int RPD = VKP_NBIND + 4;   /* slots, add_out, up to three scratch regions */
         range *rg = calloc((size_t)nd * RPD + 1, sizeof *rg);
         unsigned char *rgw = calloc((size_t)nd * RPD + 1, 1);
         int *nrg = calloc((size_t)nd + 1, sizeof *nrg), *level = calloc((size_t)nd + 1, sizeof *level);
@@ -574,6 +597,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (dps[i].b16) {
                 my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].b16_off, dps[i].b16_off + dps[i].b16_size };
                 myw[nrg[i]++] = dps[i].b16 == 1;
+            }
+            if (dps[i].q8) {
+                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].q8_off, dps[i].q8_off + dps[i].q8_size };
+                myw[nrg[i]++] = dps[i].q8 == 1;
             }
         }
         /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier

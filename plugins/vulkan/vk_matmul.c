@@ -143,12 +143,13 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
     uint64_t shared = 128u / rw * 1024u + 512u, K = (uint64_t)s0->ne[0], wu = K / 256u;
-    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC4) {   /* the whole row as int8 */
+    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC4 ||
+        shader == VKP_SH_MUL_MAT_VEC3Q) {   /* the whole row as int8 */
         if (K > 16384 || !d->int_dot) return 0;
         shared = 64u * 256u + 64u * 8u * 8u + 512u;   /* 64 units and their per-block (d, sum) */
     }
     if (shader == VKP_SH_MUL_MAT_VEC3W) sp[0] |= (uint32_t)d->opts.debug_mv_parts << 16;   /* (measurement: results wrong) */
-    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N)
+    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC3Q)
         sp[0] |= (uint32_t)(d->opts.matvec_ahead != 0) << 18;   /* two units loading while the row is staged */
     if (shader == VKP_SH_MUL_MAT_VEC4) {   /* q4_0, rows back to back, a subgroup size dividing 128 */
         if (s0->type != PYG_TYPE_Q4_0 || (uint64_t)s0->nb[1] != K / 32u * 18u) return 0;
@@ -158,13 +159,25 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
         sp[0] |= (uint32_t)wu << 16;
     }
     int int8 = shader == VKP_SH_MUL_MAT_VEC3I || shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S ||
-               shader == VKP_SH_MUL_MAT_VEC3N;   /* (q4_K: the int8 builds only, with option matvec_q4_K) */
+               shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC3Q;   /* (q4_K: the int8 builds only, with option matvec_q4_K) */
     if (*broken || !mv3_ok(d, s0, s1, int8 && d->opts.matvec_q4_K) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];
     *work = ((uint64_t)s0->ne[1] + rw - 1) / rw * (uint64_t)s1->ne[1] * (uint64_t)(s1->ne[2] * s1->ne[3]);
     return 1;
+}
+
+/* mv_q8=1 (with matvec >= 6): y = mul_mat(W, m) where the fused norm dispatch that wrote m wrote m's
+ * int8 blocks too (vk_graph.c checks its side: norm_mul_reg.comp's vec4 path, K a multiple of 256, at
+ * most 4 rows) as mul_mat_vec3q, mul_mat_vec3w staging that copy instead of quantizing m: m one f32
+ * column block (no batch axes) in mul_mat_vec3's activation layout. */
+int vkp_mv3q_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work) {
+    const pyg_tensor *m = mm->src[1];
+    if (!d->opts.mv_q8 || d->opts.matvec < 6 || !d->int_dot || mm->op != PYG_OP_MUL_MAT) return 0;
+    if (m->ne[1] > 4 || m->ne[2] != 1 || m->ne[3] != 1 || mm->src[0]->ne[2] != 1 || mm->src[0]->ne[3] != 1) return 0;
+    if (!vkp_supports_op(d, mm)) return 0;
+    return mv3_plan(d, mm, VKP_SH_MUL_MAT_VEC3Q, &d->mv3q_broken, spec, work);
 }
 
 /* fuse_swiglu=1 (with matvec >= 6): sw = swiglu(a, b) and y = mul_mat(W, sw) (a model's feed-forward

@@ -13,6 +13,8 @@
  *                below) for q4_0/q8_0 rows it covers, else as 2 (H200: tg128 1b q4_0 441 vs 378 t/s,
  *                7b 137 vs 105 against 2); 2 mul_mat_vec2.comp for N <= 4 where its layout
  *                conditions hold; 1 the earlier mul_mat_vec.comp everywhere
+ *   mv_q8        0 (default) / 1: the fused norms write their result's int8 blocks, the mat-vecs reading
+ *                it stage them (mul_mat_vec3q; same bytes; not yet timed on a GPU)
  *   matvec_ahead 0 (default) / 1: the whole-row mat-vecs load two units before staging the row (same bytes;
  *                not yet timed on a GPU)
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32

@@ -28,6 +28,10 @@ typedef struct dispatch {
                                      * GEMM reading them there as its slot 1 (after the conversion, or after an
                                      * earlier GEMM of the same activations that followed it) */
     uint64_t b16_off, b16_size;
+    int q8, q8_n;                   /* mv_q8: 1 a fused norm writing its result's int8 blocks into the plan's scratch
+                                     * (q8_off, q8_size: one region every such norm shares in turn; q8_n its readers),
+                                     * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
+    uint64_t q8_off, q8_size;
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 

@@ -116,6 +116,15 @@ VKP_SPV(mul_mat_vec3n)
 VKP_SPV(mul_mat_vec4)
 #include "mul_mat_vec4.spv.h"
 ;
+VKP_SPV(mul_mat_vec3q)
+#include "mul_mat_vec3q.spv.h"
+;
+VKP_SPV(norm_mul_reg_q8)
+#include "norm_mul_reg_q8.spv.h"
+;
+VKP_SPV(norm_mul_reg_add_q8)
+#include "norm_mul_reg_add_q8.spv.h"
+;
 VKP_SPV(flash_attn_cm)
 #include "flash_attn_cm.spv.h"
 ;
@@ -191,6 +200,9 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC3I, mul_mat_vec3i)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3W, mul_mat_vec3w)
     VKP_CASE(VKP_SH_MUL_MAT_VEC4, mul_mat_vec4)
+    VKP_CASE(VKP_SH_MUL_MAT_VEC3Q, mul_mat_vec3q)
+    VKP_CASE(VKP_SH_NORM_MUL_REG_Q8, norm_mul_reg_q8)
+    VKP_CASE(VKP_SH_NORM_MUL_REG_ADD_Q8, norm_mul_reg_add_q8)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3S, mul_mat_vec3s)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3N, mul_mat_vec3n)
     VKP_CASE(VKP_SH_MUL_MAT_CM4, mul_mat_cm4)
@@ -232,7 +244,8 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_FLASH_ATTN2] = "flash_attn2", [VKP_SH_FLASH_ATTN_DEC] = "flash_attn_dec",
         [VKP_SH_MUL_MAT_VEC3P] = "mul_mat_vec3p", [VKP_SH_ROPE_STORE] = "rope_store",
         [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g", [VKP_SH_MUL_MAT_VEC3I] = "mul_mat_vec3i",
-        [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4",
+        [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4", [VKP_SH_MUL_MAT_VEC3Q] = "mul_mat_vec3q",
+        [VKP_SH_NORM_MUL_REG_Q8] = "norm_mul_reg_q8", [VKP_SH_NORM_MUL_REG_ADD_Q8] = "norm_mul_reg_q8",
         [VKP_SH_MUL_MAT_VEC3S] = "mul_mat_vec3s", [VKP_SH_MUL_MAT_VEC3N] = "mul_mat_vec3n", [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
         [VKP_SH_MUL_MAT_CM4_KHR] = "mul_mat_cm4_khr", [VKP_SH_FLASH_ATTN_CM2] = "flash_attn_cm2",
         [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu", [VKP_SH_DEQUANT] = "dequant",

@@ -19,7 +19,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_add.spv.h $(VK_BUILD)/mul_mat_cm3_emu.spv.h $(VK_BUILD)/mul_mat_cm3_128.spv.h \
             $(VK_BUILD)/mul_mat_cm3_128_emu.spv.h $(VK_BUILD)/flash_attn2.spv.h $(VK_BUILD)/mul_mat_vec3p.spv.h \
             $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
-            $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h
+            $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h \
+            $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl
@@ -33,7 +34,7 @@ $(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl 
 
 # builds of one shader with glslc defines: name, source (under shaders/), defines
 define VK_VARIANT_RULE
-$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl
+$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O $(3) -mfmt=c -o $$@ $$<
 endef
@@ -58,6 +59,10 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec3w,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHO
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3s,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_SWIGLU))
 # the same recomputing a fused norm's result from its inputs (option fuse_norm_mv)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3n,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_NORM))
+# the same reading the fused norm's int8 copy of its result (option mv_q8), and the norms writing it
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec3q,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_PREQ))
+$(eval $(call VK_VARIANT_RULE,norm_mul_reg_q8,norm_mul_reg.comp,-DQ8_OUT))
+$(eval $(call VK_VARIANT_RULE,norm_mul_reg_add_q8,norm_mul_reg.comp,-DFUSED_ADD -DQ8_OUT))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
 # rope.comp writing its result's cache rows too (option fuse_rope=1)

@@ -42,6 +42,9 @@
 // layer norm. (A first build summed the scale as norm_mul_reg.comp does, in a pass of its own
 // before the quantization, for bit-equal results: on the H200 at ce97664 that pass cost more than
 // the barrier it saved, tg128 7b q4_0 200 against 228 t/s.)
+// Built with MV_INT8, MV_WHOLE and MV_PREQ (mul_mat_vec3q, option mv_q8): slot 1 is the fused norm
+// dispatch's int8 copy of the activations (norm_mul_reg.comp's Q8_OUT), which is staged as it is: no
+// quantization, a fifth of the bytes, the same shared words as mul_mat_vec3w's.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #ifdef MV_INT8
@@ -208,6 +211,13 @@ void main() {
     uvec4 wn[17];
     load_unit(wv, rq, uc, live && uc < nunits && PARTS != 2u);   // in flight while the row is staged
     if (AHEAD) load_unit(wn, rq, uc + UC, live && uc + UC < nunits && PARTS != 2u);   // (and the next: K = 4096 has two)
+#ifdef MV_PREQ   // (mul_mat_vec3q, option mv_q8) column n's int8 blocks as the norm dispatch wrote them (norm_mul_reg.comp's Q8_OUT)
+    uint qb = n * ((K >> 2) + (K >> 4));
+    for (uint i = t; i < nunits * 8u; i += 128u) {
+        [[unroll]] for (uint k = 0u; k < 8u; k++) yq8[8u * i + k] = s1w[qb + 8u * i + k];
+        yqd[i] = vec2(uintBitsToFloat(s1w[qb + (K >> 2) + 2u * i]), uintBitsToFloat(s1w[qb + (K >> 2) + 2u * i + 1u]));
+    }
+#else
     if (PARTS == 1u) {   // measurement: zeros staged, the activations neither read nor quantized
         for (uint i = t; i < nunits * 8u; i += 128u) {
             [[unroll]] for (uint k = 0u; k < 8u; k++) yq8[8u * i + k] = 0u;
@@ -216,6 +226,7 @@ void main() {
     } else {
         for (uint i = t; i < nunits * 8u; i += 128u) quant_block(i, yb + 8u * i);
     }
+#endif
 #ifdef MV_NORM
     float ss = subgroupAdd(g_ss);
     if (subgroupElect()) red_n[gl_SubgroupID] = ss;

@@ -8,6 +8,12 @@
 // groups q = t + 256*j (elements 4q..4q+3): with every tensor f32, unit-strided and 16-byte
 // aligned (the host checks and says so in extra word 1) a group is one vec4 load or store; else
 // the same elements go one by one through the typed accessors (f16/bf16, odd widths, broadcast weights).
+// Built with Q8_OUT (option mv_q8; the vec4 path, rows a multiple of 256, a subgroup of 8 to 64 with
+// shuffles: the host checks): the product's int8 blocks of 32 too, at binding 7, row r at word
+// r * (K / 4 + K / 16): K / 4 words of quants, then (d, sum of the quants) per block as two floats.
+// mul_mat_vec3w's quant_block arithmetic on the same stored floats, so the mat-vecs reading the copy
+// (mul_mat_vec3q) stage what they would have computed: the same bytes. A block is 8 groups of 4,
+// those of invocations 8b..8b+7: its absmax and sum meet by three shuffles.
 #include "common.glsl"
 #include "norm_add.glsl"
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -22,6 +28,10 @@ layout(std430, binding = 3) buffer N3v { vec4 n3v[]; };
 layout(std430, binding = 4) buffer Dv { vec4 dv[]; };
 #ifdef FUSED_ADD
 layout(std430, binding = 6) buffer A6v { vec4 a6v[]; };
+#endif
+#ifdef Q8_OUT
+#extension GL_KHR_shader_subgroup_shuffle : require
+layout(std430, binding = 7) buffer Q8w { uint q8w[]; };
 #endif
 #define NV 8u
 shared float red[256];
@@ -87,7 +97,27 @@ void main() {
         vec4 v = x[j] * scale;
         if (v4) {
             n3v[(rn >> 4) + q] = v;
-            dv[(rd >> 4) + q] = v * w[j];
+            vec4 m = v * w[j];
+            dv[(rd >> 4) + q] = m;
+#ifdef Q8_OUT   // (uniform per 64 invocations: K / 4 is a multiple of 64)
+            vec4 a = abs(m);
+            float amax = max(max(a.x, a.y), max(a.z, a.w));
+            amax = max(amax, subgroupShuffleXor(amax, 1u));
+            amax = max(amax, subgroupShuffleXor(amax, 2u));
+            amax = max(amax, subgroupShuffleXor(amax, 4u));
+            float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+            ivec4 qi = clamp(ivec4(roundEven(m * id)), ivec4(-127), ivec4(127));
+            int s = qi.x + qi.y + qi.z + qi.w;
+            s += subgroupShuffleXor(s, 1u);
+            s += subgroupShuffleXor(s, 2u);
+            s += subgroupShuffleXor(s, 4u);
+            uint qb = row * ((n0 >> 2) + (n0 >> 4));
+            q8w[qb + q] = uint(qi.x & 255) | uint(qi.y & 255) << 8 | uint(qi.z & 255) << 16 | uint(qi.w & 255) << 24;
+            if ((q & 7u) == 0u) {
+                q8w[qb + (n0 >> 2) + 2u * (q >> 3)] = floatBitsToUint(d);
+                q8w[qb + (n0 >> 2) + 2u * (q >> 3) + 1u] = floatBitsToUint(float(s));
+            }
+#endif
         } else {
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
                 uint k = 4u * q + c;
