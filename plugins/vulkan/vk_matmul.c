@@ -139,18 +139,21 @@ int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *
  * mul_mat_vec3w and mul_mat_vec4 (matvec=6, 7) hold the whole row as int8 (K <= 16384);
  * mul_mat_vec4 also wants q4_0 rows back to back (a workgroup's rows are one run of bytes), a
  * subgroup size dividing its 128 invocations, and specializes on the units per row (<< 16). */
+static int mv3_whole_row(int shader) {   /* mul_mat_vec3.comp's MV_WHOLE builds */
+    return shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N ||
+           shader == VKP_SH_MUL_MAT_VEC3Q;
+}
+
 static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken, uint32_t spec[2], uint64_t *work) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     uint32_t rw = 8u << d->opts.matvec_rows, sp[2] = { (uint32_t)s0->type | rw << 8, 1 };
     uint64_t shared = 128u / rw * 1024u + 512u, K = (uint64_t)s0->ne[0], wu = K / 256u;
-    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC4 ||
-        shader == VKP_SH_MUL_MAT_VEC3Q) {   /* the whole row as int8 */
+    if (mv3_whole_row(shader) || shader == VKP_SH_MUL_MAT_VEC4) {   /* the whole row as int8 */
         if (K > 16384 || !d->int_dot) return 0;
         shared = 64u * 256u + 64u * 8u * 8u + 512u;   /* 64 units and their per-block (d, sum) */
     }
     if (shader == VKP_SH_MUL_MAT_VEC3W) sp[0] |= (uint32_t)d->opts.debug_mv_parts << 16;   /* (measurement: results wrong) */
-    if (shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S || shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC3Q)
-        sp[0] |= (uint32_t)(d->opts.matvec_ahead != 0) << 18;   /* two units loading while the row is staged */
+    if (mv3_whole_row(shader)) sp[0] |= (uint32_t)(d->opts.matvec_ahead != 0) << 18;   /* two units loading while the row is staged */
     if (shader == VKP_SH_MUL_MAT_VEC4) {   /* q4_0, rows back to back, a subgroup size dividing 128 */
         if (s0->type != PYG_TYPE_Q4_0 || (uint64_t)s0->nb[1] != K / 32u * 18u) return 0;
         if (d->subgroup_size < 1 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
@@ -158,8 +161,7 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
         shared = wu * 256u + wu * 64u + 128u * 9u * 16u + (uint64_t)rw * wu * 4u;
         sp[0] |= (uint32_t)wu << 16;
     }
-    int int8 = shader == VKP_SH_MUL_MAT_VEC3I || shader == VKP_SH_MUL_MAT_VEC3W || shader == VKP_SH_MUL_MAT_VEC3S ||
-               shader == VKP_SH_MUL_MAT_VEC3N || shader == VKP_SH_MUL_MAT_VEC3Q;   /* (q4_K: the int8 builds only, with option matvec_q4_K) */
+    int int8 = shader == VKP_SH_MUL_MAT_VEC3I || mv3_whole_row(shader);   /* (q4_K: the int8 builds only, with option matvec_q4_K) */
     if (*broken || !mv3_ok(d, s0, s1, int8 && d->opts.matvec_q4_K) || shared > d->props.limits.maxComputeSharedMemorySize ||
         !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];

@@ -160,9 +160,9 @@ float dot_unit(uvec4 wv[17], uint y0) {
 #endif
 
 // unit u of the row starting at 16-byte word rq into registers (zeros where idle)
-void load_unit(out uvec4 wv[17], uint rq, uint u, bool busy) {
+void load_unit(out uvec4 wv[17], uint rq, uint u, bool busy) {   // (debug_mv_parts=2: no loads)
     [[unroll]] for (uint j = 0u; j < 17u; j++) wv[j] = uvec4(0u);
-    if (busy) {
+    if (busy && PARTS != 2u) {
         [[unroll]] for (uint j = 0u; j < NW; j++) wv[j] = s0q[rq + NW * u + j];
     }
 }
@@ -209,8 +209,8 @@ void main() {
     uvec4 wv[17];
 #ifdef MV_WHOLE   // the row quantized once, then every unit of this invocation without a barrier
     uvec4 wn[17];
-    load_unit(wv, rq, uc, live && uc < nunits && PARTS != 2u);   // in flight while the row is staged
-    if (AHEAD) load_unit(wn, rq, uc + UC, live && uc + UC < nunits && PARTS != 2u);   // (and the next: K = 4096 has two)
+    load_unit(wv, rq, uc, live && uc < nunits);   // in flight while the row is staged
+    if (AHEAD) load_unit(wn, rq, uc + UC, live && uc + UC < nunits);   // (and the next: K = 4096 has two)
 #ifdef MV_PREQ   // (mul_mat_vec3q, option mv_q8) column n's int8 blocks as the norm dispatch wrote them (norm_mul_reg.comp's Q8_OUT)
     uint qb = n * ((K >> 2) + (K >> 4));
     for (uint i = t; i < nunits * 8u; i += 128u) {
@@ -233,11 +233,11 @@ void main() {
 #endif
     barrier();
     for (uint u = uc; u < nunits; u += 2u * UC) {   // two units in flight: one dotted, one loading
-        if (!AHEAD) load_unit(wn, rq, u + UC, live && u + UC < nunits && PARTS != 2u);
+        if (!AHEAD) load_unit(wn, rq, u + UC, live && u + UC < nunits);
         if (live) acc += dot_unit_i8(wv, u);
-        load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits && PARTS != 2u);
+        load_unit(wv, rq, u + 2u * UC, live && u + 2u * UC < nunits);
         if (live && u + UC < nunits) acc += dot_unit_i8(wn, u + UC);
-        if (AHEAD) load_unit(wn, rq, u + 3u * UC, live && u + 3u * UC < nunits && PARTS != 2u);
+        if (AHEAD) load_unit(wn, rq, u + 3u * UC, live && u + 3u * UC < nunits);
     }
 #else
 #ifdef MV_PIPE
