@@ -43,8 +43,10 @@ KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5
            # staging (zeros staged) / without its weight loads: what each costs of the whole
            "mv3w_nostage": {"matvec": "6", "debug_mv_parts": "1"}, "mv3w_noweights": {"matvec": "6", "debug_mv_parts": "2"},
            # mul_mat_vec3w with two units' weights in flight while the row is staged (matvec_ahead)
-           "mv3w_ahead": {"matvec": "6", "matvec_ahead": "1"}}
-DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0", "matvec_ahead": "0"}
+           "mv3w_ahead": {"matvec": "6", "matvec_ahead": "1"},
+           # one-column q4_0 mat-vecs on the weights' repacked copy (matvec_rp: mul_mat_vec_rp)
+           "mvrp": {"matvec": "6", "matvec_rp": "1"}}
+DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0", "matvec_ahead": "0", "matvec_rp": "0"}
 
 
 def set_options(opts):

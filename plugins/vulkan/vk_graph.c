@@ -138,6 +138,21 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
         uint32_t sp[2];
+        if (vkp_mv_rp_setup(d, n, sp, &work, ex)) {   /* matvec_rp: on the weights' repacked copy (vk_repack.c) */
+            pyg_error *re = NULL;
+            if ((dp->rp = vkp_repack_acquire(d, s0, &re))) {
+                shader = VKP_SH_MUL_MAT_VEC_RP;
+                spec = sp[0]; spec1 = sp[1];
+                vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %lld N 1): mul_mat_vec_rp", n->name, pyg_type_get_traits(s0->type)->name,
+                        (long long)s0->ne[1]);
+                break;
+            }
+            if (re) {
+                vkp_log(PYG_LOG_WARN, "mul_mat '%s': no repacked copy of '%s' (%s); the other mat-vec runs", n->name, s0->name,
+                        vkp_error_text(re));
+                vkp_error_free(re);
+            }
+        }
         uint64_t copies[4];
         pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies);
         dp->b16_rows = copies[2];
@@ -251,6 +266,8 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     for (int i = 0; i < plan->n_events; i++) d->fn.vkDestroyEvent(d->dev, plan->events[i], NULL);
     free(plan->events);
+    for (int i = 0; i < plan->n_rps; i++) vkp_repack_release(plan->rps[i]);
+    free(plan->rps);
     free(plan->ops);
     free(plan->labels);
     free(plan->bytes);
@@ -306,7 +323,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        if ((e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src))) goto fail;
+        dps[nd].rp = NULL;
+        e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src);
+        if (dps[nd].rp) {   /* the plan holds the copy's reference */
+            struct vkp_repack **np = realloc(plan->rps, (size_t)(plan->n_rps + 1) * sizeof *np);
+            if (!np) { vkp_repack_release(dps[nd].rp); if (!e) e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); }
+            else { plan->rps = np; plan->rps[plan->n_rps++] = dps[nd].rp; }
+        }
+        if (e) goto fail;
         if (dps[nd].b16 != 2) b16_src = NULL;
         for (int s = 0; s < VKP_NBIND; s++) {
             const pyg_tensor *t = dps[nd].slot[s];
@@ -503,6 +527,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
                                                         : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].rp) {   /* the mat-vec's weights: their repacked copy */
+            uint64_t rsz = 0;
+            VkBuffer rb = vkp_repack_buffer(dps[i].rp, &rsz);
+            bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ rb, 0, rsz };
+        }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
@@ -718,7 +747,8 @@ pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (plan->n_dispatch == 0) return NULL;
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     if (plan->qpool) profile_collect(plan);
-    pyg_error *e = vkp_submit(s, plan->cb);
+    pyg_error *e = plan->n_rps ? vkp_repack_ensure(plan->rps, plan->n_rps, s) : NULL;   /* stale copies made again first */
+    if (!e) e = vkp_submit(s, plan->cb);
     if (plan->qpool && !e) { plan->ts_sem = s->timeline; plan->ts_val = s->value; }
     if (VKP_PROF) { vkp_prof.plan_computes++; vkp_prof.compute_ns += vkp_now_ns() - t0; }
     for (int i = 0; !e && i < plan->n_acc; i++)

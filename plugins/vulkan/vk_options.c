@@ -17,6 +17,9 @@
  *                it stage them (mul_mat_vec3q; same bytes; not yet timed on a GPU)
  *   matvec_ahead 0 (default) / 1: the whole-row mat-vecs load two units before staging the row (same bytes;
  *                not yet timed on a GPU)
+ *   matvec_rp    0 (default) / 1: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
+ *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
+ *                activations in registers, weights streamed in 16-byte words); not yet timed on a GPU
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
  *                rows per workgroup in mul_mat_vec3.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled

@@ -32,6 +32,7 @@ typedef struct dispatch {
                                      * (q8_off, q8_size: one region every such norm shares in turn; q8_n its readers),
                                      * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
     uint64_t q8_off, q8_size;
+    struct vkp_repack *rp;          /* matvec_rp: the weights' repacked copy, bound at binding 0 (the plan holds the reference) */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
@@ -55,6 +56,7 @@ struct pyg_graph_plan {
     uint64_t *bytes;                /* profiling: operand bytes of each dispatch (GB/s) */
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
     VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
+    struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
 /* helpers of vk_graph.c */

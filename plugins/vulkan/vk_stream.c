@@ -437,6 +437,7 @@ pyg_error *vkp_api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags, py
     b->size = size;
     b->alloc_size = sz;
     b->flags = flags;
+    b->uid = vkp_buffer_new_uid();
     pthread_mutex_lock(&d->lock);
     d->allocated += sz;
     pthread_mutex_unlock(&d->lock);
@@ -447,6 +448,7 @@ pyg_error *vkp_api_buffer_alloc(pyg_device *d, uint64_t size, uint32_t flags, py
 void vkp_api_buffer_free(pyg_buffer *b) {
     if (!b) return;
     vkp_val_buffer_free(b);
+    vkp_repack_buffer_freed(b);
     pyg_device *d = b->dev;
     d->fn.vkDestroyBuffer(d->dev, b->buf, NULL);
     d->fn.vkFreeMemory(d->dev, b->mem, NULL);
@@ -470,6 +472,7 @@ pyg_error *vkp_api_buffer_write(pyg_buffer *dst, uint64_t off, const void *src, 
     if (e) return e;
     if (size && !src) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "buffer_write: NULL source");
     vkp_val_host_access(dst, off, off + size, 1, "buffer_write");
+    vkp_buffer_written(dst);
     if (dst->map) { memcpy((char *)dst->map + off, src, size); return NULL; }
     pyg_device *d = dst->dev;
     pthread_mutex_lock(&d->lock);
@@ -503,6 +506,7 @@ pyg_error *vkp_api_buffer_fill(pyg_buffer *dst, uint64_t off, uint8_t value, uin
     if (e) return e;
     if (dst->map) {   /* (the unmapped path checks in buffer_write) */
         vkp_val_host_access(dst, off, off + size, 1, "buffer_fill");
+        vkp_buffer_written(dst);
         memset((char *)dst->map + off, value, size);
         return NULL;
     }
@@ -524,6 +528,7 @@ pyg_error *vkp_api_stream_write_async(pyg_stream *s, pyg_buffer *dst, uint64_t o
     if (e) return e;
     if (size && !src) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_write_async: NULL source");
     if (dst->dev != s->dev) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "stream_write_async: buffer of another device");
+    vkp_buffer_written(dst);
     return write_async_impl(s, dst, off, src, size);
 }
 
@@ -546,6 +551,7 @@ pyg_error *vkp_api_stream_copy_async(pyg_stream *s, pyg_buffer *dst, uint64_t do
     if (size == 0) return NULL;
     VkCommandBuffer cb;
     if ((e = open_cmd(s, &cb))) return e;
+    vkp_buffer_written(dst);
     open_access(s, src->buf, soff, soff + size, 0);
     open_access(s, dst->buf, doff, doff + size, 1);
     VkBufferCopy reg = { .srcOffset = soff, .dstOffset = doff, .size = size };
