@@ -40,10 +40,11 @@ def _graph(m, k, seed, n=1):
 
 # (M, K): one block per invocation (K <= 8192), two (11008: 192 invocations) and three (24576); rows not a
 # multiple of 8 (the padded rows of the copy are zeros); K of a single block
-@pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048)])
-def test_mv_rp_values(m, k):
+@pytest.mark.parametrize("rp", ["1", "2"])   # (2: 16 rows per workgroup where one block per invocation covers K)
+@pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048), (88, 512)])
+def test_mv_rp_values(m, k, rp):
     y, feeds, ref = _graph(m, k, seed=m + k)
-    got, k1 = _compute(y, feeds, RP, "mul_mat '")
+    got, k1 = _compute(y, feeds, {**RP, "matvec_rp": rp}, "mul_mat '")
     base, k0 = _compute(y, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
     if _has_int8():
         assert k1 == ["mul_mat_vec_rp"] and "mul_mat_vec_rp" not in k0, (k0, k1)
@@ -115,8 +116,9 @@ def test_mv_rp_model_logits(tmp_path):
     within rounding at every step, its one-column q4_0 mat-vecs on mul_mat_vec_rp."""
     run = _decode_model(tmp_path, "q4_0", 11)
     ref, k0 = run({"fuse_norm_mv": "off"})
-    got, k1 = run(RP)
-    if _has_int8():
-        assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
-    for step, (a, b) in enumerate(zip(got, ref)):
-        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
+    for rp in ("1", "2"):
+        got, k1 = run({**RP, "matvec_rp": rp})
+        if _has_int8():
+            assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
+        for step, (a, b) in enumerate(zip(got, ref)):
+            assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"matvec_rp={rp}, step {step}"

@@ -172,10 +172,10 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
 
 /* matvec_rp=1: y = mul_mat(W, x) for one column x (decode) as mul_mat_vec_rp on W's repacked copy (the
  * caller acquires it: vk_repack.c; W a leaf q4_0 weight it accepts), x f32 in mul_mat_vec3's activation
- * layout, y f32 with unit element stride. A workgroup per 8 rows; each invocation owns J = ceil(K / 32 /
+ * layout, y f32 with unit element stride. A workgroup per 8 rows (matvec_rp=2: 16 where J = 1); each invocation owns J = ceil(K / 32 /
  * 256) blocks of K, the workgroup the fewest subgroups of 32 invocations covering the blocks (K = 4096:
  * 128 invocations, one block each; 11008: 192, two each; the CUDA plugin's choice). ex[0]: row groups,
- * ex[1]: the 16-byte word where the copy's scales start. */
+ * ex[1]: the 16-byte word where the copy's scales start, ex[2]: its groups of 8 rows. */
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     const pyg_tensor *w = mm->src[0], *x = mm->src[1];
     if (!d->opts.matvec_rp || d->mvrp_broken || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
@@ -183,15 +183,16 @@ int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint6
     uint64_t o0 = 0;
     if (!vkp_repack_eligible(d, w) || !mv_layout_ok(d, w, x, &o0)) return 0;
     uint64_t nb = (uint64_t)w->ne[0] / 32, J = (nb + 255) / 256, KW = (nb + 32 * J - 1) / (32 * J);
-    uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
-    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8, (uint32_t)(32 * KW) };
+    uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8, NB = d->opts.matvec_rp == 2 && J == 1 ? 2 : 1;   /* 16 rows: J = 1 only */
+    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (uint32_t)NB << 11, (uint32_t)(32 * KW) };
     if (J < 1 || J > 3 || 32 * KW > d->props.limits.maxComputeWorkGroupSize[0] ||
         !vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC_RP, sp, &d->mvrp_broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];
-    *work = Mp / 8;
-    ex[0] = (uint32_t)(Mp / 8);
+    *work = (Mp / 8 + NB - 1) / NB;
+    ex[0] = (uint32_t)*work;
     ex[1] = (uint32_t)(Mp * nb);
+    ex[2] = (uint32_t)(Mp / 8);
     return 1;
 }
 

@@ -1,43 +1,51 @@
 #version 450
 // One-column q4_0 mat-vec on the weights' repacked copy (option matvec_rp; vk_repack.c's header has the
 // layout), the CUDA plugin's decode structure (mmv_rp.cuh): activations in registers, weights streamed.
-// A workgroup of W invocations (specialization constant 1, a multiple of 32) owns 8 rows; invocation t
+// A workgroup of W invocations (specialization constant 1, a multiple of 32) owns 8 NB rows (NB: bits 11..12,
+// option matvec_rp: 1 or 2); invocation t
 // owns blocks u = j W + t (j < J, specialization bits 8..10) of K: consecutive invocations, consecutive
 // blocks, so one 16-byte load per row and block reads W 16-byte words in a row of the copy, and one
 // 16-byte load brings the block's 8 scales. The weight loads are issued first; then the invocation
 // quantizes its own blocks of the f32 activations to int8 (mul_mat_vec3w's quantization: amax / 127,
 // round to even) and dots them with OpSDot. The 8 rows' sums meet by subgroupAdd, then through shared
 // memory across the subgroups. Binding 0 is the copy; slot 0's parameters still describe the weight
-// (ne0 = K, ne1 = M); ex[0] = row groups, ex[1] = where the scales start (16-byte words).
+// (ne0 = K, ne1 = M); ex[0] = workgroups, ex[1] = where the scales start (16-byte words),
+// ex[2] = groups of 8 rows in the copy.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
-layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0) | blocks per invocation J << 8
+layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0) | blocks per invocation J << 8 | row groups NB << 11
 const uint J = (SPEC >> 8) & 7u;
+const uint NB = (SPEC >> 11) & 3u;
+const uint R = 8u * NB;                          // rows per workgroup
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
 int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
 
-shared float part[512];   // 8 sums per subgroup (at most 64 subgroups)
+shared float part[1024];   // R sums per subgroup (at most 64 subgroups)
 
 void main() {
     uint rg = wg_linear();
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
-    uvec4 wq[J * 8u];
-    uvec4 ws[J];
+    uvec4 wq[J * R];
+    uvec4 ws[J * NB];
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
-        ws[j] = ok ? rq[sc0 + rg * nb + u] : uvec4(0u);
-        [[unroll]] for (uint r = 0u; r < 8u; r++) wq[j * 8u + r] = ok ? rq[(rg * 8u + r) * nb + u] : uvec4(0u);
+        [[unroll]] for (uint g = 0u; g < NB; g++) {
+            bool gok = ok && rg * NB + g < ex_u(2u);   // (the copy's last group of 8 rows)
+            ws[j * NB + g] = gok ? rq[sc0 + (rg * NB + g) * nb + u] : uvec4(0u);
+            [[unroll]] for (uint r = 0u; r < 8u; r++) wq[j * R + 8u * g + r] = gok ? rq[(rg * R + 8u * g + r) * nb + u] : uvec4(0u);
+        }
     }
-    float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    float acc[R];
+    [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         if (u >= nb) continue;
@@ -57,22 +65,22 @@ void main() {
             y[k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
         }
         float m8 = 8.0 * float(sum);
-        [[unroll]] for (uint r = 0u; r < 8u; r++) {
-            uvec4 q = wq[j * 8u + r];
+        [[unroll]] for (uint r = 0u; r < R; r++) {
+            uvec4 q = wq[j * R + r];
             int s = 0;
             [[unroll]] for (uint k = 0u; k < 4u; k++)   // word k: weights 4k..4k+3 (low nibbles), 16+4k.. (high)
                 s += sdot4x8(q[k] & 0x0f0f0f0fu, y[k], 0) + sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, y[4u + k], 0);
-            float dw = unpackHalf2x16(ws[j][r >> 1] >> (16u * (r & 1u))).x;
+            float dw = unpackHalf2x16(ws[j * NB + (r >> 3)][(r & 7u) >> 1] >> (16u * (r & 1u))).x;
             acc[r] += dw * d * (float(s) - m8);
         }
     }
-    [[unroll]] for (uint r = 0u; r < 8u; r++) acc[r] = subgroupAdd(acc[r]);
-    if (subgroupElect()) [[unroll]] for (uint r = 0u; r < 8u; r++) part[gl_SubgroupID * 8u + r] = acc[r];
+    [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
+    if (subgroupElect()) [[unroll]] for (uint r = 0u; r < R; r++) part[gl_SubgroupID * R + r] = acc[r];
     barrier();
-    if (t < 8u) {
+    if (t < R) {
         float v = 0.0;
-        for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * 8u + t];
-        uint row = rg * 8u + t;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
+        uint row = rg * R + t;
         if (row < M) dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
     }
 }
