@@ -38,7 +38,8 @@
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
-# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth).
+# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_BANDWIDTH=1 (first
+# scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
 # Next (written 2026-12-06, not yet run), one call: the tests of mv_q8, matvec_ahead and debug_mv_parts on the
 # NVIDIA driver (and under the validation layer); what the decode mat-vec's activation staging and weight loads
 # each cost (debug_mv_parts: sweep kernels mv3w_nostage, mv3w_noweights; the 7b mat-vecs run at about 1.2 TB/s);
@@ -108,6 +109,11 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
         say "dispatch floor: chains of scale / mat-vec nodes"
         timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} 2>&1 | tee "$WORK/floor.log"
+        pack
+    fi
+    if [ "${GPU_VK_BANDWIDTH:-0}" != 0 ]; then   # what bandwidth a Vulkan kernel reaches: argmax, a big mat-vec, torch
+        say "bandwidth probe: scripts/vulkan_bandwidth.py"
+        timeout 120 $PY scripts/vulkan_bandwidth.py --out "$WORK" 2>&1 | tee "$WORK/bandwidth.log"
         pack
     fi
     if [ "${GPU_VK_MATVEC:-0}" != 0 ]; then   # the decode mat-vec kernels alone, GB/s per weight shape

@@ -106,6 +106,7 @@ typedef struct vkp_options {
     int64_t mv_q8;                  /* the fused norms write their result's int8 blocks; the mat-vecs reading it copy them (mul_mat_vec3q) */
     int64_t matvec_ahead;           /* the whole-row mat-vecs load two units before staging the row, not one */
     int64_t debug_mv_parts;         /* measurement switch: mul_mat_vec3w without its activation staging (1) or weight loads (2) */
+    int64_t dedicated;              /* device buffers of 32 MiB or more in allocations of their own */
     int64_t matvec_rp;              /* one-column q4_0 mat-vecs on a repacked copy of the weights (mul_mat_vec_rp, vk_repack.c) */
 } vkp_options;
 #define VKP_AUTO 0

@@ -107,7 +107,11 @@ pyg_error *vkp_raw_buffer(pyg_device *d, uint64_t size, int host, VkBuffer *buf,
         d->fn.vkDestroyBuffer(d->dev, *buf, NULL);
         return vkp_err(PYG_ERR_DEVICE, "no suitable memory type for a %s buffer", host ? "host" : "device");
     }
+    /* option dedicated: a device buffer of 32 MiB or more in an allocation of its own (the driver may then
+     * choose its page size and placement for it alone) */
+    VkMemoryDedicatedAllocateInfo dai = { .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, .buffer = *buf };
     VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+        .pNext = !host && d->opts.dedicated && size >= (32ull << 20) ? &dai : NULL,
         .allocationSize = req.size, .memoryTypeIndex = mt };
     r = d->fn.vkAllocateMemory(d->dev, &ai, NULL, mem);
     if (r != VK_SUCCESS) {
@@ -243,6 +247,11 @@ static pyg_error *device_open(pyg_device *d) {
     pyg_error *e = vkp_raw_buffer(d, 256, 0, &d->dummy, &d->dummy_mem, &map, &d->mt_device);
     if (e) return e;
     d->device_mem_mapped = map != NULL;
+    for (uint32_t i = 0; i < d->mem.memoryTypeCount; i++)   /* (which memory the device buffers are in) */
+        vkp_log(PYG_LOG_DEBUG, "%s: memory type %u: heap %u (%llu MiB%s), flags 0x%x%s", d->props.deviceName, i,
+                d->mem.memoryTypes[i].heapIndex, (unsigned long long)(d->mem.memoryHeaps[d->mem.memoryTypes[i].heapIndex].size >> 20),
+                d->mem.memoryHeaps[d->mem.memoryTypes[i].heapIndex].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT ? ", device-local" : "",
+                (unsigned)d->mem.memoryTypes[i].propertyFlags, i == d->mt_device ? ": device buffers" : "");
     e = vkp_stream_create_impl(d, &d->internal);
     if (e) return e;
     switch (d->props.deviceType) {
@@ -405,6 +414,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_CHOICE(vkp_options, cm_acc, k_cm_acc, "mul_mat_cm4's KHR build (cm_api): f16 (default): each K step's products summed in f16 accumulators, then added into the f32 ones; f32 accumulators throughout (on the H200 about 30 TFLOPS against 40-51)"),
     PYG_OPTION_BOOL(vkp_options, mv_q8, "the fused layer norms (norm_mul_reg's vec4 path, rows a multiple of 256) write their result's int8 blocks of 32 too, and the q4_0/q8_0 mat-vecs reading that result (q4_K too with matvec_q4_K) stage the copy instead of quantizing it, mul_mat_vec3q: the same bytes as mul_mat_vec3w (default 0: not yet timed on a GPU; with matvec >= 6, where fuse_norm_mv does not apply)"),
     PYG_OPTION_BOOL(vkp_options, matvec_ahead, "the whole-row mat-vecs (mul_mat_vec3w/3n/3s) issue two units' weight loads before staging the activation row, not one: at K = 4096 every weight of an invocation is in flight at once (the same sums in the same order, so the same bytes; default 0: not yet timed on a GPU)"),
+    PYG_OPTION_BOOL(vkp_options, dedicated, "device buffers of 32 MiB or more (a model's weights) each in a memory allocation of its own (VkMemoryDedicatedAllocateInfo; read when a buffer is allocated; default 0: not yet timed on a GPU)"),
     PYG_OPTION_INT(vkp_options, matvec_rp, 0, 2, "1 (2: 16 rows per workgroup where K <= 8192, else 8): one-column q4_0 mat-vecs (decode) on a copy of the weights repacked once per weight and device (quants of a row in 16-byte words, the scales of 8 rows together; remade when the host writes the weights' buffer): mul_mat_vec_rp, the CUDA plugin's structure (activations in registers, weights streamed); the copy doubles those weights' device memory (default 0: not yet timed on a GPU)"),
     PYG_OPTION_INT(vkp_options, debug_mv_parts, 0, 2, "measurement switch for mul_mat_vec3w (matvec=6), results wrong by design: 1 the activation row is neither read nor quantized (zeros staged), 2 no weight loads (zeros dotted) (default 0: the whole mat-vec)"),
     PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 4, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K (default 0: the whole GEMM)"),
