@@ -294,10 +294,66 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     return NULL;
 }
 
+/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, its
+ * regions of the plan's scratch (a key no pyg_buffer has: the plan itself). Returns how many. */
+int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw) {
+    int n = 0;
+    for (int s = 0; s <= VKP_NBIND; s++) {
+        const pyg_tensor *t = s < VKP_NBIND ? dp->slot[s] : dp->add_out;
+        if (!t) continue;
+        const pyg_buffer *buf = NULL; uint64_t off = 0;
+        vkp_resolve(t, &buf, &off);
+        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
+        myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
+    }
+    const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
+    if (dp->fa_split || dp->dq) {
+        my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };
+        myw[n++] = dp->dq != 2;   /* (the GEMM only reads the copy) */
+    }
+    if (dp->b16) { my[n] = (range){ own, dp->b16_off, dp->b16_off + dp->b16_size }; myw[n++] = dp->b16 == 1; }
+    if (dp->q8) { my[n] = (range){ own, dp->q8_off, dp->q8_off + dp->q8_size }; myw[n++] = dp->q8 == 1; }
+    return n;
+}
+
+/* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier dispatch it
+ * conflicts with (reads what that one writes, or writes what it reads or writes), and the dispatches are
+ * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
+ * keeps its order with a barrier between, and independent nodes (a layer's q/k/v mat-vecs and ropes, its
+ * gate and up) share a stage. reorder=0: graph order, a barrier before a dispatch that conflicts with one
+ * since the last. A prefetch (vk_prefetch.c, appended after the others) takes the stage it was given.
+ * Fills level[0..nd), returns the number of stages. */
+int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
+                    const int *nrg, int *level) {
+    int nstage = 0;
+    for (int i = 0; i < nd; i++) {
+        if (dps[i].pf) {
+            level[i] = dps[i].pf_level;
+            continue;
+        }
+        const range *mi = rg + (size_t)i * VKP_RPD; const unsigned char *wi = rgw + (size_t)i * VKP_RPD;
+        int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
+        for (int j = i - 1; j >= 0; j--) {
+            if (level[j] + 1 <= lv || (!d->opts.reorder && level[j] < floor_lv)) continue;
+            const range *mj = rg + (size_t)j * VKP_RPD; const unsigned char *wj = rgw + (size_t)j * VKP_RPD;
+            int hit = 0;
+            for (int a = 0; a < nrg[i] && !hit; a++)
+                for (int b = 0; b < nrg[j] && !hit; b++)
+                    hit = (wi[a] || wj[b]) && mi[a].buf == mj[b].buf && mi[a].lo < mj[b].hi && mj[b].lo < mi[a].hi;
+            if (hit) lv = level[j] + 1;
+        }
+        level[i] = lv > floor_lv ? lv : floor_lv;
+        if (level[i] + 1 > nstage) nstage = level[i] + 1;
+    }
+    for (int i = 0; i < nd; i++) if (level[i] + 1 > nstage) nstage = level[i] + 1;
+    return nstage;
+}
+
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
-    dispatch *dps = calloc((size_t)(nn > 0 ? nn : 1) * 3, sizeof *dps);   /* (a GEMM: up to two conversions first) */
+    int cap = (nn > 0 ? nn : 1) * 3;   /* (a GEMM: up to two conversions first; prefetches grow it) */
+    dispatch *dps = calloc((size_t)cap, sizeof *dps);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
     if (!dps || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
@@ -305,7 +361,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     const uint64_t align = vkp_dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
     const uint64_t pstride = ((VKP_PARAM_WORDS * 4 + ualign - 1) / ualign) * ualign;
-    params = calloc((size_t)(nn > 0 ? nn : 1) * 3, (size_t)pstride);
+    params = calloc((size_t)cap, (size_t)pstride);
     if (!params) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
 
     /* one dispatch per compute node (two for a KV-split flash attention) */
@@ -455,6 +511,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         void *smap;
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
     }
+    if ((e = vkp_add_prefetches(d, plan, &dps, &params, &cap, &nd, pstride))) goto fail;   /* (option prefetch_mb) */
+    plan->n_dispatch = nd;
 
     /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
      * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
@@ -598,7 +656,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch
          * (flash attention's partials, marked written by the split and the merge alike) */
-        const int RPD = VKP_NBIND + 4;   /* slots, add_out, up to three scratch regions */
+        const int RPD = VKP_RPD;
         range *rg = calloc((size_t)nd * RPD + 1, sizeof *rg);
         unsigned char *rgw = calloc((size_t)nd * RPD + 1, 1);
         int *nrg = calloc((size_t)nd + 1, sizeof *nrg), *level = calloc((size_t)nd + 1, sizeof *level);
@@ -608,52 +666,13 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
         }
         for (int i = 0; i < nd; i++) {
-            range *my = rg + (size_t)i * RPD; unsigned char *myw = rgw + (size_t)i * RPD;
-            for (int s = 0; s <= VKP_NBIND; s++) {
-                const pyg_tensor *t = s < VKP_NBIND ? dps[i].slot[s] : dps[i].add_out;
-                if (!t) continue;
-                const pyg_buffer *buf = NULL; uint64_t off = 0;
-                vkp_resolve(t, &buf, &off);
-                int w = s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dps[i].writes_slot3);
-                my[nrg[i]] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
-                myw[nrg[i]++] = (unsigned char)w;
-                if (plan->acc) { plan->acc_write[plan->n_acc] = (unsigned char)w; plan->acc[plan->n_acc++] = my[nrg[i] - 1]; }
-            }
-            if (dps[i].fa_split || dps[i].dq) {   /* the plan's own scratch: a key no pyg_buffer has */
-                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].scratch_off, dps[i].scratch_off + dps[i].scratch_size };
-                myw[nrg[i]++] = dps[i].dq != 2;   /* (the GEMM only reads the copy) */
-            }
-            if (dps[i].b16) {
-                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].b16_off, dps[i].b16_off + dps[i].b16_size };
-                myw[nrg[i]++] = dps[i].b16 == 1;
-            }
-            if (dps[i].q8) {
-                my[nrg[i]] = (range){ (const pyg_buffer *)(void *)plan, dps[i].q8_off, dps[i].q8_off + dps[i].q8_size };
-                myw[nrg[i]++] = dps[i].q8 == 1;
+            nrg[i] = vkp_dispatch_ranges(plan, &dps[i], rg + (size_t)i * RPD, rgw + (size_t)i * RPD);
+            for (int a = 0; plan->acc && a < nrg[i]; a++) {
+                plan->acc_write[plan->n_acc] = rgw[(size_t)i * RPD + a];
+                plan->acc[plan->n_acc++] = rg[(size_t)i * RPD + a];
             }
         }
-        /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier
-         * dispatch it conflicts with (reads what that one writes, or writes what it reads or
-         * writes), and the dispatches are recorded stage by stage (graph order within a stage), one
-         * barrier between stages: every conflicting pair keeps its order with a barrier between, and
-         * independent nodes (a layer's q/k/v mat-vecs and ropes, its gate and up) share a stage.
-         * reorder=0: graph order, a barrier before a dispatch that conflicts with one since the last. */
-        int nstage = 0;
-        for (int i = 0; i < nd; i++) {
-            const range *mi = rg + (size_t)i * RPD; const unsigned char *wi = rgw + (size_t)i * RPD;
-            int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
-            for (int j = i - 1; j >= 0; j--) {
-                if (level[j] + 1 <= lv || (!d->opts.reorder && level[j] < floor_lv)) continue;
-                const range *mj = rg + (size_t)j * RPD; const unsigned char *wj = rgw + (size_t)j * RPD;
-                int hit = 0;
-                for (int a = 0; a < nrg[i] && !hit; a++)
-                    for (int b = 0; b < nrg[j] && !hit; b++)
-                        hit = (wi[a] || wj[b]) && mi[a].buf == mj[b].buf && mi[a].lo < mj[b].hi && mj[b].lo < mi[a].hi;
-                if (hit) lv = level[j] + 1;
-            }
-            level[i] = lv > floor_lv ? lv : floor_lv;
-            if (level[i] + 1 > nstage) nstage = level[i] + 1;
-        }
+        int nstage = vkp_plan_levels(d, dps, nd, rg, rgw, nrg, level);
         if (d->opts.barrier == VKP_BARRIER_EVENT && nstage > 1) {   /* one event per stage boundary */
             plan->events = calloc((size_t)nstage, sizeof *plan->events);
             VkEventCreateInfo eci = { .sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO };

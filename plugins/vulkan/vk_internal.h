@@ -48,7 +48,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_PREFETCH, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -106,6 +106,7 @@ typedef struct vkp_options {
     int64_t mv_q8;                  /* the fused norms write their result's int8 blocks; the mat-vecs reading it copy them (mul_mat_vec3q) */
     int64_t matvec_ahead;           /* the whole-row mat-vecs load two units before staging the row, not one */
     int64_t debug_mv_parts;         /* measurement switch: mul_mat_vec3w without its activation staging (1) or weight loads (2) */
+    int64_t prefetch_mb;            /* decode mat-vecs' weights read into L2 in the stage before them, at most this many MiB per stage (vk_prefetch.c) */
     int64_t dedicated;              /* device buffers of 32 MiB or more in allocations of their own */
     int64_t matvec_rp;              /* one-column q4_0 mat-vecs on a repacked copy of the weights (mul_mat_vec_rp, vk_repack.c) */
 } vkp_options;

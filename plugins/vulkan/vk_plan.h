@@ -33,6 +33,7 @@ typedef struct dispatch {
                                      * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
     uint64_t q8_off, q8_size;
     struct vkp_repack *rp;          /* matvec_rp: the weights' repacked copy, bound at binding 0 (the plan holds the reference) */
+    int pf, pf_level;               /* prefetch (vk_prefetch.c): 1, and the stage it is recorded in */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
@@ -59,7 +60,16 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
+#define VKP_RPD (VKP_NBIND + 4)   /* byte ranges per dispatch at most: slots, add_out, up to three scratch regions */
+
 /* helpers of vk_graph.c */
+int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);
+int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
+                    const int *nrg, int *level);
+/* vk_prefetch.c (option prefetch_mb): read-only dispatches that bring a mat-vec's weights into L2 in the stage
+ * before it, appended to *dps (capacity *cap, parameter blocks *params of pstride bytes each); *nd grows */
+pyg_error *vkp_add_prefetches(pyg_device *d, pyg_graph_plan *plan, dispatch **dps, uint32_t **params, int *cap,
+                              int *nd, uint64_t pstride);
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */
 int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option: auto is on except on CPU devices */
 uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may start */
