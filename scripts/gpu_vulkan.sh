@@ -40,15 +40,13 @@
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
-# Next (written 2026-12-06, not yet run), one call: the tests of mv_q8, matvec_ahead and debug_mv_parts on the
-# NVIDIA driver (and under the validation layer); what the decode mat-vec's activation staging and weight loads
-# each cost (debug_mv_parts: sweep kernels mv3w_nostage, mv3w_noweights; the 7b mat-vecs run at about 1.2 TB/s);
-# mv3w_ahead (matvec_ahead); the per-kernel profile; pp512/tg128 with variants mvahead, mvq8 (mv_q8: the norms'
-# int8 copies staged by the q/k/v and gate/up mat-vecs) and mvq8a (both). All three are byte-equal on lavapipe.
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_switches.py tests/test_vulkan_mv_q8.py" \
-#   GPU_VK_TEST_K="mv or q8 or ahead or validation" GPU_VK_MATVEC=1 \
-#   GPU_VK_MATVEC_KERNELS="mv3w mv3w_ahead mv3w_nostage mv3w_noweights" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new mvq8" \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new mvahead mvq8 mvq8a" GPU_VK_REPS=2 bash scripts/gpu_vulkan.sh
+# Run on 2026-12-06 (H100; bench/results/gpu-vulkan-{mvq8,rp,bandwidth,prefetch,gemm}-h100-20261206T07*): mv_q8,
+# matvec_ahead and matvec_rp are within noise of the defaults in a model; a read-only L2 prefetch of the next stage's
+# weights was slower and was removed; the platform streams at 3 TB/s (GPU_VK_BANDWIDTH=1). Next: fewer stages per
+# layer (one dispatch for q/k/v with their ropes and cache writes, one for gate/up with the swiglu: the CUDA plugin's
+# mvr_qkv / mvr_glu), e.g.
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_rp.py" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new rp" \
+#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new rp" GPU_VK_REPS=3 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

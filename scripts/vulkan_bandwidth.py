@@ -9,8 +9,7 @@ Cases, each over one weight (uploaded once, larger than L2):
   mv       a one-column q4_0 mat-vec with M = --mv-rows (65536), K = 4096 (151 MB of weights): Vulkan's kernels by device
            option set (mv3w: matvec=6, the default; rp: matvec_rp=1) and the CUDA plugin's default
   torch    torch.argmax(x, 1) and x.sum() on the same f32 bytes (CUDA events), the card's reference
-Vulkan's cases run twice: as allocated by default and with device option dedicated=1 (the weights in allocations of
-their own: keys ending in _ded). GPU time per dispatch: Vulkan's timestamp queries (device option profile=1), the CUDA plugin's profile the same
+GPU time per dispatch: Vulkan's timestamp queries (device option profile=1), the CUDA plugin's profile the same
 way where it has one, else wall time over --reps back-to-back computes after a warm-up. Writes
 vulkan-bandwidth-<time>.json into --out and prints GB/s per case."""
 import argparse
@@ -76,29 +75,25 @@ def main(argv=None):
     blocks = pg.quantize(rng.standard_normal((a.mv_rows, 4096)).astype(np.float32), "q4_0")
     wbytes = np.asarray(blocks).nbytes
     feeds = {"v": rng.standard_normal((1, 4096)).astype(np.float32)}
-    for ded in ("0", "1"):   # device option dedicated: the weights in allocations of their own
-        dev.set_option("dedicated", ded)
-        sfx = "" if ded == "0" else "_ded"
-        g = pg.Graph()
-        am = pg.argmax(g.weight("x", xf))
+    g = pg.Graph()
+    am = pg.argmax(g.weight("x", xf))
+    s = pg.Scheduler([VK])
+    s.compute(am)
+    warm_up(s, am, {}, 0.5)
+    us = vk_gpu_us(dev, s, am, {}, a.reps, log, "rows_sg")
+    res["vk_argmax"] = {"us": us, "gbs": xf.nbytes / us / 1e3 if us else None}
+    s.close()
+    g2 = pg.Graph()
+    y = pg.mul_mat(g2.weight("w", blocks, type="q4_0", shape=(a.mv_rows, 4096)), g2.input("v", (1, 4096)))
+    for name, opts in VK_SETS.items():
+        for k, v in opts.items():
+            dev.set_option(k, v)
         s = pg.Scheduler([VK])
-        s.compute(am)
-        warm_up(s, am, {}, 0.5)
-        us = vk_gpu_us(dev, s, am, {}, a.reps, log, "rows_sg")
-        res["vk_argmax" + sfx] = {"us": us, "gbs": xf.nbytes / us / 1e3 if us else None}
+        s.compute(y, feeds)
+        warm_up(s, y, feeds, 0.5)
+        us = vk_gpu_us(dev, s, y, feeds, a.reps, log, "mul_mat")
+        res[f"vk_mv_{name}"] = {"us": us, "gbs": wbytes / us / 1e3 if us else None, "wall_us": wall_us(s, y, feeds, a.reps)}
         s.close()
-        g2 = pg.Graph()
-        y = pg.mul_mat(g2.weight("w", blocks, type="q4_0", shape=(a.mv_rows, 4096)), g2.input("v", (1, 4096)))
-        for name, opts in VK_SETS.items():
-            for k, v in opts.items():
-                dev.set_option(k, v)
-            s = pg.Scheduler([VK])
-            s.compute(y, feeds)
-            warm_up(s, y, feeds, 0.5)
-            us = vk_gpu_us(dev, s, y, feeds, a.reps, log, "mul_mat")
-            res[f"vk_mv_{name}{sfx}"] = {"us": us, "gbs": wbytes / us / 1e3 if us else None, "wall_us": wall_us(s, y, feeds, a.reps)}
-            s.close()
-    dev.set_option("dedicated", "0")
     cuda = next((str(d) for d in pg.devices() if d.plugin.name == "cuda"), None)
     if cuda:
         s = pg.Scheduler([cuda])

@@ -45,7 +45,7 @@ KERNELS = {"mv2": {"matvec": "2"}, "mv3": {"matvec": "3"}, "mv3i": {"matvec": "5
            # mul_mat_vec3w with two units' weights in flight while the row is staged (matvec_ahead)
            "mv3w_ahead": {"matvec": "6", "matvec_ahead": "1"},
            # one-column q4_0 mat-vecs on the weights' repacked copy (matvec_rp: mul_mat_vec_rp)
-           "mvrp": {"matvec": "6", "matvec_rp": "1"}, "mvrp16": {"matvec": "6", "matvec_rp": "2"}}
+           "mvrp": {"matvec": "6", "matvec_rp": "1"}}
 DEFAULTS = {"matvec": "3", "matvec_rows": "2", "debug_mv_parts": "0", "matvec_ahead": "0", "matvec_rp": "0"}
 
 

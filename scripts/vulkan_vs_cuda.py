@@ -106,13 +106,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "mvq8": {"mv_q8": "1", "fuse_norm_mv": "off"}, "mvq8a": {"mv_q8": "1", "fuse_norm_mv": "off", "matvec_ahead": "1"},
             # one-column q4_0 mat-vecs on the weights' repacked copy (matvec_rp: mul_mat_vec_rp; fuse_norm_mv off, so 1b's
             # q/k/v and gate/up take it too)
-            "rp": {"matvec_rp": "1", "fuse_norm_mv": "off"}, "rp16": {"matvec_rp": "2", "fuse_norm_mv": "off"},
-            # device buffers of 32 MiB or more (the weights) in allocations of their own (option dedicated)
-            "ded": {"dedicated": "1"},
-            # the decode mat-vecs' weights read into L2 in the stage before them, at most N MiB per stage (prefetch_mb)
-            "pf8": {"prefetch_mb": "8"}, "pf16": {"prefetch_mb": "16"}, "pf32": {"prefetch_mb": "32"},
-            "rppf16": {"matvec_rp": "1", "fuse_norm_mv": "off", "prefetch_mb": "16"},
-            "rppf32": {"matvec_rp": "1", "fuse_norm_mv": "off", "prefetch_mb": "32"}, "rpded": {"matvec_rp": "1", "fuse_norm_mv": "off", "dedicated": "1"},
+            "rp": {"matvec_rp": "1", "fuse_norm_mv": "off"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -127,7 +121,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "0", "dedicated": "0", "prefetch_mb": "0"}
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "0"}
 
 
 def _set_vk(pg, opts):

@@ -40,11 +40,10 @@ def _graph(m, k, seed, n=1):
 
 # (M, K): one block per invocation (K <= 8192), two (11008: 192 invocations) and three (24576); rows not a
 # multiple of 8 (the padded rows of the copy are zeros); K of a single block
-@pytest.mark.parametrize("rp", ["1", "2"])   # (2: 16 rows per workgroup where one block per invocation covers K)
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048), (88, 512)])
-def test_mv_rp_values(m, k, rp):
+def test_mv_rp_values(m, k):
     y, feeds, ref = _graph(m, k, seed=m + k)
-    got, k1 = _compute(y, feeds, {**RP, "matvec_rp": rp}, "mul_mat '")
+    got, k1 = _compute(y, feeds, RP, "mul_mat '")
     base, k0 = _compute(y, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
     if _has_int8():
         assert k1 == ["mul_mat_vec_rp"] and "mul_mat_vec_rp" not in k0, (k0, k1)
@@ -116,9 +115,29 @@ def test_mv_rp_model_logits(tmp_path):
     within rounding at every step, its one-column q4_0 mat-vecs on mul_mat_vec_rp."""
     run = _decode_model(tmp_path, "q4_0", 11)
     ref, k0 = run({"fuse_norm_mv": "off"})
-    for rp in ("1", "2"):
-        got, k1 = run({**RP, "matvec_rp": rp})
-        if _has_int8():
-            assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
-        for step, (a, b) in enumerate(zip(got, ref)):
-            assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"matvec_rp={rp}, step {step}"
+    got, k1 = run(RP)
+    if _has_int8():
+        assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
+    for step, (a, b) in enumerate(zip(got, ref)):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
+
+
+@pytest.mark.parametrize("m,k", [(96, 512), (100, 4096), (40, 11008)])
+def test_mv_rp_gate_up_swiglu(m, k):
+    """gate = W_g x, up = W_u x and swiglu(gate, up) (a model's feed-forward in decode) run as one mul_mat_vec_rpg
+    dispatch on both repacked copies: all three results within rounding of matvec_rp=0's, rows not a multiple
+    of 8 included (4 rows of each weight per workgroup)."""
+    rng = np.random.default_rng(m + k)
+    g = pg.Graph()
+    wg = g.weight("wg", pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_0"), type="q4_0", shape=(m, k))
+    wu = g.weight("wu", pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_0"), type="q4_0", shape=(m, k))
+    x = g.input("x", (1, k))
+    gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
+    outs = [gate, up, pg.swiglu(gate, up)]
+    feeds = {"x": rng.standard_normal((1, k)).astype(np.float32)}
+    ref, k0 = _compute(outs, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
+    got, k1 = _compute(outs, feeds, RP, "mul_mat '")
+    if _has_int8():
+        assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
+    for a, b in zip(got, ref):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10

@@ -143,6 +143,48 @@ static int disjoint(const pyg_tensor *x, const pyg_tensor *y) {
     return bx != by || ox + pyg_tensor_nbytes(x) <= oy || oy + pyg_tensor_nbytes(y) <= ox;
 }
 
+/* matvec_rp: a = mul_mat(W_a, x), b = mul_mat(W_b, x), sw = swiglu(a, b) as one mul_mat_vec_rpg dispatch on the
+ * two weights' repacked copies (vk_matmul.c's vkp_rp_glu_setup): slots W_a, x, W_b, a (written), sw; b at binding
+ * 6. Its workgroups each write their own rows of a, b and sw while all of them read x: what it writes must not
+ * touch what it reads or writes elsewhere. */
+static int rp_glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
+    uint32_t spec[2], ex[2]; uint64_t work;
+    if (!sw || !vkp_rp_glu_setup(d, a, b, sw, spec, &work, ex)) return 0;
+    const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 3; j++) if (!disjoint(wr[i], rd[j])) return 0;
+        for (int j = i + 1; j < 3; j++) if (!disjoint(wr[i], wr[j])) return 0;
+    }
+    pyg_error *e = NULL;
+    struct vkp_repack *ra = vkp_repack_acquire(d, a->src[0], &e), *rb = NULL;
+    if (ra) rb = vkp_repack_acquire(d, b->src[0], &e);
+    VkPipeline pipe = VK_NULL_HANDLE;
+    if (rb && (e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPG, spec, &pipe))) { vkp_repack_release(rb); rb = NULL; }
+    if (!rb) {
+        if (e) {
+            vkp_log(PYG_LOG_WARN, "mul_mat '%s' + mul_mat '%s': no repacked copies (%s); the other mat-vecs run", a->name, b->name,
+                    vkp_error_text(e));
+            vkp_error_free(e);
+        }
+        vkp_repack_release(ra);
+        return 0;
+    }
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec_rpg", a->name, b->name, sw->name);
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
+    dp->writes_slot3 = 1;
+    dp->add_out = b;
+    dp->rp = ra;
+    dp->rp2 = rb;
+    dp->pipe = pipe;
+    dp->shader = VKP_SH_MUL_MAT_VEC_RPG;
+    dp->spec0 = spec[0];
+    p[96] = ex[0];
+    p[97] = ex[1];
+    vkp_fold_groups(work, dp->groups);
+    return 1;
+}
+
 static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *mm, dispatch *dp, uint32_t *p) {
     uint32_t spec[2]; uint64_t work;
     if (!vkp_swiglu_mv_setup(d, sw, mm, spec, &work)) return 0;
@@ -241,6 +283,8 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         }
         if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) return e;
         while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
+    } else if (rp_glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu on repacked copies (matvec_rp) */
+        while (g->nodes[i] != next2) i++;
     } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;
         while (g->nodes[i] != next2) i++;

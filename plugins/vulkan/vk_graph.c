@@ -321,16 +321,11 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
  * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
  * keeps its order with a barrier between, and independent nodes (a layer's q/k/v mat-vecs and ropes, its
  * gate and up) share a stage. reorder=0: graph order, a barrier before a dispatch that conflicts with one
- * since the last. A prefetch (vk_prefetch.c, appended after the others) takes the stage it was given.
- * Fills level[0..nd), returns the number of stages. */
+ * since the last. Fills level[0..nd), returns the number of stages. */
 int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
                     const int *nrg, int *level) {
     int nstage = 0;
     for (int i = 0; i < nd; i++) {
-        if (dps[i].pf) {
-            level[i] = dps[i].pf_level;
-            continue;
-        }
         const range *mi = rg + (size_t)i * VKP_RPD; const unsigned char *wi = rgw + (size_t)i * VKP_RPD;
         int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
         for (int j = i - 1; j >= 0; j--) {
@@ -345,14 +340,13 @@ int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const rang
         level[i] = lv > floor_lv ? lv : floor_lv;
         if (level[i] + 1 > nstage) nstage = level[i] + 1;
     }
-    for (int i = 0; i < nd; i++) if (level[i] + 1 > nstage) nstage = level[i] + 1;
     return nstage;
 }
 
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
-    int cap = (nn > 0 ? nn : 1) * 3;   /* (a GEMM: up to two conversions first; prefetches grow it) */
+    int cap = (nn > 0 ? nn : 1) * 3;   /* (a GEMM: up to two conversions first) */
     dispatch *dps = calloc((size_t)cap, sizeof *dps);
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
@@ -379,12 +373,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        dps[nd].rp = NULL;
+        dps[nd].rp = dps[nd].rp2 = NULL;
         e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src);
-        if (dps[nd].rp) {   /* the plan holds the copy's reference */
+        for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
+            struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;
+            if (!r) continue;
             struct vkp_repack **np = realloc(plan->rps, (size_t)(plan->n_rps + 1) * sizeof *np);
-            if (!np) { vkp_repack_release(dps[nd].rp); if (!e) e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); }
-            else { plan->rps = np; plan->rps[plan->n_rps++] = dps[nd].rp; }
+            if (!np) { vkp_repack_release(r); if (!e) e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); }
+            else { plan->rps = np; plan->rps[plan->n_rps++] = r; }
         }
         if (e) goto fail;
         if (dps[nd].b16 != 2) b16_src = NULL;
@@ -511,8 +507,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         void *smap;
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
     }
-    if ((e = vkp_add_prefetches(d, plan, &dps, &params, &cap, &nd, pstride))) goto fail;   /* (option prefetch_mb) */
-    plan->n_dispatch = nd;
 
     /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
      * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
@@ -589,6 +583,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             uint64_t rsz = 0;
             VkBuffer rb = vkp_repack_buffer(dps[i].rp, &rsz);
             bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ rb, 0, rsz };
+        }
+        if (dps[i].rp2) {   /* (mul_mat_vec_rpg) the second weight's copy */
+            uint64_t rsz = 0;
+            VkBuffer rb = vkp_repack_buffer(dps[i].rp2, &rsz);
+            bi[i * VKP_NSET + 2] = (VkDescriptorBufferInfo){ rb, 0, rsz };
         }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
@@ -667,7 +666,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         for (int i = 0; i < nd; i++) {
             nrg[i] = vkp_dispatch_ranges(plan, &dps[i], rg + (size_t)i * RPD, rgw + (size_t)i * RPD);
-            for (int a = 0; plan->acc && a < nrg[i]; a++) {
+            for (int a = 0; plan->acc && a < nrg[i]; a++) {   /* (the sanitizer checks pyg_buffers: not the plan's scratch) */
+                if (rg[(size_t)i * RPD + a].buf == (const pyg_buffer *)(const void *)plan) continue;
                 plan->acc_write[plan->n_acc] = rgw[(size_t)i * RPD + a];
                 plan->acc[plan->n_acc++] = rg[(size_t)i * RPD + a];
             }

@@ -172,28 +172,47 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
 
 /* matvec_rp=1: y = mul_mat(W, x) for one column x (decode) as mul_mat_vec_rp on W's repacked copy (the
  * caller acquires it: vk_repack.c; W a leaf q4_0 weight it accepts), x f32 in mul_mat_vec3's activation
- * layout, y f32 with unit element stride. A workgroup per 8 rows (matvec_rp=2: 16 where J = 1); each invocation owns J = ceil(K / 32 /
+ * layout, y f32 with unit element stride. A workgroup per 8 rows; each invocation owns J = ceil(K / 32 /
  * 256) blocks of K, the workgroup the fewest subgroups of 32 invocations covering the blocks (K = 4096:
  * 128 invocations, one block each; 11008: 192, two each; the CUDA plugin's choice). ex[0]: row groups,
- * ex[1]: the 16-byte word where the copy's scales start, ex[2]: its groups of 8 rows. */
-int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
+ * ex[1]: the 16-byte word where the copy's scales start. */
+static int rp_plan(pyg_device *d, const pyg_tensor *mm, int shader, int *broken, uint32_t rows, uint32_t spec[2],
+                   uint64_t *work, uint32_t *ex) {
     const pyg_tensor *w = mm->src[0], *x = mm->src[1];
-    if (!d->opts.matvec_rp || d->mvrp_broken || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
+    if (!d->opts.matvec_rp || *broken || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
     if (x->ne[1] != 1 || x->ne[2] != 1 || x->ne[3] != 1 || mm->type != PYG_TYPE_F32 || mm->nb[0] != 4) return 0;
     uint64_t o0 = 0;
     if (!vkp_repack_eligible(d, w) || !mv_layout_ok(d, w, x, &o0)) return 0;
     uint64_t nb = (uint64_t)w->ne[0] / 32, J = (nb + 255) / 256, KW = (nb + 32 * J - 1) / (32 * J);
-    uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8, NB = d->opts.matvec_rp == 2 && J == 1 ? 2 : 1;   /* 16 rows: J = 1 only */
-    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (uint32_t)NB << 11, (uint32_t)(32 * KW) };
-    if (J < 1 || J > 3 || 32 * KW > d->props.limits.maxComputeWorkGroupSize[0] ||
-        !vkp_pipeline_usable(d, VKP_SH_MUL_MAT_VEC_RP, sp, &d->mvrp_broken)) return 0;
+    uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
+    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8, (uint32_t)(32 * KW) };
+    if (J < 1 || J > 3 || 32 * KW > d->props.limits.maxComputeWorkGroupSize[0] || !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];
-    *work = (Mp / 8 + NB - 1) / NB;
+    *work = Mp / rows;
     ex[0] = (uint32_t)*work;
     ex[1] = (uint32_t)(Mp * nb);
-    ex[2] = (uint32_t)(Mp / 8);
     return 1;
+}
+
+int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
+    return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RP, &d->mvrp_broken, 8, spec, work, ex);
+}
+
+/* matvec_rp=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and their
+ * swiglu in decode) as one mul_mat_vec_rpg dispatch: 4 rows of each weight per workgroup, on both repacked
+ * copies (the caller acquires them). W_a and W_b of one shape, both as vkp_mv_rp_setup takes them, x shared,
+ * a, b and sw f32 of one shape with unit element stride, sw = swiglu's two-tensor form. The caller checks that
+ * what it writes overlaps nothing it reads or writes. */
+int vkp_rp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, uint32_t spec[2],
+                     uint64_t *work, uint32_t *ex) {
+    if (!a || !b || !sw || a->op != PYG_OP_MUL_MAT || b->op != PYG_OP_MUL_MAT || sw->op != PYG_OP_SWIGLU) return 0;
+    if (sw->src[0] != a || sw->src[1] != b || a->src[1] != b->src[1] || a->src[0] == b->src[0]) return 0;
+    const pyg_tensor *wa = a->src[0], *wb = b->src[0];
+    if (wa->type != wb->type || sw->type != PYG_TYPE_F32 || sw->nb[0] != 4 || b->type != PYG_TYPE_F32 || b->nb[0] != 4) return 0;
+    for (int i = 0; i < 4; i++) if (wa->ne[i] != wb->ne[i] || a->ne[i] != b->ne[i] || sw->ne[i] != a->ne[i]) return 0;
+    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, b) || !vkp_supports_op(d, sw) || !vkp_repack_eligible(d, wb)) return 0;
+    return rp_plan(d, a, VKP_SH_MUL_MAT_VEC_RPG, &d->mvrpg_broken, 4, spec, work, ex);
 }
 
 /* mv_q8=1 (with matvec >= 6): y = mul_mat(W, m) where the fused norm dispatch that wrote m wrote m's

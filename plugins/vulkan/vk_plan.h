@@ -32,8 +32,8 @@ typedef struct dispatch {
                                      * (q8_off, q8_size: one region every such norm shares in turn; q8_n its readers),
                                      * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
     uint64_t q8_off, q8_size;
-    struct vkp_repack *rp;          /* matvec_rp: the weights' repacked copy, bound at binding 0 (the plan holds the reference) */
-    int pf, pf_level;               /* prefetch (vk_prefetch.c): 1, and the stage it is recorded in */
+    struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
+                                     * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
@@ -66,10 +66,6 @@ struct pyg_graph_plan {
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);
 int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
                     const int *nrg, int *level);
-/* vk_prefetch.c (option prefetch_mb): read-only dispatches that bring a mat-vec's weights into L2 in the stage
- * before it, appended to *dps (capacity *cap, parameter blocks *params of pstride bytes each); *nd grows */
-pyg_error *vkp_add_prefetches(pyg_device *d, pyg_graph_plan *plan, dispatch **dps, uint32_t **params, int *cap,
-                              int *nd, uint64_t pstride);
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */
 int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option: auto is on except on CPU devices */
 uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may start */

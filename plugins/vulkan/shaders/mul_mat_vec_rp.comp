@@ -1,48 +1,59 @@
 #version 450
 // One-column q4_0 mat-vec on the weights' repacked copy (option matvec_rp; vk_repack.c's header has the
 // layout), the CUDA plugin's decode structure (mmv_rp.cuh): activations in registers, weights streamed.
-// A workgroup of W invocations (specialization constant 1, a multiple of 32) owns 8 NB rows (NB: bits 11..12,
-// option matvec_rp: 1 or 2); invocation t
+// A workgroup of W invocations (specialization constant 1, a multiple of 32) owns 8 rows; invocation t
 // owns blocks u = j W + t (j < J, specialization bits 8..10) of K: consecutive invocations, consecutive
 // blocks, so one 16-byte load per row and block reads W 16-byte words in a row of the copy, and one
 // 16-byte load brings the block's 8 scales. The weight loads are issued first; then the invocation
 // quantizes its own blocks of the f32 activations to int8 (mul_mat_vec3w's quantization: amax / 127,
 // round to even) and dots them with OpSDot. The 8 rows' sums meet by subgroupAdd, then through shared
 // memory across the subgroups. Binding 0 is the copy; slot 0's parameters still describe the weight
-// (ne0 = K, ne1 = M); ex[0] = workgroups, ex[1] = where the scales start (16-byte words),
-// ex[2] = groups of 8 rows in the copy.
+// (ne0 = K, ne1 = M); ex[0] = workgroups, ex[1] = where the scales start (16-byte words).
+// Built with RP_GLU (mul_mat_vec_rpg, with matvec_rp where a model's gate and up read one column: vk_fuse.c):
+// a = W_a x (binding 0, W_a's copy) and b = W_b x (binding 2, W_b's copy, the same shape), 4 rows of each per
+// workgroup (the same 8 sums per invocation), and sw = silu(a) * b (the elementwise swiglu's arithmetic):
+// slot 4 = sw, slot 3 = a, binding 6 = b (extras 2..7), all written. One stage where there were two.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
-layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0) | blocks per invocation J << 8 | row groups NB << 11
+layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0) | blocks per invocation J << 8
 const uint J = (SPEC >> 8) & 7u;
-const uint NB = (SPEC >> 11) & 3u;
-const uint R = 8u * NB;                          // rows per workgroup
+const uint R = 8u;                               // sums per workgroup (H100: 16 were 20% slower in a 7b decode)
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
+#ifdef RP_GLU
+const uint RA = 4u;                              // rows of W_a (then as many of W_b) per workgroup
+layout(std430, binding = 2) readonly buffer Rq2 { uvec4 rq2[]; };
+layout(std430, binding = 3) buffer O3 { uint o3[]; };
+layout(std430, binding = 6) buffer O6 { uint o6[]; };
+#else
+const uint RA = R;
+#endif
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
 int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
 
-shared float part[1024];   // R sums per subgroup (at most 64 subgroups)
+shared float part[512];   // R sums per subgroup (at most 64 subgroups)
 
 void main() {
     uint rg = wg_linear();
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
+    uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
     uvec4 wq[J * R];
-    uvec4 ws[J * NB];
+    uvec4 ws[J], ws2[J];
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
-        [[unroll]] for (uint g = 0u; g < NB; g++) {
-            bool gok = ok && rg * NB + g < ex_u(2u);   // (the copy's last group of 8 rows)
-            ws[j * NB + g] = gok ? rq[sc0 + (rg * NB + g) * nb + u] : uvec4(0u);
-            [[unroll]] for (uint r = 0u; r < 8u; r++) wq[j * R + 8u * g + r] = gok ? rq[(rg * R + 8u * g + r) * nb + u] : uvec4(0u);
-        }
+        ws[j] = ok ? rq[sc0 + g8 * nb + u] : uvec4(0u);
+        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? rq[(row0 + r) * nb + u] : uvec4(0u);
+#ifdef RP_GLU
+        ws2[j] = ok ? rq2[sc0 + g8 * nb + u] : uvec4(0u);
+        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + RA + r] = ok ? rq2[(row0 + r) * nb + u] : uvec4(0u);
+#endif
     }
     float acc[R];
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
@@ -70,17 +81,31 @@ void main() {
             int s = 0;
             [[unroll]] for (uint k = 0u; k < 4u; k++)   // word k: weights 4k..4k+3 (low nibbles), 16+4k.. (high)
                 s += sdot4x8(q[k] & 0x0f0f0f0fu, y[k], 0) + sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, y[4u + k], 0);
-            float dw = unpackHalf2x16(ws[j * NB + (r >> 3)][(r & 7u) >> 1] >> (16u * (r & 1u))).x;
-            acc[r] += dw * d * (float(s) - m8);
+            uint sl = h + (r < RA ? r : r - RA);   // the row's slot among its group's 8 scales
+            float dsc = unpackHalf2x16((r < RA ? ws[j] : ws2[j])[sl >> 1] >> (16u * (sl & 1u))).x;
+            acc[r] += dsc * d * (float(s) - m8);
         }
     }
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
     if (subgroupElect()) [[unroll]] for (uint r = 0u; r < R; r++) part[gl_SubgroupID * R + r] = acc[r];
     barrier();
+#ifdef RP_GLU
+    if (t < RA) {
+        float va = 0.0, vb = 0.0;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) { va += part[s * R + t]; vb += part[s * R + RA + t]; }
+        uint row = row0 + t;
+        if (row < M) {
+            o3[(t_off(3u) >> 2) + row] = floatBitsToUint(va);
+            o6[(ex_u(2u) >> 2) + row] = floatBitsToUint(vb);
+            dw[(t_off(4u) >> 2) + row] = floatBitsToUint(silu(va) * vb);
+        }
+    }
+#else
     if (t < R) {
         float v = 0.0;
         for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
         uint row = rg * R + t;
         if (row < M) dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
     }
+#endif
 }
