@@ -141,3 +141,23 @@ def test_mv_rp_gate_up_swiglu(m, k):
         assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
     for a, b in zip(got, ref):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
+
+
+@pytest.mark.parametrize("mq,mkv,k", [(96, 32, 512), (256, 64, 4096), (40, 40, 11008)])
+def test_mv_rp_q_k_v(mq, mkv, k):
+    """q = W_q x, k = W_k x, v = W_v x (a layer's projections in decode, k and v fewer rows as under grouped-query
+    attention) run as one mul_mat_vec_rpm dispatch on the three repacked copies: each within rounding of
+    matvec_rp=0's."""
+    rng = np.random.default_rng(mq + k)
+    g = pg.Graph()
+    ws = [g.weight(n, pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_0"), type="q4_0", shape=(m, k))
+          for n, m in (("wq", mq), ("wk", mkv), ("wv", mkv))]
+    x = g.input("x", (1, k))
+    outs = [pg.mul_mat(w, x) for w in ws]
+    feeds = {"x": rng.standard_normal((1, k)).astype(np.float32)}
+    ref, k0 = _compute(outs, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
+    got, k1 = _compute(outs, feeds, RP, "mul_mat '")
+    if _has_int8():
+        assert k1 == ["mul_mat_vec_rpm"] and "mul_mat_vec_rpm" not in k0, (k0, k1)
+    for a, b in zip(got, ref):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10

@@ -294,55 +294,6 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     return NULL;
 }
 
-/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, its
- * regions of the plan's scratch (a key no pyg_buffer has: the plan itself). Returns how many. */
-int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw) {
-    int n = 0;
-    for (int s = 0; s <= VKP_NBIND; s++) {
-        const pyg_tensor *t = s < VKP_NBIND ? dp->slot[s] : dp->add_out;
-        if (!t) continue;
-        const pyg_buffer *buf = NULL; uint64_t off = 0;
-        vkp_resolve(t, &buf, &off);
-        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
-        myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
-    }
-    const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
-    if (dp->fa_split || dp->dq) {
-        my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };
-        myw[n++] = dp->dq != 2;   /* (the GEMM only reads the copy) */
-    }
-    if (dp->b16) { my[n] = (range){ own, dp->b16_off, dp->b16_off + dp->b16_size }; myw[n++] = dp->b16 == 1; }
-    if (dp->q8) { my[n] = (range){ own, dp->q8_off, dp->q8_off + dp->q8_size }; myw[n++] = dp->q8 == 1; }
-    return n;
-}
-
-/* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier dispatch it
- * conflicts with (reads what that one writes, or writes what it reads or writes), and the dispatches are
- * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
- * keeps its order with a barrier between, and independent nodes (a layer's q/k/v mat-vecs and ropes, its
- * gate and up) share a stage. reorder=0: graph order, a barrier before a dispatch that conflicts with one
- * since the last. Fills level[0..nd), returns the number of stages. */
-int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
-                    const int *nrg, int *level) {
-    int nstage = 0;
-    for (int i = 0; i < nd; i++) {
-        const range *mi = rg + (size_t)i * VKP_RPD; const unsigned char *wi = rgw + (size_t)i * VKP_RPD;
-        int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
-        for (int j = i - 1; j >= 0; j--) {
-            if (level[j] + 1 <= lv || (!d->opts.reorder && level[j] < floor_lv)) continue;
-            const range *mj = rg + (size_t)j * VKP_RPD; const unsigned char *wj = rgw + (size_t)j * VKP_RPD;
-            int hit = 0;
-            for (int a = 0; a < nrg[i] && !hit; a++)
-                for (int b = 0; b < nrg[j] && !hit; b++)
-                    hit = (wi[a] || wj[b]) && mi[a].buf == mj[b].buf && mi[a].lo < mj[b].hi && mj[b].lo < mi[a].hi;
-            if (hit) lv = level[j] + 1;
-        }
-        level[i] = lv > floor_lv ? lv : floor_lv;
-        if (level[i] + 1 > nstage) nstage = level[i] + 1;
-    }
-    return nstage;
-}
-
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
@@ -373,10 +324,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        dps[nd].rp = dps[nd].rp2 = NULL;
+        dps[nd].rp = dps[nd].rp2 = dps[nd].rp3 = NULL;
+        dps[nd].out7 = NULL;
         e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src);
-        for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
-            struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;
+        for (int k = 0; k < 3; k++) {   /* the plan holds the copies' references */
+            struct vkp_repack *r = k == 2 ? dps[nd].rp3 : k ? dps[nd].rp2 : dps[nd].rp;
             if (!r) continue;
             struct vkp_repack **np = realloc(plan->rps, (size_t)(plan->n_rps + 1) * sizeof *np);
             if (!np) { vkp_repack_release(r); if (!e) e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); }
@@ -402,6 +354,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[w6] = (uint32_t)(off & (align - 1));
             p[w6 + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
+        }
+        if (dps[nd].out7) {   /* (mul_mat_vec_rpm) v at binding 7: extras 8..13 */
+            const pyg_tensor *t = dps[nd].out7;
+            const pyg_buffer *b; uint64_t off;
+            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
+            p[104] = (uint32_t)(off & (align - 1));
+            p[105] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[106 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
@@ -589,8 +549,20 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             VkBuffer rb = vkp_repack_buffer(dps[i].rp2, &rsz);
             bi[i * VKP_NSET + 2] = (VkDescriptorBufferInfo){ rb, 0, rsz };
         }
+        if (dps[i].rp3) {   /* (mul_mat_vec_rpm) the third weight's copy */
+            uint64_t rsz = 0;
+            VkBuffer rb = vkp_repack_buffer(dps[i].rp3, &rsz);
+            bi[i * VKP_NSET + 3] = (VkDescriptorBufferInfo){ rb, 0, rsz };
+        }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
+        if (dps[i].out7) {   /* (mul_mat_vec_rpm) v; same range rules as the tensor slots */
+            const pyg_buffer *buf = NULL; uint64_t off = 0;
+            vkp_resolve(dps[i].out7, &buf, &off);
+            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].out7) + 3) & ~3ull;
+            if (hi > buf->alloc_size) hi = buf->alloc_size;
+            bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+        }
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
             const pyg_buffer *buf = NULL; uint64_t off = 0;
             vkp_resolve(dps[i].add_out, &buf, &off);
@@ -649,8 +621,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
         }
         if (vkp_validation_active()) {
-            plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
-            plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
+            plan->acc = calloc((size_t)nd * VKP_RPD + 1, sizeof *plan->acc);
+            plan->acc_write = calloc((size_t)nd * VKP_RPD + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch

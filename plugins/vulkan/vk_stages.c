@@ -1,0 +1,58 @@
+/* plugins/vulkan/vk_stages.c — what a plan's dispatches read and write, and the barrier stages that follow from
+ * it (vk_graph.c records the plan stage by stage). */
+#include "vk_plan.h"
+
+/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, its
+ * regions of the plan's scratch (a key no pyg_buffer has: the plan itself). Returns how many. */
+int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw) {
+    int n = 0;
+    for (int s = 0; s <= VKP_NBIND; s++) {
+        const pyg_tensor *t = s < VKP_NBIND ? dp->slot[s] : dp->add_out;
+        if (!t) continue;
+        const pyg_buffer *buf = NULL; uint64_t off = 0;
+        vkp_resolve(t, &buf, &off);
+        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
+        myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
+    }
+    if (dp->out7) {
+        const pyg_buffer *buf = NULL; uint64_t off = 0;
+        vkp_resolve(dp->out7, &buf, &off);
+        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->out7) };
+        myw[n++] = 1;
+    }
+    const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
+    if (dp->fa_split || dp->dq) {
+        my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };
+        myw[n++] = dp->dq != 2;   /* (the GEMM only reads the copy) */
+    }
+    if (dp->b16) { my[n] = (range){ own, dp->b16_off, dp->b16_off + dp->b16_size }; myw[n++] = dp->b16 == 1; }
+    if (dp->q8) { my[n] = (range){ own, dp->q8_off, dp->q8_off + dp->q8_size }; myw[n++] = dp->q8 == 1; }
+    return n;
+}
+
+/* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier dispatch it
+ * conflicts with (reads what that one writes, or writes what it reads or writes), and the dispatches are
+ * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
+ * keeps its order with a barrier between, and independent nodes (a layer's q/k/v mat-vecs and ropes, its
+ * gate and up) share a stage. reorder=0: graph order, a barrier before a dispatch that conflicts with one
+ * since the last. Fills level[0..nd), returns the number of stages. */
+int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
+                    const int *nrg, int *level) {
+    int nstage = 0;
+    for (int i = 0; i < nd; i++) {
+        const range *mi = rg + (size_t)i * VKP_RPD; const unsigned char *wi = rgw + (size_t)i * VKP_RPD;
+        int lv = 0, floor_lv = d->opts.reorder ? 0 : (i > 0 ? level[i - 1] : 0);
+        for (int j = i - 1; j >= 0; j--) {
+            if (level[j] + 1 <= lv || (!d->opts.reorder && level[j] < floor_lv)) continue;
+            const range *mj = rg + (size_t)j * VKP_RPD; const unsigned char *wj = rgw + (size_t)j * VKP_RPD;
+            int hit = 0;
+            for (int a = 0; a < nrg[i] && !hit; a++)
+                for (int b = 0; b < nrg[j] && !hit; b++)
+                    hit = (wi[a] || wj[b]) && mi[a].buf == mj[b].buf && mi[a].lo < mj[b].hi && mj[b].lo < mi[a].hi;
+            if (hit) lv = level[j] + 1;
+        }
+        level[i] = lv > floor_lv ? lv : floor_lv;
+        if (level[i] + 1 > nstage) nstage = level[i] + 1;
+    }
+    return nstage;
+}
