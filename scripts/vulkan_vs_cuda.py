@@ -104,9 +104,9 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the fused norms write their result's int8 blocks, the mat-vecs reading it stage them (mv_q8; fuse_norm_mv off:
             # 1b's q/k/v and gate/up take this path too); mvq8a with matvec_ahead as well
             "mvq8": {"mv_q8": "1", "fuse_norm_mv": "off"}, "mvq8a": {"mv_q8": "1", "fuse_norm_mv": "off", "matvec_ahead": "1"},
-            # one-column q4_0 mat-vecs on the weights' repacked copy (matvec_rp: mul_mat_vec_rp, gate/up/swiglu as one
-            # dispatch; rpm: q/k/v as one dispatch too; fuse_norm_mv off, so 1b's q/k/v and gate/up take it too)
-            "rp": {"matvec_rp": "1", "fuse_norm_mv": "off"}, "rpm": {"matvec_rp": "2", "fuse_norm_mv": "off"},
+            # one-column q4_0 mat-vecs on the weights' repacked copy (matvec_rp: mul_mat_vec_rp; fuse_norm_mv off, so 1b's
+            # q/k/v and gate/up take it too)
+            "rp": {"matvec_rp": "1", "fuse_norm_mv": "off"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store

@@ -115,13 +115,11 @@ def test_mv_rp_model_logits(tmp_path):
     within rounding at every step, its one-column q4_0 mat-vecs on mul_mat_vec_rp."""
     run = _decode_model(tmp_path, "q4_0", 11)
     ref, k0 = run({"fuse_norm_mv": "off"})
-    for rp in ("1", "2"):
-        got, k1 = run({**RP, "matvec_rp": rp})
-        if _has_int8():
-            assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rpg" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
-            assert ("mul_mat_vec_rpm" in k1) == (rp == "2"), k1
-        for step, (a, b) in enumerate(zip(got, ref)):
-            assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"matvec_rp={rp}, step {step}"
+    got, k1 = run(RP)
+    if _has_int8():
+        assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
+    for step, (a, b) in enumerate(zip(got, ref)):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
 
 
 @pytest.mark.parametrize("m,k", [(96, 512), (100, 4096), (40, 11008)])
@@ -141,27 +139,5 @@ def test_mv_rp_gate_up_swiglu(m, k):
     got, k1 = _compute(outs, feeds, RP, "mul_mat '")
     if _has_int8():
         assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
-    for a, b in zip(got, ref):
-        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
-
-
-@pytest.mark.parametrize("mq,mkv,k", [(96, 32, 512), (256, 64, 4096), (40, 40, 11008)])
-def test_mv_rp_q_k_v(mq, mkv, k):
-    """q = W_q x, k = W_k x, v = W_v x (a layer's projections in decode, k and v fewer rows as under grouped-query
-    attention) run with matvec_rp=2 as one mul_mat_vec_rpm dispatch on the three repacked copies (with 1 as three
-    mul_mat_vec_rp): each within rounding of matvec_rp=0's."""
-    rng = np.random.default_rng(mq + k)
-    g = pg.Graph()
-    ws = [g.weight(n, pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_0"), type="q4_0", shape=(m, k))
-          for n, m in (("wq", mq), ("wk", mkv), ("wv", mkv))]
-    x = g.input("x", (1, k))
-    outs = [pg.mul_mat(w, x) for w in ws]
-    feeds = {"x": rng.standard_normal((1, k)).astype(np.float32)}
-    ref, k0 = _compute(outs, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
-    _, k2 = _compute(outs, feeds, RP, "mul_mat '")
-    got, k1 = _compute(outs, feeds, {**RP, "matvec_rp": "2"}, "mul_mat '")
-    if _has_int8():
-        assert k2 == ["mul_mat_vec_rp"] * 3, k2
-        assert k1 == ["mul_mat_vec_rpm"] and "mul_mat_vec_rpm" not in k0, (k0, k1)
     for a, b in zip(got, ref):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10

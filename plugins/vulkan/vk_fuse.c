@@ -185,47 +185,6 @@ static int rp_glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *
     return 1;
 }
 
-/* matvec_rp: q = mul_mat(W_q, x), k = mul_mat(W_k, x), v = mul_mat(W_v, x) as one mul_mat_vec_rpm dispatch on the
- * three weights' repacked copies (vk_matmul.c's vkp_rp_qkv_setup): slots W_q, x, W_k, W_v, q; k at binding 6, v at
- * binding 7. Its workgroups each write their own rows while all of them read x: what it writes must not touch
- * what it reads or writes elsewhere. */
-static int rp_qkv_fusable(pyg_device *d, const pyg_tensor *q, const pyg_tensor *k, const pyg_tensor *v, dispatch *dp, uint32_t *p) {
-    uint32_t spec[2], ex[18]; uint64_t work;
-    if (!k || !v || !vkp_rp_qkv_setup(d, q, k, v, spec, &work, ex)) return 0;
-    const pyg_tensor *rd[4] = { q->src[0], q->src[1], k->src[0], v->src[0] }, *wr[3] = { q, k, v };
-    for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 4; j++) if (!disjoint(wr[i], rd[j])) return 0;
-        for (int j = i + 1; j < 3; j++) if (!disjoint(wr[i], wr[j])) return 0;
-    }
-    pyg_error *e = NULL;
-    struct vkp_repack *r[3] = { NULL, NULL, NULL };
-    for (int i = 0; i < 3 && !e; i++) r[i] = vkp_repack_acquire(d, wr[i]->src[0], &e);
-    VkPipeline pipe = VK_NULL_HANDLE;
-    if (r[2] && !e) e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPM, spec, &pipe);
-    if (!r[0] || !r[1] || !r[2] || e) {
-        if (e) {
-            vkp_log(PYG_LOG_WARN, "mul_mat '%s' + '%s' + '%s': no repacked copies (%s); the other mat-vecs run", q->name, k->name,
-                    v->name, vkp_error_text(e));
-            vkp_error_free(e);
-        }
-        for (int i = 0; i < 3; i++) vkp_repack_release(r[i]);
-        return 0;
-    }
-    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + mul_mat '%s': mul_mat_vec_rpm", q->name, k->name, v->name);
-    memset(dp->slot, 0, sizeof dp->slot);
-    dp->slot[0] = q->src[0]; dp->slot[1] = q->src[1]; dp->slot[2] = k->src[0]; dp->slot[3] = v->src[0]; dp->slot[4] = q;
-    dp->add_out = k;
-    dp->out7 = v;
-    dp->rp = r[0]; dp->rp2 = r[1]; dp->rp3 = r[2];
-    dp->pipe = pipe;
-    dp->shader = VKP_SH_MUL_MAT_VEC_RPM;
-    dp->spec0 = spec[0];
-    p[96] = ex[0]; p[97] = ex[1];
-    p[96 + 14] = ex[14]; p[96 + 15] = ex[15]; p[96 + 16] = ex[16]; p[96 + 17] = ex[17];
-    vkp_fold_groups(work, dp->groups);
-    return 1;
-}
-
 static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *mm, dispatch *dp, uint32_t *p) {
     uint32_t spec[2]; uint64_t work;
     if (!vkp_swiglu_mv_setup(d, sw, mm, spec, &work)) return 0;
@@ -252,8 +211,8 @@ static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tens
  * pyggml/_alloc.py keeps them a few steps), nor may y. Later writers of them come after it in the
  * plan's stages (they conflict with its reads). */
 static int writes_into(const dispatch *dp, const pyg_tensor *t) {
-    const pyg_tensor *w[4] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out, dp->out7 };
-    for (int k = 0; k < 4; k++) if (w[k] && !disjoint(w[k], t)) return 1;
+    const pyg_tensor *w[3] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out };
+    for (int k = 0; k < 3; k++) if (w[k] && !disjoint(w[k], t)) return 1;
     return 0;
 }
 
@@ -325,8 +284,6 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) return e;
         while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
     } else if (rp_glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu on repacked copies (matvec_rp) */
-        while (g->nodes[i] != next2) i++;
-    } else if (rp_qkv_fusable(d, n, next, next2, &dps[nd], p)) {   /* q, k, v on repacked copies (matvec_rp) */
         while (g->nodes[i] != next2) i++;
     } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;

@@ -324,11 +324,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        dps[nd].rp = dps[nd].rp2 = dps[nd].rp3 = NULL;
-        dps[nd].out7 = NULL;
+        dps[nd].rp = dps[nd].rp2 = NULL;
         e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src);
-        for (int k = 0; k < 3; k++) {   /* the plan holds the copies' references */
-            struct vkp_repack *r = k == 2 ? dps[nd].rp3 : k ? dps[nd].rp2 : dps[nd].rp;
+        for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
+            struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;
             if (!r) continue;
             struct vkp_repack **np = realloc(plan->rps, (size_t)(plan->n_rps + 1) * sizeof *np);
             if (!np) { vkp_repack_release(r); if (!e) e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); }
@@ -354,14 +353,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[w6] = (uint32_t)(off & (align - 1));
             p[w6 + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
-        }
-        if (dps[nd].out7) {   /* (mul_mat_vec_rpm) v at binding 7: extras 8..13 */
-            const pyg_tensor *t = dps[nd].out7;
-            const pyg_buffer *b; uint64_t off;
-            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            p[104] = (uint32_t)(off & (align - 1));
-            p[105] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) p[106 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
@@ -549,20 +540,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             VkBuffer rb = vkp_repack_buffer(dps[i].rp2, &rsz);
             bi[i * VKP_NSET + 2] = (VkDescriptorBufferInfo){ rb, 0, rsz };
         }
-        if (dps[i].rp3) {   /* (mul_mat_vec_rpm) the third weight's copy */
-            uint64_t rsz = 0;
-            VkBuffer rb = vkp_repack_buffer(dps[i].rp3, &rsz);
-            bi[i * VKP_NSET + 3] = (VkDescriptorBufferInfo){ rb, 0, rsz };
-        }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
-        if (dps[i].out7) {   /* (mul_mat_vec_rpm) v; same range rules as the tensor slots */
-            const pyg_buffer *buf = NULL; uint64_t off = 0;
-            vkp_resolve(dps[i].out7, &buf, &off);
-            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].out7) + 3) & ~3ull;
-            if (hi > buf->alloc_size) hi = buf->alloc_size;
-            bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
-        }
         if (dps[i].add_out) {   /* same range rules as the tensor slots */
             const pyg_buffer *buf = NULL; uint64_t off = 0;
             vkp_resolve(dps[i].add_out, &buf, &off);
@@ -621,8 +600,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
         }
         if (vkp_validation_active()) {
-            plan->acc = calloc((size_t)nd * VKP_RPD + 1, sizeof *plan->acc);
-            plan->acc_write = calloc((size_t)nd * VKP_RPD + 1, 1);
+            plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
+            plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch

@@ -204,31 +204,6 @@ int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint6
  * copies (the caller acquires them). W_a and W_b of one shape, both as vkp_mv_rp_setup takes them, x shared,
  * a, b and sw f32 of one shape with unit element stride, sw = swiglu's two-tensor form. The caller checks that
  * what it writes overlaps nothing it reads or writes. */
-/* matvec_rp=2: q = mul_mat(W_q, x), k = mul_mat(W_k, x), v = mul_mat(W_v, x) (a layer's projections in decode) as
- * one mul_mat_vec_rpm dispatch on the three repacked copies (the caller acquires them): each as vkp_mv_rp_setup
- * takes it, x shared (so one K), rows as they come (k and v fewer under grouped-query attention). ex[0] the
- * workgroups, ex[16] / ex[17] where k's / v's start, ex[1] / ex[14] / ex[15] where each copy's scales start. The
- * caller checks that what it writes overlaps nothing it reads or writes. */
-int vkp_rp_qkv_setup(pyg_device *d, const pyg_tensor *q, const pyg_tensor *k, const pyg_tensor *v, uint32_t spec[2],
-                     uint64_t *work, uint32_t *ex) {
-    const pyg_tensor *t[3] = { q, k, v };
-    uint32_t sp[2], e2[2];
-    uint64_t wk[3];
-    if (d->opts.matvec_rp < 2) return 0;   /* (matvec_rp=2) */
-    for (int i = 0; i < 3; i++) {
-        if (!t[i] || t[i]->op != PYG_OP_MUL_MAT || t[i]->src[1] != q->src[1] || !vkp_supports_op(d, t[i])) return 0;
-        for (int j = 0; j < i; j++) if (t[j]->src[0] == t[i]->src[0]) return 0;
-        if (!rp_plan(d, t[i], VKP_SH_MUL_MAT_VEC_RPM, &d->mvrpm_broken, 8, i ? sp : spec, &wk[i], i ? e2 : ex)) return 0;
-        if (i && (sp[0] != spec[0] || sp[1] != spec[1])) return 0;
-        if (i) ex[13 + i] = e2[1];
-    }
-    ex[16] = (uint32_t)wk[0];
-    ex[17] = (uint32_t)(wk[0] + wk[1]);
-    *work = wk[0] + wk[1] + wk[2];
-    ex[0] = (uint32_t)*work;
-    return 1;
-}
-
 int vkp_rp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, uint32_t spec[2],
                      uint64_t *work, uint32_t *ex) {
     if (!a || !b || !sw || a->op != PYG_OP_MUL_MAT || b->op != PYG_OP_MUL_MAT || sw->op != PYG_OP_SWIGLU) return 0;

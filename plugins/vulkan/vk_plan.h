@@ -32,10 +32,8 @@ typedef struct dispatch {
                                      * (q8_off, q8_size: one region every such norm shares in turn; q8_n its readers),
                                      * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
     uint64_t q8_off, q8_size;
-    struct vkp_repack *rp, *rp2, *rp3;   /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the
-                                     * second weight's at binding 2; mul_mat_vec_rpm: and the third's at binding 3); the plan
-                                     * holds the references */
-    const pyg_tensor *out7;         /* mul_mat_vec_rpm: v, written at binding 7, described in extras 8..13 */
+    struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
+                                     * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
@@ -62,7 +60,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
-#define VKP_RPD (VKP_NBIND + 5)   /* byte ranges per dispatch at most: slots, add_out, out7, up to three scratch regions */
+#define VKP_RPD (VKP_NBIND + 4)   /* byte ranges per dispatch at most: slots, add_out, up to three scratch regions */
 
 /* helpers of vk_graph.c */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);

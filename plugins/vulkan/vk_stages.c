@@ -14,12 +14,6 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
         my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
         myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
     }
-    if (dp->out7) {
-        const pyg_buffer *buf = NULL; uint64_t off = 0;
-        vkp_resolve(dp->out7, &buf, &off);
-        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->out7) };
-        myw[n++] = 1;
-    }
     const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
     if (dp->fa_split || dp->dq) {
         my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };

@@ -13,10 +13,6 @@
 // a = W_a x (binding 0, W_a's copy) and b = W_b x (binding 2, W_b's copy, the same shape), 4 rows of each per
 // workgroup (the same 8 sums per invocation), and sw = silu(a) * b (the elementwise swiglu's arithmetic):
 // slot 4 = sw, slot 3 = a, binding 6 = b (extras 2..7), all written. One stage where there were two.
-// Built with RP_MULTI (mul_mat_vec_rpm, with matvec_rp where a layer's q, k and v read one column): the three
-// mat-vecs as one dispatch, 8 rows of one of them per workgroup (workgroups from ex[16] on are k's, from ex[17]
-// on v's): weights at bindings 0, 2, 3 (slots 0, 2, 3 describe them), results at slot 4 (q), binding 6
-// (extras 2..7) and binding 7 (extras 8..13); ex[1], ex[14], ex[15] where each copy's scales start.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -32,20 +28,8 @@ const uint RA = 4u;                              // rows of W_a (then as many of
 layout(std430, binding = 2) readonly buffer Rq2 { uvec4 rq2[]; };
 layout(std430, binding = 3) buffer O3 { uint o3[]; };
 layout(std430, binding = 6) buffer O6 { uint o6[]; };
-#elif defined(RP_MULTI)
-const uint RA = R;
-layout(std430, binding = 2) readonly buffer Rq2 { uvec4 rq2[]; };
-layout(std430, binding = 3) readonly buffer Rq3 { uvec4 rq3[]; };
-layout(std430, binding = 6) buffer O6 { uint o6[]; };
-layout(std430, binding = 7) buffer O7 { uint o7[]; };
 #else
 const uint RA = R;
-#endif
-#ifdef RP_MULTI
-uint mi;   // which of the three weights this workgroup's rows are in (uniform per workgroup)
-uvec4 ldw(uint i) { return mi == 0u ? rq[i] : mi == 1u ? rq2[i] : rq3[i]; }
-#else
-uvec4 ldw(uint i) { return rq[i]; }
 #endif
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
@@ -58,22 +42,14 @@ void main() {
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
-#ifdef RP_MULTI
-    mi = rg < ex_u(16u) ? 0u : rg < ex_u(17u) ? 1u : 2u;
-    if (mi > 0u) {
-        rg -= ex_u(15u + mi);
-        M = t_ne(mi + 1u, 1u);
-        sc0 = ex_u(13u + mi);
-    }
-#endif
     uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
     uvec4 wq[J * R];
     uvec4 ws[J], ws2[J];
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
-        ws[j] = ok ? ldw(sc0 + g8 * nb + u) : uvec4(0u);
-        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? ldw((row0 + r) * nb + u) : uvec4(0u);
+        ws[j] = ok ? rq[sc0 + g8 * nb + u] : uvec4(0u);
+        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? rq[(row0 + r) * nb + u] : uvec4(0u);
 #ifdef RP_GLU
         ws2[j] = ok ? rq2[sc0 + g8 * nb + u] : uvec4(0u);
         [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + RA + r] = ok ? rq2[(row0 + r) * nb + u] : uvec4(0u);
@@ -129,13 +105,7 @@ void main() {
         float v = 0.0;
         for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
         uint row = rg * R + t;
-#ifdef RP_MULTI
-        if (row < M && mi == 0u) dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
-        if (row < M && mi == 1u) o6[(ex_u(2u) >> 2) + row] = floatBitsToUint(v);
-        if (row < M && mi == 2u) o7[(ex_u(8u) >> 2) + row] = floatBitsToUint(v);
-#else
         if (row < M) dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
-#endif
     }
 #endif
 }
