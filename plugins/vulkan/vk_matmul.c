@@ -255,6 +255,8 @@ int vkp_norm_mv_setup(pyg_device *d, const pyg_tensor *mm, const pyg_tensor *x, 
     if (d->opts.fuse_norm_mv == VKP_OFF || d->opts.matvec < 6 || !d->int_dot || !d->subgroup_arith || mm->op != PYG_OP_MUL_MAT) return 0;
     const pyg_tensor *m = mm->src[1], *W = mm->src[0];
     if (d->opts.fuse_norm_mv == VKP_AUTO && m->ne[0] > 2048) return 0;   /* H200 at 38f1ca1: 7b (4096) 237 vs 253 t/s, 1b (2048) 701 vs 673 */
+    if (d->opts.fuse_norm_mv == VKP_AUTO && d->opts.matvec_rp && m->ne[1] == 1 && vkp_repack_eligible(d, W)) return 0;   /* (matvec_rp's
+        mul_mat_vec_rp instead: H100 at 9ac7d4c, 1b q4_0 750 against 739 t/s with fuse_norm_mv) */
     if (m->ne[0] > 8192 || m->ne[1] > 4 || d->subgroup_size < 2 || d->subgroup_size > 128 || 128 % d->subgroup_size) return 0;
     for (int i = 0; i < 4; i++) if (x->ne[i] != m->ne[i] || (r && r->ne[i] != m->ne[i])) return 0;
     if (w->type != PYG_TYPE_F32 || w->ne[0] != m->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1) return 0;

@@ -17,7 +17,7 @@
  *                it stage them (mul_mat_vec3q; same bytes; H100: tg128 7b q4_0 +2%, 1b -2%)
  *   matvec_ahead 0 (default) / 1: the whole-row mat-vecs load two units before staging the row (same bytes;
  *                H100: no faster in a model)
- *   matvec_rp    0 (default) / 1: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
+ *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
  *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
  *                activations in registers, weights streamed in 16-byte words); H100: even with matvec=6 in a model
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
@@ -89,6 +89,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa = VKP_GEMM_AUTO;
     d->opts.fa_wgs = 4096;
     d->opts.fa_cm = 2;
+    d->opts.matvec_rp = 1;
 }
 
 /* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */
