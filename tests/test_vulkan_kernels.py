@@ -77,8 +77,12 @@ def _weight(g, rng, wdt, wshape):
 @contextlib.contextmanager
 def _options_logged(options, what):
     """Device `options` set on VK for the block (then back to the defaults); yields the list that
-    collects the kernels the plugin's debug log names for nodes whose log line contains `what`."""
+    collects the kernels the plugin's debug log names for nodes whose log line contains `what`. Options that
+    choose a mat-vec or a mat-vec fusion (matvec, fuse_glu, fuse_norm_mv, fuse_swiglu) without naming matvec_rp
+    get matvec_rp=0: the repacked q4_0 mat-vec (the default) would otherwise take the nodes they are about."""
     dev = pg.get_device(VK)
+    if "matvec_rp" not in options and any(k in options for k in ("matvec", "fuse_glu", "fuse_norm_mv", "fuse_swiglu")):
+        options = {**options, "matvec_rp": "0"}
     records, kernels = [], []
 
     class H(logging.Handler):
