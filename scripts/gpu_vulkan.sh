@@ -40,13 +40,15 @@
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
-# Run on 2026-12-06 (H100; bench/results/gpu-vulkan-{mvq8,rp,bandwidth,prefetch,gemm}-h100-20261206T07*): mv_q8,
-# matvec_ahead and matvec_rp are within noise of the defaults in a model; a read-only L2 prefetch of the next stage's
-# weights was slower and was removed; the platform streams at 3 TB/s (GPU_VK_BANDWIDTH=1). Next: fewer stages per
-# layer (one dispatch for q/k/v with their ropes and cache writes, one for gate/up with the swiglu: the CUDA plugin's
-# mvr_qkv / mvr_glu), e.g.
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_rp.py" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new rp" \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new rp" GPU_VK_REPS=3 bash scripts/gpu_vulkan.sh
+# Run on 2026-12-06 (H100; bench/results/gpu-vulkan-*-h100-20261206T07*): mv_q8, matvec_ahead and the repacked
+# mat-vec alone are within noise of the defaults in a model; a read-only L2 prefetch of the next stage's weights was
+# slower (removed); the platform streams at 3 TB/s (GPU_VK_BANDWIDTH=1); the repacked copies with a layer's gate, up
+# and swiglu as one dispatch gained 4-7% on q4_0 tg128 and are the default since 7205e7c (variant rp0: without);
+# q/k/v as one dispatch was slower (removed). Next: fewer stages per layer, which is what paid: the ropes and cache
+# writes in the q/k/v mat-vecs' epilogue (the CUDA plugin's mvr_qkv), the residual adds in the o and down
+# projections', q8_0 and q4_K in the repacked layout; e.g.
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_rp.py" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new rp0" \
+#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new rp0" GPU_VK_REPS=5 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
