@@ -141,3 +141,31 @@ def test_mv_rp_gate_up_swiglu(m, k):
         assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
     for a, b in zip(got, ref):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
+
+
+def test_mv_rp_threads():
+    """Four threads, each with its own scheduler (its own weight buffers, so its own copies), build, compute and
+    release plans on one device at once: the copies' shared list and their remaking stay consistent, and every
+    result is right."""
+    import threading
+    m, k = 64, 1024
+    y, feeds, ref = _graph(m, k, seed=21)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(3):
+                with pg.Scheduler([VK]) as s:
+                    out = np.asarray(s.compute(y, feeds)).reshape(ref.shape)
+                    assert nmse(out, ref) <= 5e-4
+        except Exception as e:   # (reported below: a thread's assertion does not fail the test by itself)
+            errors.append(repr(e))
+    with _options_logged(RP, "mul_mat '") as kernels:
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert not errors, errors
+    if _has_int8():
+        assert kernels and set(kernels) == {"mul_mat_vec_rp"}, kernels
