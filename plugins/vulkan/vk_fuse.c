@@ -116,16 +116,20 @@ static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
 
 /* a = mul_mat(W_a, x), b = mul_mat(W_b, x), swiglu(a, b) as one mul_mat_vec3g dispatch (fuse_glu):
  * slots W_a, x, W_b, a (written), the swiglu; b at binding 6 */
+static void glu_slots(dispatch *dp, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw) {   /* (and mul_mat_vec_rpg's) */
+    memset(dp->slot, 0, sizeof dp->slot);
+    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
+    dp->writes_slot3 = 1;
+    dp->add_out = b;
+}
+
 static int glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
     uint32_t spec[2]; uint64_t work;
     if (!sw || !vkp_glu_setup(d, a, b, sw, spec, &work)) return 0;
     const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
     if (!fused_ranges_ok(rd, 3, wr, 3)) return 0;
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec3g", a->name, b->name, sw->name);
-    memset(dp->slot, 0, sizeof dp->slot);
-    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
-    dp->writes_slot3 = 1;
-    dp->add_out = b;
+    glu_slots(dp, a, b, sw);
     dp->shader = VKP_SH_MUL_MAT_VEC3G;
     dp->spec0 = spec[0];
     p[96] = (uint32_t)work;
@@ -143,6 +147,15 @@ static int disjoint(const pyg_tensor *x, const pyg_tensor *y) {
     return bx != by || ox + pyg_tensor_nbytes(x) <= oy || oy + pyg_tensor_nbytes(y) <= ox;
 }
 
+/* t[0..nw) written, t[nw..n) read by one dispatch whose workgroups run in any order: each written tensor
+ * disjoint from every other */
+static int writes_apart(const pyg_tensor *const *t, int nw, int n) {
+    for (int i = 0; i < nw; i++)
+        for (int j = i + 1; j < n; j++)
+            if (!disjoint(t[i], t[j])) return 0;
+    return 1;
+}
+
 /* matvec_rp: a = mul_mat(W_a, x), b = mul_mat(W_b, x), sw = swiglu(a, b) as one mul_mat_vec_rpg dispatch on the
  * two weights' repacked copies (vk_matmul.c's vkp_rp_glu_setup): slots W_a, x, W_b, a (written), sw; b at binding
  * 6. Its workgroups each write their own rows of a, b and sw while all of them read x: what it writes must not
@@ -150,30 +163,22 @@ static int disjoint(const pyg_tensor *x, const pyg_tensor *y) {
 static int rp_glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, dispatch *dp, uint32_t *p) {
     uint32_t spec[2], ex[2]; uint64_t work;
     if (!sw || !vkp_rp_glu_setup(d, a, b, sw, spec, &work, ex)) return 0;
-    const pyg_tensor *rd[3] = { a->src[0], a->src[1], b->src[0] }, *wr[3] = { a, b, sw };
-    for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 3; j++) if (!disjoint(wr[i], rd[j])) return 0;
-        for (int j = i + 1; j < 3; j++) if (!disjoint(wr[i], wr[j])) return 0;
-    }
-    pyg_error *e = NULL;
-    struct vkp_repack *ra = vkp_repack_acquire(d, a->src[0], &e), *rb = NULL;
-    if (ra) rb = vkp_repack_acquire(d, b->src[0], &e);
+    const pyg_tensor *all[6] = { a, b, sw, a->src[0], a->src[1], b->src[0] };   /* written: the first three */
+    if (!writes_apart(all, 3, 6)) return 0;
+    struct vkp_repack *ra = vkp_repack_get(d, a->src[0], a->name), *rb = ra ? vkp_repack_get(d, b->src[0], b->name) : NULL;
     VkPipeline pipe = VK_NULL_HANDLE;
-    if (rb && (e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPG, spec, &pipe))) { vkp_repack_release(rb); rb = NULL; }
-    if (!rb) {
+    pyg_error *e = rb ? vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPG, spec, &pipe) : NULL;   /* (usable: vk_matmul.c made it) */
+    if (!rb || e) {
         if (e) {
-            vkp_log(PYG_LOG_WARN, "mul_mat '%s' + mul_mat '%s': no repacked copies (%s); the other mat-vecs run", a->name, b->name,
-                    vkp_error_text(e));
+            vkp_log(PYG_LOG_WARN, "mul_mat '%s' + mul_mat '%s': %s; the other mat-vecs run", a->name, b->name, vkp_error_text(e));
             vkp_error_free(e);
         }
+        vkp_repack_release(rb);
         vkp_repack_release(ra);
         return 0;
     }
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + mul_mat '%s' + swiglu '%s': mul_mat_vec_rpg", a->name, b->name, sw->name);
-    memset(dp->slot, 0, sizeof dp->slot);
-    dp->slot[0] = a->src[0]; dp->slot[1] = a->src[1]; dp->slot[2] = b->src[0]; dp->slot[3] = a; dp->slot[4] = sw;
-    dp->writes_slot3 = 1;
-    dp->add_out = b;
+    glu_slots(dp, a, b, sw);
     dp->rp = ra;
     dp->rp2 = rb;
     dp->pipe = pipe;
@@ -189,9 +194,7 @@ static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tens
     uint32_t spec[2]; uint64_t work;
     if (!vkp_swiglu_mv_setup(d, sw, mm, spec, &work)) return 0;
     const pyg_tensor *all[5] = { sw, mm, mm->src[0], sw->src[0], sw->src[1] };   /* written: the first two */
-    for (int i = 0; i < 2; i++)
-        for (int j = i + 1; j < 5; j++)
-            if (!disjoint(all[i], all[j])) return 0;
+    if (!writes_apart(all, 2, 5)) return 0;
     vkp_log(PYG_LOG_DEBUG, "swiglu '%s' + mul_mat '%s': mul_mat_vec3s", sw->name, mm->name);
     memset(dp->slot, 0, sizeof dp->slot);
     dp->slot[0] = mm->src[0]; dp->slot[1] = sw->src[0]; dp->slot[2] = sw->src[1]; dp->slot[VKP_SLOT_DST] = mm;

@@ -138,20 +138,12 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     case PYG_OP_MUL_MAT: {
         dp->slot[1] = s1;
         uint32_t sp[2];
-        if (vkp_mv_rp_setup(d, n, sp, &work, ex)) {   /* matvec_rp: on the weights' repacked copy (vk_repack.c) */
-            pyg_error *re = NULL;
-            if ((dp->rp = vkp_repack_acquire(d, s0, &re))) {
-                shader = VKP_SH_MUL_MAT_VEC_RP;
-                spec = sp[0]; spec1 = sp[1];
-                vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %lld N 1): mul_mat_vec_rp", n->name, pyg_type_get_traits(s0->type)->name,
-                        (long long)s0->ne[1]);
-                break;
-            }
-            if (re) {
-                vkp_log(PYG_LOG_WARN, "mul_mat '%s': no repacked copy of '%s' (%s); the other mat-vec runs", n->name, s0->name,
-                        vkp_error_text(re));
-                vkp_error_free(re);
-            }
+        if (vkp_mv_rp_setup(d, n, sp, &work, ex) && (dp->rp = vkp_repack_get(d, s0, n->name))) {   /* matvec_rp (vk_repack.c) */
+            shader = VKP_SH_MUL_MAT_VEC_RP;
+            spec = sp[0]; spec1 = sp[1];
+            vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %lld N 1): mul_mat_vec_rp", n->name, pyg_type_get_traits(s0->type)->name,
+                    (long long)s0->ne[1]);
+            break;
         }
         uint64_t copies[4];
         pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies);
@@ -530,15 +522,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
                                                         : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        if (dps[i].rp) {   /* the mat-vec's weights: their repacked copy */
+        for (int k = 0; k < 2; k++) {   /* the mat-vec's weights: their repacked copies (mul_mat_vec_rpg: the second at binding 2) */
+            const struct vkp_repack *r = k ? dps[i].rp2 : dps[i].rp;
             uint64_t rsz = 0;
-            VkBuffer rb = vkp_repack_buffer(dps[i].rp, &rsz);
-            bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ rb, 0, rsz };
-        }
-        if (dps[i].rp2) {   /* (mul_mat_vec_rpg) the second weight's copy */
-            uint64_t rsz = 0;
-            VkBuffer rb = vkp_repack_buffer(dps[i].rp2, &rsz);
-            bi[i * VKP_NSET + 2] = (VkDescriptorBufferInfo){ rb, 0, rsz };
+            if (r) { VkBuffer rb = vkp_repack_buffer(r, &rsz); bi[i * VKP_NSET + 2 * k] = (VkDescriptorBufferInfo){ rb, 0, rsz }; }
         }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
@@ -623,7 +610,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 plan->acc[plan->n_acc++] = rg[(size_t)i * RPD + a];
             }
         }
-        int nstage = vkp_plan_levels(d, dps, nd, rg, rgw, nrg, level);
+        int nstage = vkp_plan_levels(d, nd, rg, rgw, nrg, level);
         if (d->opts.barrier == VKP_BARRIER_EVENT && nstage > 1) {   /* one event per stage boundary */
             plan->events = calloc((size_t)nstage, sizeof *plan->events);
             VkEventCreateInfo eci = { .sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO };

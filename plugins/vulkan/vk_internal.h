@@ -337,6 +337,8 @@ int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w);
 /* the shared copy of weight w (one more reference), made on first use; NULL with *err set on failure,
  * NULL without it where w is not eligible */
 struct vkp_repack *vkp_repack_acquire(pyg_device *d, const pyg_tensor *w, pyg_error **err);
+/* the same, where a failure only logs a warning naming mul_mat node `node` (the caller runs another kernel) */
+struct vkp_repack *vkp_repack_get(pyg_device *d, const pyg_tensor *w, const char *node);
 void vkp_repack_release(struct vkp_repack *r);
 VkBuffer vkp_repack_buffer(const struct vkp_repack *r, uint64_t *size);
 /* before a plan runs on s: every stale copy of list[0..n) made again on s (then s synchronized) */

@@ -174,10 +174,10 @@ static int mv3_plan(pyg_device *d, const pyg_tensor *n, int shader, int *broken,
 
 /* matvec_rp=1: y = mul_mat(W, x) for one column x (decode) as mul_mat_vec_rp on W's repacked copy (the
  * caller acquires it: vk_repack.c; W a leaf q4_0 weight it accepts), x f32 in mul_mat_vec3's activation
- * layout, y f32 with unit element stride. A workgroup per 8 rows; each invocation owns J = ceil(K / 32 /
- * 256) blocks of K, the workgroup the fewest subgroups of 32 invocations covering the blocks (K = 4096:
- * 128 invocations, one block each; 11008: 192, two each; the CUDA plugin's choice). ex[0]: row groups,
- * ex[1]: the 16-byte word where the copy's scales start. */
+ * layout, y f32 with unit element stride. A workgroup per `rows` rows (8; mul_mat_vec_rpg: 4 of each weight);
+ * each invocation owns J = ceil(K / 32 / 256) blocks of K, the workgroup the fewest subgroups of 32 invocations
+ * covering the blocks (K = 4096: 128 invocations, one block each; 11008: 192, two each; the CUDA plugin's
+ * choice). ex[0]: workgroups, ex[1]: the 16-byte word where the copy's scales start. */
 static int rp_plan(pyg_device *d, const pyg_tensor *mm, int shader, int *broken, uint32_t rows, uint32_t spec[2],
                    uint64_t *work, uint32_t *ex) {
     const pyg_tensor *w = mm->src[0], *x = mm->src[1];

@@ -62,10 +62,11 @@ struct pyg_graph_plan {
 
 #define VKP_RPD (VKP_NBIND + 4)   /* byte ranges per dispatch at most: slots, add_out, up to three scratch regions */
 
-/* helpers of vk_graph.c */
+/* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
+ * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);
-int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
-                    const int *nrg, int *level);
+int vkp_plan_levels(const pyg_device *d, int nd, const range *rg, const unsigned char *rgw, const int *nrg, int *level);
+/* helpers of vk_graph.c */
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */
 int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option: auto is on except on CPU devices */
 uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may start */

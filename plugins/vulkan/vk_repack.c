@@ -167,6 +167,16 @@ struct vkp_repack *vkp_repack_acquire(pyg_device *d, const pyg_tensor *w, pyg_er
     return r;
 }
 
+struct vkp_repack *vkp_repack_get(pyg_device *d, const pyg_tensor *w, const char *node) {
+    pyg_error *e = NULL;
+    struct vkp_repack *r = vkp_repack_acquire(d, w, &e);
+    if (e) {
+        vkp_log(PYG_LOG_WARN, "mul_mat '%s': no repacked copy of '%s' (%s); the other mat-vec runs", node, w->name, vkp_error_text(e));
+        vkp_error_free(e);
+    }
+    return r;
+}
+
 void vkp_repack_release(struct vkp_repack *r) {
     if (!r) return;
     pthread_mutex_lock(&g_mu);
@@ -184,14 +194,23 @@ void vkp_repack_release(struct vkp_repack *r) {
 void vkp_repack_buffer_freed(const pyg_buffer *b) {
     pthread_mutex_lock(&g_mu);
     for (struct vkp_repack *r = g_list; r; r = r->next)
-        if (r->src == b) r->src = NULL;
+        if (r->src == b) __atomic_store_n(&r->src, NULL, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_mu);
 }
 
 VkBuffer vkp_repack_buffer(const struct vkp_repack *r, uint64_t *size) { *size = r->size; return r->buf; }
 
+/* is r's copy not that of its weight's current bytes (or its buffer gone)? (lock-free: gen and src are atomic) */
+static int stale(const struct vkp_repack *r) {
+    const pyg_buffer *b = __atomic_load_n(&r->src, __ATOMIC_ACQUIRE);
+    return !b || __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) != __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE);
+}
+
 pyg_error *vkp_repack_ensure(struct vkp_repack *const *list, int n, pyg_stream *s) {
     pyg_error *e = NULL;
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = stale(list[i]);   /* (every decode step: no lock when all are current) */
+    if (!any) return NULL;
     pthread_mutex_lock(&g_mu);   /* (held across the wait: a plan on another stream must not run on a copy being made) */
     int queued = 0;
     for (int i = 0; i < n && !e; i++) {
@@ -202,11 +221,11 @@ pyg_error *vkp_repack_ensure(struct vkp_repack *const *list, int n, pyg_stream *
         if ((e = vkp_submit(s, r->cb))) break;
         vkp_val_queued((pyg_buffer *)r->src, r->src_off, r->src_off + (uint64_t)(r->M - 1) * r->nb1 + (uint64_t)r->K / 32 * 18, 0,
                        s->vid, s->value);
-        r->gen = g;
+        __atomic_store_n(&r->gen, g, __ATOMIC_RELEASE);
         queued = 1;
     }
     if (queued && !e) e = vkp_api_stream_synchronize(s);
-    if (e) for (int i = 0; i < n; i++) list[i]->gen = UINT64_MAX;   /* (made again next time) */
+    if (e) for (int i = 0; i < n; i++) __atomic_store_n(&list[i]->gen, UINT64_MAX, __ATOMIC_RELEASE);   /* (made again next time) */
     pthread_mutex_unlock(&g_mu);
     return e;
 }

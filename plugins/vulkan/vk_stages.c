@@ -30,7 +30,7 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
  * keeps its order with a barrier between, and independent nodes (a layer's q/k/v mat-vecs and ropes, its
  * gate and up) share a stage. reorder=0: graph order, a barrier before a dispatch that conflicts with one
  * since the last. Fills level[0..nd), returns the number of stages. */
-int vkp_plan_levels(const pyg_device *d, const dispatch *dps, int nd, const range *rg, const unsigned char *rgw,
+int vkp_plan_levels(const pyg_device *d, int nd, const range *rg, const unsigned char *rgw,
                     const int *nrg, int *level) {
     int nstage = 0;
     for (int i = 0; i < nd; i++) {
