@@ -107,10 +107,10 @@ static int fused_ranges_ok(const pyg_tensor *const *rd, int nr, const pyg_tensor
     return 1;
 }
 
-/* the next compute node after index i (NULL at the end) */
-static const pyg_tensor *next_compute(const pyg_graph *g, int i) {
+/* the next compute node after index i that no dispatch took ahead of its place (NULL at the end) */
+static const pyg_tensor *next_compute(const pyg_graph *g, int i, const unsigned char *done) {
     for (int j = i + 1; j < g->n_nodes && g->nodes[j]; j++)
-        if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op)) return g->nodes[j];
+        if (g->nodes[j]->op != PYG_OP_NONE && !pyg_op_is_view(g->nodes[j]->op) && !done[j]) return g->nodes[j];
     return NULL;
 }
 
@@ -266,13 +266,14 @@ static int q8_mv(pyg_device *d, const pyg_tensor *mm, dispatch *dps, int nd, int
     return 1;
 }
 
-pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src) {
+pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
+                         unsigned char *done) {
     pyg_error *e = NULL;
     int i = *ip, nn = g->n_nodes;
     const pyg_tensor *n = g->nodes[i];
-    const pyg_tensor *next = next_compute(g, i);
+    const pyg_tensor *next = next_compute(g, i, done);
     const pyg_tensor *next2 = NULL;
-    for (int j = i + 1; next && j < nn; j++) if (g->nodes[j] == next) { next2 = next_compute(g, j); break; }
+    for (int j = i + 1; next && j < nn; j++) if (g->nodes[j] == next) { next2 = next_compute(g, j, done); break; }
     const pyg_tensor *add = NULL;
     if (add_fusable(d, n, next, next2)) { add = n; n = next; next = next2; }
     if (add || fusable(d, n, next)) {
@@ -312,6 +313,8 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         while (g->nodes[i] != next) i++;
     } else if ((e = vkp_build_node(d, n, &dps[nd], p))) {
         return e;
+    } else if (dps[nd].shader == VKP_SH_MUL_MAT_VEC_RP) {   /* with the rope / cache write of its result (vk_rope_mv.c) */
+        vkp_rope_mv_extend(d, g, i, done, &dps[nd], p);
     }
     dps[nd].op = n->op;
     *ip = i;

@@ -45,6 +45,19 @@ static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
 }
 
 
+void vkp_rope_extras(const pyg_tensor *n, uint32_t ex[3]) {
+    int n_dims = n->op_params[0], n_ctx_orig = n->op_params[2];
+    float base = pyg_op_param_f32(n->op_params, 3);
+    float beta_fast = pyg_op_param_f32(n->op_params, 7), beta_slow = pyg_op_param_f32(n->op_params, 8);
+    float lo = floorf(corr_dim(n_dims, n_ctx_orig, beta_fast, base));
+    float hi = ceilf(corr_dim(n_dims, n_ctx_orig, beta_slow, base));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < n_dims - 1 ? hi : (float)(n_dims - 1);
+    ex[0] = f2u((float)log2((double)base));
+    ex[1] = f2u(lo);
+    ex[2] = f2u(hi);
+}
+
 /* rows handled by one 64-invocation workgroup of the subgroup-per-row shaders */
 uint32_t vkp_rows_per_wg(const pyg_device *d) {
     return d->subgroup_size >= 1 && d->subgroup_size <= 64 ? 64 / d->subgroup_size : 1;
@@ -107,16 +120,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         shader = VKP_SH_ROPE;
         dp->slot[1] = s1;
         if (n->src[2]) { dp->slot[2] = n->src[2]; ex[4] = 1; }
-        int n_dims = n->op_params[0], n_ctx_orig = n->op_params[2];
-        float base = pyg_op_param_f32(n->op_params, 3);
-        float beta_fast = pyg_op_param_f32(n->op_params, 7), beta_slow = pyg_op_param_f32(n->op_params, 8);
-        float lo = floorf(corr_dim(n_dims, n_ctx_orig, beta_fast, base));
-        float hi = ceilf(corr_dim(n_dims, n_ctx_orig, beta_slow, base));
-        lo = lo > 0 ? lo : 0;
-        hi = hi < n_dims - 1 ? hi : (float)(n_dims - 1);
-        ex[1] = f2u((float)log2((double)base));
-        ex[2] = f2u(lo);
-        ex[3] = f2u(hi);
+        vkp_rope_extras(n, &ex[1]);
         ex[0] = (uint32_t)(pyg_tensor_nelements(s0) / 2);
         work = (ex[0] + 255) / 256;
         break;
@@ -272,7 +276,7 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
                              uint32_t rows, uint32_t per_row) {
     memset(c->slot, 0, sizeof c->slot);
     c->slot[0] = src;
-    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0;
+    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; c->out7 = NULL; c->out7_word = 0;
     c->dq = 0; c->b16 = 0;
     c->shader = VKP_SH_DEQUANT;
     c->spec0 = (uint32_t)src->type;
@@ -291,9 +295,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     int nn = g->n_nodes;
     int cap = (nn > 0 ? nn : 1) * 3;   /* (a GEMM: up to two conversions first) */
     dispatch *dps = calloc((size_t)cap, sizeof *dps);
+    unsigned char *done = calloc((size_t)(nn > 0 ? nn : 1), 1);   /* nodes a dispatch took ahead of their place */
     uint32_t *params = NULL;
     pyg_graph_plan *plan = calloc(1, sizeof *plan);
-    if (!dps || !plan) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
+    if (!dps || !plan || !done) { e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create"); goto fail; }
     plan->dev = d;
     const uint64_t align = vkp_dev_align(d);
     const uint64_t ualign = d->props.limits.minUniformBufferOffsetAlignment > align ? d->props.limits.minUniformBufferOffsetAlignment : align;
@@ -310,14 +315,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     for (int i = 0; i < nn; i++) {
         const pyg_tensor *n = g->nodes[i];
         if (!n) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "graph node %d is NULL", i); goto fail; }
-        if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op)) continue;
+        if (n->op == PYG_OP_NONE || pyg_op_is_view(n->op) || done[i]) continue;
         if (!vkp_supports_op(d, n)) {
             e = vkp_err(PYG_ERR_UNSUPPORTED, "node '%s' (%s, type %d) is not supported by this device", n->name, pyg_op_name(n->op), n->type);
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
         dps[nd].rp = dps[nd].rp2 = NULL;
-        e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src);
+        e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src, done);
         for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
             struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;
             if (!r) continue;
@@ -345,6 +350,15 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[w6] = (uint32_t)(off & (align - 1));
             p[w6 + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
+        }
+        if (dps[nd].out7) {   /* (the same description: offset in its binding, type, nb) */
+            const pyg_tensor *t = dps[nd].out7;
+            const pyg_buffer *b; uint64_t off;
+            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
+            uint32_t w7 = 96 + dps[nd].out7_word;
+            p[w7] = (uint32_t)(off & (align - 1));
+            p[w7 + 1] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) p[w7 + 2 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
@@ -536,6 +550,23 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (hi > buf->alloc_size) hi = buf->alloc_size;
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
+        if (dps[i].out7) {
+            const pyg_buffer *buf = NULL; uint64_t off = 0;
+            vkp_resolve(dps[i].out7, &buf, &off);
+            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].out7) + 3) & ~3ull;
+            if (hi > buf->alloc_size) hi = buf->alloc_size;
+            if (hi - lo > d->max_range) {
+                e = vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu)",
+                            dps[i].out7->name, (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
+                break;
+            }
+            bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+        }
+        if (dps[i].shader == VKP_SH_MUL_MAT_VEC_RPE) {   /* its module writes bindings 6 and 7 (for the validation layer, every
+            dispatch of it does): the one it does not use aliases the other, which it writes anyway, not the dummy others read */
+            if (!dps[i].out7) bi[i * VKP_NSET + VKP_BIND_Q8] = bi[i * VKP_NSET + VKP_BIND_SCRATCH];
+            else if (!dps[i].add_out) bi[i * VKP_NSET + VKP_BIND_SCRATCH] = bi[i * VKP_NSET + VKP_BIND_Q8];
+        }
         for (int w = 0; w < 4; w++) {
             uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : w == 2 ? VKP_BIND_SCRATCH : VKP_BIND_Q8;
             wds[4 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
@@ -670,11 +701,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     }
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
-    free(dps); free(params);
+    free(dps); free(params); free(done);
     *out = plan;
     return NULL;
 fail:
-    free(dps); free(params);
+    free(dps); free(params); free(done);
     vkp_plan_destroy(plan);
     return e;
 }

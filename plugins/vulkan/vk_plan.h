@@ -15,6 +15,8 @@ typedef struct dispatch {
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
     const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
     uint32_t out6_word;             /* its description's first extra word (0: 2) */
+    const pyg_tensor *out7;         /* fuse_rope_mv: a cache the dispatch writes a row of, at binding 7 (words: out7_word..) */
+    uint32_t out7_word;
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
@@ -60,7 +62,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
-#define VKP_RPD (VKP_NBIND + 4)   /* byte ranges per dispatch at most: slots, add_out, up to three scratch regions */
+#define VKP_RPD (VKP_NBIND + 5)   /* byte ranges per dispatch at most: slots, add_out, out7, up to three scratch regions */
 
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
@@ -72,6 +74,8 @@ int vkp_auto_on(const pyg_device *d, int64_t opt);      /* an auto/off/on option
 uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may start */
 /* the parameter block and dispatch of one node (the caller checked supports_op) */
 pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p);
+/* a ROPE node's extras: log2(freq_base) and the YaRN correction dims lo, hi (as floats' bits) */
+void vkp_rope_extras(const pyg_tensor *n, uint32_t ex[3]);
 
 /* vk_barrier.c: the barrier (option barrier) after the dispatches order[k0..k1) of one stage, given every
  * dispatch's byte ranges (rpd per dispatch: rg, written or not: rgw, how many: nrg) */
@@ -79,8 +83,13 @@ pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *r
                              int rpd, const int *order, int k0, int k1);
 /* vk_fuse.c: dispatch dps[nd] for graph node *ip and the nodes fused into it (*ip moves to the
  * last of them; dps[nd].op names the op profiles count it under). norm_src: the last earlier
- * dispatch that is a fused norm mat-vecs may recompute (fuse_norm_mv), or -1. */
-pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src);
+ * dispatch that is a fused norm mat-vecs may recompute (fuse_norm_mv), or -1. done[0..n_nodes):
+ * nodes a dispatch took ahead of their place (fuse_rope_mv sets them; the caller skips them). */
+pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
+                         unsigned char *done);
+/* vk_rope_mv.c: dispatch dp, just built as mul_mat_vec_rp for node i, also ropes and/or stores its result
+ * where the graph does that next (fuse_rope_mv); marks the nodes it took in done. */
+void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
 /* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
 uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
 #endif

@@ -2,7 +2,7 @@
  * it (vk_graph.c records the plan stage by stage). */
 #include "vk_plan.h"
 
-/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, its
+/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, out7, its
  * regions of the plan's scratch (a key no pyg_buffer has: the plan itself). Returns how many. */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw) {
     int n = 0;
@@ -13,6 +13,12 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
         vkp_resolve(t, &buf, &off);
         my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
         myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
+    }
+    if (dp->out7) {
+        const pyg_buffer *buf = NULL; uint64_t off = 0;
+        vkp_resolve(dp->out7, &buf, &off);
+        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->out7) };
+        myw[n++] = 1;
     }
     const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
     if (dp->fa_split || dp->dq) {

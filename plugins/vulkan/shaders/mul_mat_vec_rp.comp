@@ -13,6 +13,13 @@
 // a = W_a x (binding 0, W_a's copy) and b = W_b x (binding 2, W_b's copy, the same shape), 4 rows of each per
 // workgroup (the same 8 sums per invocation), and sw = silu(a) * b (the elementwise swiglu's arithmetic):
 // slot 4 = sw, slot 3 = a, binding 6 = b (extras 2..7), all written. One stage where there were two.
+// Built with RP_EPI (mul_mat_vec_rpe, option fuse_rope_mv: a layer's q, k and v in decode, vk_rope_mv.c): the
+// product y (slot 4, still written) goes on in the same dispatch, ex[2] bit 0: through a normal-mode rope of
+// head size ex[6] (the rope's parameters at words 80.., ex[3..5] log2(base) and its correction dims, the
+// position in slot 2) into binding 6 (f32, contiguous, offset ex[8]); bit 1: the result (roped or not) into
+// row idx[0] (slot 3) of a 2-D cache at binding 7 (offset ex[14], type ex[15], nb0 / nb1 ex[16] / ex[17]).
+// A rope pair is two adjacent rows of one workgroup (rows start at multiples of 8, the head size is even):
+// each of the pair's invocations sums its partner's row too. The rope's arithmetic is rope.comp's (rope_cs.glsl).
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -30,6 +37,12 @@ layout(std430, binding = 3) buffer O3 { uint o3[]; };
 layout(std430, binding = 6) buffer O6 { uint o6[]; };
 #else
 const uint RA = R;
+#endif
+#ifdef RP_EPI
+#include "rope_cs.glsl"
+layout(std430, binding = 6) buffer O6 { uint o6[]; };
+layout(std430, binding = 7) buffer C7w { uint c7w[]; };
+layout(std430, binding = 7) buffer C7h { uint16_t c7h[]; };
 #endif
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
@@ -98,6 +111,32 @@ void main() {
             o3[(t_off(3u) >> 2) + row] = floatBitsToUint(va);
             o6[(ex_u(2u) >> 2) + row] = floatBitsToUint(vb);
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(silu(va) * vb);
+        }
+    }
+#elif defined(RP_EPI)
+    if (t < R) {
+        float v = 0.0, vp = 0.0;   // this row's sum and its rope partner's (row ^ 1)
+        for (uint s = 0u; s < gl_NumSubgroups; s++) { v += part[s * R + t]; vp += part[s * R + (t ^ 1u)]; }
+        uint row = rg * R + t, mode = ex_u(2u);
+        if (row < M) {
+            dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
+            float o = v;
+            if ((mode & 1u) != 0u) {
+                uint ia = row % ex_u(6u), i0 = ia & ~1u;
+                if (i0 < uint(op_i(0u))) {
+                    float pos = float(int(rd32(2u, t_off(2u))));
+                    vec2 cs = rope_cs(pos, i0, ex_f(3u), ex_f(4u), ex_f(5u), 1.0);
+                    float x0 = (ia & 1u) == 0u ? v : vp, x1 = (ia & 1u) == 0u ? vp : v;
+                    o = (ia & 1u) == 0u ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+                }
+                o6[(ex_u(8u) >> 2) + row] = floatBitsToUint(o);
+            }
+            if ((mode & 2u) != 0u) {
+                uint at = ex_u(14u) + row * ex_u(16u) + rd32(3u, t_off(3u)) * ex_u(17u), ty = ex_u(15u);
+                if (ty == TY_F16) c7h[at >> 1] = uint16_t(f32_to_f16(o));
+                else if (ty == TY_BF16) c7h[at >> 1] = uint16_t(f32_to_bf16(o));
+                else c7w[at >> 2] = floatBitsToUint(o);
+            }
         }
     }
 #else

@@ -6,6 +6,7 @@
 // indices (over T), slot 4 = the cache (2-D, H * D columns), and the rope's own output, still written,
 // at binding 6, described by extras 8 (byte offset), 10..13 (nb). (vk_rope_store.c checks the layout.)
 #include "common.glsl"
+#include "rope_cs.glsl"
 layout(local_size_x = 256) in;
 #ifdef ROPE_STORE
 layout(std430, binding = 6) buffer Out6 { uint o6[]; };
@@ -42,19 +43,9 @@ void main() {
     if (neox) { ia = ip; ib = ip + n_dims / 2u; } else { ia = 2u * ip; ib = ia + 1u; }
     i0 = 2u * ip;
     float pos = float(int(rd32(1u, t_off(1u) + i2 * t_nb(1u, 0u))));
-    float freq_scale = op_f(4u), ext_factor = op_f(5u), mscale = op_f(6u);
-    // theta_extrap = pos * base^(-i0/n_dims); ex_f(1) = log2(freq_base)
-    float theta_extrap = pos * exp2(-float(i0) / float(n_dims) * ex_f(1u));
-    if (ex_u(4u) != 0u) theta_extrap /= ldf(2u, t_off(2u) + ip * t_nb(2u, 0u), t_type(2u));
-    float theta_interp = freq_scale * theta_extrap;
-    float theta = theta_interp;
-    if (ext_factor != 0.0) {
-        float y = (float(i0) / 2.0 - ex_f(2u)) / max(0.001, ex_f(3u) - ex_f(2u));
-        float ramp = (1.0 - min(1.0, max(0.0, y))) * ext_factor;
-        theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
-        mscale *= 1.0 + 0.1 * log(1.0 / freq_scale);
-    }
-    float c = cos(theta) * mscale, s = sin(theta) * mscale;
+    float ff = ex_u(4u) != 0u ? ldf(2u, t_off(2u) + ip * t_nb(2u, 0u), t_type(2u)) : 1.0;
+    vec2 cs = rope_cs(pos, i0, ex_f(1u), ex_f(2u), ex_f(3u), ff);   // ex_f(1) = log2(freq_base)
+    float c = cs.x, s = cs.y;
     float x0 = ldf(0u, t_at(0u, ia, i1, i2, i3), ty);
     float x1 = ldf(0u, t_at(0u, ib, i1, i2, i3), ty);
     put(ia, i1, i2, i3, x0 * c - x1 * s);
