@@ -313,8 +313,8 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         while (g->nodes[i] != next) i++;
     } else if ((e = vkp_build_node(d, n, &dps[nd], p))) {
         return e;
-    } else if (dps[nd].shader == VKP_SH_MUL_MAT_VEC_RP) {   /* with the rope / cache write of its result (vk_rope_mv.c) */
-        vkp_rope_mv_extend(d, g, i, done, &dps[nd], p);
+    } else if (dps[nd].shader == VKP_SH_MUL_MAT_VEC_RP) {   /* with what comes next for its result (vk_mv_epi.c) */
+        vkp_mv_epilogue(d, g, i, done, &dps[nd], p);
     }
     dps[nd].op = n->op;
     *ip = i;

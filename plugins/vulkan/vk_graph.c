@@ -276,7 +276,7 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
                              uint32_t rows, uint32_t per_row) {
     memset(c->slot, 0, sizeof c->slot);
     c->slot[0] = src;
-    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; c->out7 = NULL; c->out7_word = 0;
+    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; memset(c->xout, 0, sizeof c->xout); c->nfold = 0;
     c->dq = 0; c->b16 = 0;
     c->shader = VKP_SH_DEQUANT;
     c->spec0 = (uint32_t)src->type;
@@ -351,11 +351,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[w6 + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
         }
-        if (dps[nd].out7) {   /* (the same description: offset in its binding, type, nb) */
-            const pyg_tensor *t = dps[nd].out7;
+        for (int x = 0; x < 3; x++) {   /* extra outputs: the same description (offset in its binding, type, nb) */
+            const pyg_tensor *t = dps[nd].xout[x];
+            if (!t) continue;
             const pyg_buffer *b; uint64_t off;
             if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            uint32_t w7 = 96 + dps[nd].out7_word;
+            uint32_t w7 = 96 + dps[nd].xout_word[x];
             p[w7] = (uint32_t)(off & (align - 1));
             p[w7 + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) p[w7 + 2 + k] = (uint32_t)t->nb[k];
@@ -418,6 +419,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             pg_[11] = (uint32_t)(2 * K * (uint64_t)(w->ne[1] * w->ne[2]));
             if (q->scratch_size > dq_size) dq_size = q->scratch_size;
             nd++;
+            continue;
+        }
+        if (dps[nd - 1].nfold) {   /* fold_norm: its partial sums and counter, a region of its own */
+            dps[nd - 1].scratch_off = scratch_total;
+            scratch_total += (dps[nd - 1].scratch_size + align - 1) / align * align;
             continue;
         }
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
@@ -525,7 +531,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
         bi[i * VKP_NSET + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
-        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1
+        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1 || dps[i].nfold
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
@@ -536,6 +542,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
                                                         : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        for (int x = VKP_BIND_X8; x < VKP_NSET; x++) bi[i * VKP_NSET + x] = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         for (int k = 0; k < 2; k++) {   /* the mat-vec's weights: their repacked copies (mul_mat_vec_rpg: the second at binding 2) */
             const struct vkp_repack *r = k ? dps[i].rp2 : dps[i].rp;
             uint64_t rsz = 0;
@@ -550,27 +557,30 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (hi > buf->alloc_size) hi = buf->alloc_size;
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
-        if (dps[i].out7) {
+        for (int x = 0; x < 3 && !e; x++) {   /* extra outputs at bindings 7, 8, 9 */
+            const pyg_tensor *t = dps[i].xout[x];
+            if (!t) continue;
             const pyg_buffer *buf = NULL; uint64_t off = 0;
-            vkp_resolve(dps[i].out7, &buf, &off);
-            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].out7) + 3) & ~3ull;
+            vkp_resolve(t, &buf, &off);
+            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
             if (hi > buf->alloc_size) hi = buf->alloc_size;
-            if (hi - lo > d->max_range) {
+            if (hi - lo > d->max_range)
                 e = vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu)",
-                            dps[i].out7->name, (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
-                break;
-            }
-            bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+                            t->name, (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
+            bi[i * VKP_NSET + VKP_BIND_Q8 + x] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
         }
+        if (e) break;
         if (dps[i].shader == VKP_SH_MUL_MAT_VEC_RPE) {   /* its module writes bindings 6 and 7 (for the validation layer, every
             dispatch of it does): the one it does not use aliases the other, which it writes anyway, not the dummy others read */
-            if (!dps[i].out7) bi[i * VKP_NSET + VKP_BIND_Q8] = bi[i * VKP_NSET + VKP_BIND_SCRATCH];
+            if (!dps[i].xout[0]) bi[i * VKP_NSET + VKP_BIND_Q8] = bi[i * VKP_NSET + VKP_BIND_SCRATCH];
             else if (!dps[i].add_out) bi[i * VKP_NSET + VKP_BIND_SCRATCH] = bi[i * VKP_NSET + VKP_BIND_Q8];
         }
+        if (dps[i].shader == VKP_SH_MUL_MAT_VEC_RPN && !dps[i].xout[1])   /* (the same for mul_mat_vec_rpn's norm output) */
+            bi[i * VKP_NSET + VKP_BIND_X8] = bi[i * VKP_NSET + VKP_BIND_X8 + 1];
         for (int w = 0; w < 4; w++) {
             uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : w == 2 ? VKP_BIND_SCRATCH : VKP_BIND_Q8;
             wds[4 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],
-                .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : 1,
+                .dstBinding = first, .descriptorCount = w == 0 ? VKP_NBIND : w == 3 ? VKP_NSET - VKP_BIND_Q8 : 1,
                 .descriptorType = w == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                 .pBufferInfo = &bi[i * VKP_NSET + first] };
         }
@@ -593,7 +603,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
-        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
+        int nfill = 0;   /* flash_attn_dec's row counters and fold_norm's counters start at 0 in every run */
         for (int i = 0; i < nd; i++)
             if (dps[i].fa_fold) {
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);

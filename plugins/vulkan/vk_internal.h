@@ -48,7 +48,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -60,7 +60,8 @@ enum {
 #define VKP_NBIND 5
 #define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials), a fused add's output; dummy elsewhere */
 #define VKP_BIND_Q8 7       /* mv_q8: the fused norm's int8 blocks of its result, written for the mat-vecs; dummy elsewhere */
-#define VKP_NSET (VKP_NBIND + 3)   /* bindings per descriptor set: tensors, parameters, scratch, the int8 copy */
+#define VKP_NSET (VKP_NBIND + 5)   /* bindings per descriptor set: tensors, parameters, scratch, the int8 copy, two extra outputs */
+#define VKP_BIND_X8 8       /* extra outputs of fused dispatches (vk_norm_fold.c); dummy elsewhere */
 
 typedef struct vkp_pipeline {
     int shader;
@@ -75,7 +76,8 @@ typedef struct vkp_options {
     int64_t fuse;                   /* rms_norm + mul as one dispatch */
     int64_t fuse_glu;               /* gate and up mat-vecs and their swiglu as one dispatch (mul_mat_vec3g) */
     int64_t fuse_rope;              /* rope + the set_rows of its result into a cache as one dispatch (vk_rope_store.c) */
-    int64_t fuse_rope_mv;           /* a matvec_rp mat-vec + the rope and/or cache write of its result as one dispatch (vk_rope_mv.c) */
+    int64_t fuse_rope_mv;           /* a matvec_rp mat-vec + the rope and/or cache write of its result as one dispatch (vk_mv_epi.c) */
+    int64_t fold_norm;              /* a matvec_rp mat-vec + the residual add, rms_norm and mul after it as one dispatch (vk_mv_epi.c) */
     int64_t fuse_swiglu;            /* a swiglu and the mat-vec that reads it as one dispatch (mul_mat_vec3s) */
     int64_t fuse_norm_mv;           /* auto/off/on: mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */
     int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */
@@ -148,7 +150,7 @@ struct pyg_device {
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
@@ -364,6 +366,7 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
 void vkp_fa_log(const pyg_tensor *n, int shader);
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* matvec_rp */
 int vkp_mv_rpe_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* fuse_rope_mv */
+int vkp_mv_rpn_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* fold_norm */
 int vkp_rp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, uint32_t spec[2],
                      uint64_t *work, uint32_t *ex);   /* matvec_rp: gate, up and their swiglu (mul_mat_vec_rpg) */
 int vkp_mv3q_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work);

@@ -15,8 +15,11 @@ typedef struct dispatch {
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
     const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
     uint32_t out6_word;             /* its description's first extra word (0: 2) */
-    const pyg_tensor *out7;         /* fuse_rope_mv: a cache the dispatch writes a row of, at binding 7 (words: out7_word..) */
-    uint32_t out7_word;
+    const pyg_tensor *xout[3];      /* extra outputs at bindings 7, 8, 9 (fuse_rope_mv: a cache row; fold_norm: the add, the
+                                     * norm and the mul it takes on), each described at extra word xout_word[k]: offset, type, nb */
+    uint32_t xout_word[3];
+    int nfold;                      /* fold_norm: its workgroups' partial sums and a counter in the plan's scratch (scratch_off,
+                                     * scratch_size; the counter, fa_fold bytes at its end, zeroed before each run) */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
@@ -62,7 +65,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
-#define VKP_RPD (VKP_NBIND + 5)   /* byte ranges per dispatch at most: slots, add_out, out7, up to three scratch regions */
+#define VKP_RPD (VKP_NBIND + 7)   /* byte ranges per dispatch at most: slots, add_out, xout, up to three scratch regions */
 
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
@@ -87,9 +90,10 @@ pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *r
  * nodes a dispatch took ahead of their place (fuse_rope_mv sets them; the caller skips them). */
 pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
                          unsigned char *done);
-/* vk_rope_mv.c: dispatch dp, just built as mul_mat_vec_rp for node i, also ropes and/or stores its result
- * where the graph does that next (fuse_rope_mv); marks the nodes it took in done. */
-void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
+/* vk_mv_epi.c: dispatch dp, just built as mul_mat_vec_rp for node i, also does what the graph does next with its
+ * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: a residual add, rms_norm and mul);
+ * marks the nodes it took in done. */
+void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
 /* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
 uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
 #endif

@@ -109,7 +109,7 @@ static pyg_error *make(pyg_device *d, const pyg_tensor *w, const pyg_buffer *b, 
     for (int k = 0; k < 4; k++) {
         uint32_t first = k == 0 ? 0 : k == 1 ? VKP_NBIND : k == 2 ? VKP_BIND_SCRATCH : VKP_BIND_Q8;
         wd[k] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = r->set, .dstBinding = first,
-            .descriptorCount = k == 0 ? VKP_NBIND : 1,
+            .descriptorCount = k == 0 ? VKP_NBIND : k == 3 ? VKP_NSET - VKP_BIND_Q8 : 1,
             .descriptorType = k == 1 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[first] };
     }
     d->fn.vkUpdateDescriptorSets(d->dev, 4, wd, 0, NULL);

@@ -2,7 +2,7 @@
  * it (vk_graph.c records the plan stage by stage). */
 #include "vk_plan.h"
 
-/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, out7, its
+/* What dispatch dp reads and writes (VKP_RPD ranges at most): its tensor slots, a fused add's output, extra outputs, its
  * regions of the plan's scratch (a key no pyg_buffer has: the plan itself). Returns how many. */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw) {
     int n = 0;
@@ -14,14 +14,15 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
         my[n] = (range){ buf, off, off + pyg_tensor_nbytes(t) };
         myw[n++] = (unsigned char)(s == VKP_SLOT_DST || s == VKP_NBIND || (s == 3 && dp->writes_slot3));
     }
-    if (dp->out7) {
+    for (int k = 0; k < 3; k++) {
+        if (!dp->xout[k]) continue;
         const pyg_buffer *buf = NULL; uint64_t off = 0;
-        vkp_resolve(dp->out7, &buf, &off);
-        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->out7) };
+        vkp_resolve(dp->xout[k], &buf, &off);
+        my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->xout[k]) };
         myw[n++] = 1;
     }
     const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
-    if (dp->fa_split || dp->dq) {
+    if (dp->fa_split || dp->dq || dp->nfold) {
         my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };
         myw[n++] = dp->dq != 2;   /* (the GEMM only reads the copy) */
     }

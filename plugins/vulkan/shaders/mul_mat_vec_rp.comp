@@ -20,6 +20,13 @@
 // row idx[0] (slot 3) of a 2-D cache at binding 7 (offset ex[14], type ex[15], nb0 / nb1 ex[16] / ex[17]).
 // A rope pair is two adjacent rows of one workgroup (rows start at multiples of 8, the head size is even):
 // each of the pair's invocations sums its partner's row too. The rope's arithmetic is rope.comp's (rope_cs.glsl).
+// Built with RP_NORM (mul_mat_vec_rpn, option fold_norm: a layer's o and down projections, vk_norm_fold.c): the
+// residual add, rms_norm and weight multiply after y in the same dispatch. Each workgroup writes its rows of y
+// (slot 4) and of a = r + y (r: slot 2; a at binding 7, extras 14..), and the sum of their squares into the
+// scratch (binding 6: a float per workgroup, then a counter the plan zeroes before each run). The last workgroup to
+// count sums the partials in workgroup order, and over the whole row writes n = a / rms (binding 8, extras 20..;
+// ex[2] bit 0, else n and the product share their bytes) and n * w (w: slot 3; binding 9, extras 26..), eps the
+// norm's parameter at word 80. The norm's stage goes away; its arithmetic is norm_mul_reg's, summed in another order.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -37,6 +44,15 @@ layout(std430, binding = 3) buffer O3 { uint o3[]; };
 layout(std430, binding = 6) buffer O6 { uint o6[]; };
 #else
 const uint RA = R;
+#endif
+#ifdef RP_NORM
+layout(std430, binding = 6) coherent buffer Sc { float sc[]; };
+layout(std430, binding = 6) coherent buffer ScU { uint scu[]; };
+layout(std430, binding = 7) coherent buffer A7 { float a7[]; };
+layout(std430, binding = 8) buffer N8 { float n8[]; };
+layout(std430, binding = 9) buffer H9 { float h9[]; };
+shared uint is_last;
+shared float red[64];
 #endif
 #ifdef RP_EPI
 #include "rope_cs.glsl"
@@ -112,6 +128,48 @@ void main() {
             o6[(ex_u(2u) >> 2) + row] = floatBitsToUint(vb);
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(silu(va) * vb);
         }
+    }
+#elif defined(RP_NORM)
+    float sq = 0.0;
+    if (t < R) {
+        float v = 0.0;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
+        uint row = rg * R + t;
+        if (row < M) {
+            dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
+            float a = uintBitsToFloat(s2w[(t_off(2u) >> 2) + row]) + v;
+            a7[(ex_u(14u) >> 2) + row] = a;
+            sq = a * a;
+        }
+    }
+    if (t < R) red[t] = sq;
+    barrier();
+    if (t == 0u) {   // the workgroup's R squares in row order
+        float s8 = 0.0;
+        for (uint r = 0u; r < R; r++) s8 += red[r];
+        sc[rg] = s8;
+    }
+    memoryBarrierBuffer();                                // the partial and the rows of a before the count
+    barrier();
+    uint nwg = ex_u(0u);
+    if (t == 0u) is_last = atomicAdd(scu[nwg], 1u) == nwg - 1u ? 1u : 0u;
+    barrier();
+    if (is_last == 0u) return;
+    memoryBarrierBuffer();                                // the other workgroups' partials and rows after it
+    float tot = 0.0;
+    for (uint g = t; g < nwg; g += W) tot += sc[g];
+    tot = subgroupAdd(tot);
+    if (subgroupElect()) red[gl_SubgroupID] = tot;
+    barrier();
+    tot = 0.0;
+    for (uint s = 0u; s < gl_NumSubgroups; s++) tot += red[s];
+    float scale = 1.0 / sqrt(tot / float(M) + op_f(0u));
+    uint ab = ex_u(14u) >> 2, nb8 = ex_u(20u) >> 2, hb = ex_u(26u) >> 2, wb = t_off(3u) >> 2;
+    bool wn = (ex_u(2u) & 1u) != 0u;
+    for (uint e = t; e < M; e += W) {
+        float n = a7[ab + e] * scale;
+        if (wn) n8[nb8 + e] = n;
+        h9[hb + e] = n * uintBitsToFloat(s3w[wb + e]);
     }
 #elif defined(RP_EPI)
     if (t < R) {

@@ -1,6 +1,8 @@
-/* plugins/vulkan/vk_rope_mv.c — a layer's q, k and v mat-vecs in decode, each with what the layer does next
- * with its result, as one dispatch (option fuse_rope_mv, default 1; mul_mat_vec_rp.comp's RP_EPI build,
- * mul_mat_vec_rpe). Besides y = mul_mat(W, x) on matvec_rp (ex[2]):
+/* plugins/vulkan/vk_mv_epi.c — a decode mat-vec on matvec_rp with what the graph does next with its result, in the
+ * same dispatch (vkp_mv_epilogue, called for every mul_mat_vec_rp dispatch the plan builds). Two patterns:
+ *
+ * fuse_rope_mv (default 1; mul_mat_vec_rp.comp's RP_EPI build, mul_mat_vec_rpe): a layer's q, k and v mat-vecs,
+ * each with what the layer does next with its result. Besides y = mul_mat(W, x) (ex[2]):
  *   q: r = rope(y viewed as [D, H, 1])                                            bit 0
  *   k: r as for q, then set_rows(cache, r viewed as [H * D, 1], idx)              bits 0 and 1
  *   v: set_rows(cache, y, idx)                                                    bit 1
@@ -12,7 +14,14 @@
  * what they write (the allocator reuses bytes), and what the dispatch writes must be disjoint from all it
  * touches. Every node's result is still written (R9): y at slot 4, r at binding 6, the cache row at binding 7.
  * Taken: a normal-mode rope (adjacent pairs: both in one workgroup's 8 rows) of one token without frequency
- * factors, y and r f32 and contiguous; a 2-D cache of f32, f16 or bf16 as wide as y, one i32/i64 index. */
+ * factors, y and r f32 and contiguous; a 2-D cache of f32, f16 or bf16 as wide as y, one i32/i64 index.
+ *
+ * fold_norm (default 1; the RP_NORM build, mul_mat_vec_rpn): a layer's o and down projections with the residual
+ * add, the rms_norm and the weight multiply that follow (a = r + y, n = rms_norm(a), h = n * w): the last
+ * workgroup normalizes the row (mul_mat_vec_rp.comp's header), and the norm's stage goes away. y, a, n and h
+ * are all written; a may take r's bytes (each element read, then written, by one invocation) and h n's (then
+ * only h is written: what the unfused nodes leave there); anything else written is disjoint from all it touches.
+ * The nodes taken are moved ahead under the same rule as above. f32, contiguous, one row; w as wide as y. */
 #include <string.h>
 #include "vk_plan.h"
 
@@ -87,14 +96,14 @@ static int hoistable(const pyg_graph *g, int i, int j, const unsigned char *done
     return 1;
 }
 
-void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
+static int rope_mv(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
     const pyg_tensor *y = g->nodes[i];
-    if (!d->opts.fuse_rope_mv || y->op != PYG_OP_MUL_MAT) return;
+    if (!d->opts.fuse_rope_mv || y->op != PYG_OP_MUL_MAT) return 0;
     const int64_t M = y->ne[0];
     const pyg_tensor *r = NULL, *s = NULL;
     int jr = -1, js = -1;
     int j = first_reader(g, i, done, y);
-    if (j < 0) return;
+    if (j < 0) return 0;
     if (rope_ok(d, g->nodes[j], y, M)) {
         r = g->nodes[jr = j];
         int j2 = first_reader(g, jr, done, r);
@@ -102,7 +111,7 @@ void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char 
     } else if (store_ok(d, g->nodes[j], y, M)) {
         s = g->nodes[js = j];
     } else {
-        return;
+        return 0;
     }
     /* what the dispatch writes (y, r, the cache) disjoint from one another and from what it reads */
     const pyg_tensor *wr[3], *rd[4];
@@ -115,18 +124,18 @@ void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char 
     if (r) rd[nr++] = r->src[1];
     if (s) rd[nr++] = s->src[2];
     for (int a = 0; a < nw; a++) {
-        for (int b = a + 1; b < nw; b++) if (overlap(wr[a], wr[b])) return;
-        for (int b = 0; b < nr; b++) if (overlap(wr[a], rd[b])) return;
+        for (int b = a + 1; b < nw; b++) if (overlap(wr[a], wr[b])) return 0;
+        for (int b = 0; b < nr; b++) if (overlap(wr[a], rd[b])) return 0;
     }
-    if (!hoistable(g, i, js > jr ? js : jr, done, wr + 1, nw - 1, rd + 2, nr - 2)) return;
+    if (!hoistable(g, i, js > jr ? js : jr, done, wr + 1, nw - 1, rd + 2, nr - 2)) return 0;
     uint32_t sp[2], ex[2]; uint64_t work;
     VkPipeline pipe = VK_NULL_HANDLE;
-    if (!vkp_mv_rpe_setup(d, y, sp, &work, ex)) return;
+    if (!vkp_mv_rpe_setup(d, y, sp, &work, ex)) return 0;
     pyg_error *e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPE, sp, &pipe);   /* (usable: vk_matmul.c made it) */
     if (e) {
         vkp_log(PYG_LOG_WARN, "mul_mat '%s': %s; mul_mat_vec_rp runs", y->name, vkp_error_text(e));
         vkp_error_free(e);
-        return;
+        return 0;
     }
     dp->pipe = pipe;
     dp->shader = VKP_SH_MUL_MAT_VEC_RPE;
@@ -142,10 +151,75 @@ void vkp_rope_mv_extend(pyg_device *d, const pyg_graph *g, int i, unsigned char 
     }
     if (s) {
         dp->slot[3] = s->src[2];
-        dp->out7 = s;
-        dp->out7_word = 14;
+        dp->xout[0] = s;
+        dp->xout_word[0] = 14;
         done[js] = 1;
     }
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s'%s%s%s%s: mul_mat_vec_rpe", y->name, r ? " + rope '" : "", r ? r->name : "", r ? "'" : "",
             s ? " + set_rows" : "");
+    return 1;
+}
+
+static int same_bytes(const pyg_tensor *a, const pyg_tensor *b) {
+    const pyg_buffer *ba, *bb; uint64_t oa, ob;
+    if (!vkp_resolve(a, &ba, &oa) || !vkp_resolve(b, &bb, &ob)) return 0;
+    return ba == bb && oa == ob && pyg_tensor_nbytes(a) == pyg_tensor_nbytes(b);
+}
+
+/* t: one row of M f32, contiguous */
+static int row_f32(const pyg_tensor *t, int64_t M) {
+    return t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == M && pyg_tensor_nelements(t) == M;
+}
+
+static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
+    const pyg_tensor *y = g->nodes[i];
+    if (!d->opts.fold_norm || y->op != PYG_OP_MUL_MAT) return 0;
+    const int64_t M = y->ne[0];
+    int ja = row_f32(y, M) ? first_reader(g, i, done, y) : -1;
+    const pyg_tensor *a = ja >= 0 ? g->nodes[ja] : NULL;
+    if (!a || a->op != PYG_OP_ADD || !a->src[1] || (a->src[0] == y) == (a->src[1] == y)) return 0;
+    const pyg_tensor *r = a->src[0] == y ? a->src[1] : a->src[0];
+    int jn = row_f32(a, M) && row_f32(r, M) ? first_reader(g, ja, done, a) : -1;
+    const pyg_tensor *n = jn >= 0 ? g->nodes[jn] : NULL;
+    if (!n || n->op != PYG_OP_RMS_NORM || n->src[0] != a || !row_f32(n, M)) return 0;
+    int jm = first_reader(g, jn, done, n);
+    const pyg_tensor *m = jm >= 0 ? g->nodes[jm] : NULL;
+    if (!m || m->op != PYG_OP_MUL || m->src[0] != n || !m->src[1] || m->src[1] == n || !row_f32(m, M) || !row_f32(m->src[1], M)) return 0;
+    const pyg_tensor *w = m->src[1];
+    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, n) || !vkp_supports_op(d, m)) return 0;
+    int n_alias = same_bytes(m, n), a_alias = same_bytes(a, r);
+    const pyg_tensor *wr[4] = { y, a, n, m }, *rd[4] = { y->src[0], y->src[1], r, w };
+    for (int u = 0; u < 4; u++) {
+        for (int v = u + 1; v < 4; v++) if (overlap(wr[u], wr[v]) && !(u == 2 && v == 3 && n_alias)) return 0;
+        for (int v = 0; v < 4; v++) if (overlap(wr[u], rd[v]) && !(u == 1 && v == 2 && a_alias)) return 0;
+    }
+    if (!hoistable(g, i, jm, done, wr + 1, 3, rd + 2, 2)) return 0;
+    uint32_t sp[2], ex[2]; uint64_t work;
+    VkPipeline pipe = VK_NULL_HANDLE;
+    if (!vkp_mv_rpn_setup(d, y, sp, &work, ex)) return 0;
+    pyg_error *e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPN, sp, &pipe);   /* (usable: vk_matmul.c made it) */
+    if (e) {
+        vkp_log(PYG_LOG_WARN, "mul_mat '%s': %s; mul_mat_vec_rp runs", y->name, vkp_error_text(e));
+        vkp_error_free(e);
+        return 0;
+    }
+    dp->pipe = pipe;
+    dp->shader = VKP_SH_MUL_MAT_VEC_RPN;
+    memcpy(&p[80], n->op_params, sizeof n->op_params);   /* (eps) */
+    p[98] = n_alias ? 0u : 1u;
+    dp->slot[2] = r;
+    dp->slot[3] = w;
+    dp->xout[0] = a; dp->xout_word[0] = 14;
+    if (!n_alias) { dp->xout[1] = n; dp->xout_word[1] = 20; }
+    dp->xout[2] = m; dp->xout_word[2] = 26;
+    dp->nfold = 1;                                         /* a float per workgroup, then the counter */
+    dp->scratch_size = ((uint64_t)ex[0] + 1) * 4;
+    dp->fa_fold = 4;
+    done[ja] = done[jn] = done[jm] = 1;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + add '%s' + rms_norm '%s' + mul '%s': mul_mat_vec_rpn", y->name, a->name, n->name, m->name);
+    return 1;
+}
+
+void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
+    if (!rope_mv(d, g, i, done, dp, p)) norm_fold(d, g, i, done, dp, p);
 }
