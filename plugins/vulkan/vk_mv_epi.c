@@ -21,7 +21,8 @@
  * workgroup normalizes the row (mul_mat_vec_rp.comp's header), and the norm's stage goes away. y, a, n and h
  * are all written; a may take r's bytes (each element read, then written, by one invocation) and h n's (then
  * only h is written: what the unfused nodes leave there); anything else written is disjoint from all it touches.
- * The nodes taken are moved ahead under the same rule as above. f32, contiguous, one row; w as wide as y. */
+ * The nodes taken are moved ahead under the same rule as above. f32, contiguous, one row of a multiple of 4; w as
+ * wide as y; a, n, h and w 16-byte aligned in their bindings (the last workgroup's loads and stores). */
 #include <string.h>
 #include "vk_plan.h"
 
@@ -193,7 +194,13 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
         for (int v = u + 1; v < 4; v++) if (overlap(wr[u], wr[v]) && !(u == 2 && v == 3 && n_alias)) return 0;
         for (int v = 0; v < 4; v++) if (overlap(wr[u], rd[v]) && !(u == 1 && v == 2 && a_alias)) return 0;
     }
-    if (!hoistable(g, i, jm, done, wr + 1, 3, rd + 2, 2)) return 0;
+    if (!hoistable(g, i, jm, done, wr + 1, 3, rd + 2, 2) || M % 4) return 0;
+    const uint64_t align = vkp_dev_align(d);
+    const pyg_tensor *v4[4] = { a, n, m, w };   /* the last workgroup's 16-byte loads and stores */
+    for (int k = 0; k < 4; k++) {
+        const pyg_buffer *b; uint64_t off;
+        if (!vkp_resolve(v4[k], &b, &off) || (off & (align - 1)) % 16) return 0;
+    }
     uint32_t sp[2], ex[2]; uint64_t work;
     VkPipeline pipe = VK_NULL_HANDLE;
     if (!vkp_mv_rpn_setup(d, y, sp, &work, ex)) return 0;

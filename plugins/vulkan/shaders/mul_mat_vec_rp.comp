@@ -49,8 +49,10 @@ const uint RA = R;
 layout(std430, binding = 6) coherent buffer Sc { float sc[]; };
 layout(std430, binding = 6) coherent buffer ScU { uint scu[]; };
 layout(std430, binding = 7) coherent buffer A7 { float a7[]; };
-layout(std430, binding = 8) buffer N8 { float n8[]; };
-layout(std430, binding = 9) buffer H9 { float h9[]; };
+layout(std430, binding = 7) coherent buffer A7v { vec4 a7v[]; };
+layout(std430, binding = 3) readonly buffer S3v { vec4 s3v[]; };
+layout(std430, binding = 8) buffer N8v { vec4 n8v[]; };
+layout(std430, binding = 9) buffer H9v { vec4 h9v[]; };
 shared uint is_last;
 shared float red[64];
 #endif
@@ -156,20 +158,36 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();                                // the other workgroups' partials and rows after it
+    // The tail is one workgroup's: every load of a round issued before any is used (8 per invocation), the
+    // partials as floats, the row as 16-byte words (the host checks M % 4 and 16-byte offsets)
     float tot = 0.0;
-    for (uint g = t; g < nwg; g += W) tot += sc[g];
+    for (uint g0 = 0u; g0 < nwg; g0 += 8u * W) {
+        float pv[8];
+        [[unroll]] for (uint q = 0u; q < 8u; q++) { uint g = g0 + q * W + t; pv[q] = g < nwg ? sc[g] : 0.0; }
+        [[unroll]] for (uint q = 0u; q < 8u; q++) tot += pv[q];
+    }
     tot = subgroupAdd(tot);
     if (subgroupElect()) red[gl_SubgroupID] = tot;
     barrier();
     tot = 0.0;
     for (uint s = 0u; s < gl_NumSubgroups; s++) tot += red[s];
     float scale = 1.0 / sqrt(tot / float(M) + op_f(0u));
-    uint ab = ex_u(14u) >> 2, nb8 = ex_u(20u) >> 2, hb = ex_u(26u) >> 2, wb = t_off(3u) >> 2;
+    uint ab = ex_u(14u) >> 4, nb8 = ex_u(20u) >> 4, hb = ex_u(26u) >> 4, wb = t_off(3u) >> 4, M4 = M >> 2;
     bool wn = (ex_u(2u) & 1u) != 0u;
-    for (uint e = t; e < M; e += W) {
-        float n = a7[ab + e] * scale;
-        if (wn) n8[nb8 + e] = n;
-        h9[hb + e] = n * uintBitsToFloat(s3w[wb + e]);
+    for (uint e0 = 0u; e0 < M4; e0 += 8u * W) {
+        vec4 av[8], wv[8];
+        [[unroll]] for (uint q = 0u; q < 8u; q++) {
+            uint e = e0 + q * W + t;
+            av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
+            wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; q++) {
+            uint e = e0 + q * W + t;
+            if (e >= M4) continue;
+            vec4 n = av[q] * scale;
+            if (wn) n8v[nb8 + e] = n;
+            h9v[hb + e] = n * wv[q];
+        }
     }
 #elif defined(RP_EPI)
     if (t < R) {
