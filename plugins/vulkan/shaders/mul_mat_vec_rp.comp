@@ -158,8 +158,16 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();                                // the other workgroups' partials and rows after it
-    // The tail is one workgroup's: every load of a round issued before any is used (8 per invocation), the
-    // partials as floats, the row as 16-byte words (the host checks M % 4 and 16-byte offsets)
+    // The tail is one workgroup's. Every load of a round is issued before any is used: the row and the weights (16-byte
+    // words; the host checks M % 4 and 16-byte offsets) with the partials, 8 of each per invocation, since the
+    // finished row does not wait for the sum; rows past the first round's are loaded after it.
+    uint ab = ex_u(14u) >> 4, nb8 = ex_u(20u) >> 4, hb = ex_u(26u) >> 4, wb = t_off(3u) >> 4, M4 = M >> 2;
+    vec4 av[8], wv[8];
+    [[unroll]] for (uint q = 0u; q < 8u; q++) {
+        uint e = q * W + t;
+        av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
+        wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
+    }
     float tot = 0.0;
     for (uint g0 = 0u; g0 < nwg; g0 += 8u * W) {
         float pv[8];
@@ -172,15 +180,14 @@ void main() {
     tot = 0.0;
     for (uint s = 0u; s < gl_NumSubgroups; s++) tot += red[s];
     float scale = 1.0 / sqrt(tot / float(M) + op_f(0u));
-    uint ab = ex_u(14u) >> 4, nb8 = ex_u(20u) >> 4, hb = ex_u(26u) >> 4, wb = t_off(3u) >> 4, M4 = M >> 2;
     bool wn = (ex_u(2u) & 1u) != 0u;
     for (uint e0 = 0u; e0 < M4; e0 += 8u * W) {
-        vec4 av[8], wv[8];
-        [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            uint e = e0 + q * W + t;
-            av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
-            wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
-        }
+        if (e0 > 0u)
+            [[unroll]] for (uint q = 0u; q < 8u; q++) {
+                uint e = e0 + q * W + t;
+                av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
+                wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
+            }
         [[unroll]] for (uint q = 0u; q < 8u; q++) {
             uint e = e0 + q * W + t;
             if (e >= M4) continue;
