@@ -38,7 +38,8 @@
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
-# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_BANDWIDTH=1 (first
+# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
+# round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
 # Run on 2026-12-06 (H100; bench/results/gpu-vulkan-*-h100-20261206T07*): mv_q8, matvec_ahead and the repacked
 # mat-vec alone are within noise of the defaults in a model; a read-only L2 prefetch of the next stage's weights was
@@ -131,7 +132,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     fi
     say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" ${GPU_VK_INTERLEAVE:+--interleave} --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

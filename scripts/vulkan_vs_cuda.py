@@ -145,6 +145,18 @@ def _median(stats):
     return stats.get("median", stats.get("mean")) if isinstance(stats, dict) else stats
 
 
+def _merge_rounds(results):
+    """bench_models results of one rep each: per key, the stats over all rounds (values in round order)"""
+    import statistics
+    out = dict(results[0])
+    for k, v in results[0].items():
+        if isinstance(v, dict) and "values" in v:
+            vals = [x for r in results for x in r[k]["values"]]
+            out[k] = dict(v, values=vals, median=statistics.median(vals), mean=statistics.fmean(vals),
+                          sd=statistics.stdev(vals) if len(vals) > 1 else 0.0)
+    return out
+
+
 def bench(a, save):
     import pyggml as pg
     from pyggml.bench_model import bench_models, default_n_ctx, make_tests, resolve_model
@@ -154,12 +166,29 @@ def bench(a, save):
         path = resolve_model(spec, quiet=True)
         row = {"model": spec}
         runs = [("cuda", "cuda:0,cpu", None)] + [(f"vulkan_{v}", "vulkan:0,cpu", v) for v in a.variants]
+        got = {}
+        if a.interleave:   # round by round, every configuration once per round: drifting clocks hit them alike
+            for _ in range(a.reps):
+                for name, devs, variant in runs:
+                    if isinstance(got.get(name), Exception):
+                        continue
+                    try:
+                        _set_vk(pg, VARIANTS[variant] if variant else {})
+                        got.setdefault(name, []).append(bench_models(path, devs.split(","), None, 1, tests, default_n_ctx(tests), peer=False)[0])
+                    except Exception as e:
+                        got[name] = e
+            got = {k: _merge_rounds(v) if isinstance(v, list) else v for k, v in got.items()}
         for name, devs, variant in runs:
             t0 = time.time()
             try:
-                if variant:
-                    _set_vk(pg, VARIANTS[variant])
-                r, _ = bench_models(path, devs.split(","), None, a.reps, tests, default_n_ctx(tests), peer=False)
+                if name in got:
+                    if isinstance(got[name], Exception):
+                        raise got[name]
+                    r = got[name]
+                else:
+                    if variant:
+                        _set_vk(pg, VARIANTS[variant])
+                    r, _ = bench_models(path, devs.split(","), None, a.reps, tests, default_n_ctx(tests), peer=False)
                 pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
                 row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),
@@ -306,6 +335,8 @@ def main(argv=None):
     ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
     ap.add_argument("--n-gen", type=int, default=128, help="bench: generated tokens (the keys say tg128 whatever it is)")
     ap.add_argument("--depth", type=int, default=0, help="bench: also pp and tg after this many tokens of context (keys *_depth)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="bench: --reps rounds of one rep per configuration (CUDA, then each variant), medians over the rounds")
     a = ap.parse_args(argv)
     a.variants = a.variants or (["new", "old"] if a.mode == "bench" else ["new"])
     os.makedirs(a.out, exist_ok=True)
