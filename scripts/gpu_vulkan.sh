@@ -89,9 +89,9 @@ EOF
 TEST_RC=skipped; TEST_SUMMARY=
 if [ "${GPU_VK_TESTS:-1}" != 0 ]; then
     say "vulkan tests (op suite, kernels, multi; validation re-runs inside)"
-    timeout 200 $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider ${GPU_VK_TEST_FILES:-tests/test_vulkan_kernels.py \
+    timeout "${GPU_VK_TEST_TIMEOUT:-200}" $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider ${GPU_VK_TEST_FILES:-tests/test_vulkan_kernels.py \
         tests/test_vulkan_multi.py tests/test_vulkan_build.py tests/test_vulkan_norm.py tests/test_vulkan_rope_store.py \
-        tests/test_vulkan_glu.py tests/test_ops.py} -k "${GPU_VK_TEST_K:-vulkan or VK or kernels or gemm or matvec}" \
+        tests/test_vulkan_glu.py tests/test_vulkan_mv_rp.py tests/test_vulkan_rope_mv.py tests/test_vulkan_norm_fold.py tests/test_ops.py} -k "${GPU_VK_TEST_K:-vulkan or VK or kernels or gemm or matvec}" \
         >"$WORK/pytest.log" 2>&1
     TEST_RC=$?
     TEST_SUMMARY=$(tail -1 "$WORK/pytest.log")
