@@ -33,7 +33,7 @@
 # fadec + mv3p + ropest + glu at once, whose kernels profile as separate shaders: flash_attn_dec
 # against flash_attn.split + flash_attn.merge, mul_mat_vec3p against mul_mat_vec3, rope_store against
 # rope + set_rows, mul_mat_vec3g against the gate/up mul_mat_vec3 + elementwise.swiglu),
-# GPU_VK_TESTS=0 (skip the tests), GPU_VK_TEST_FILES / GPU_VK_TEST_K (the test files and pytest -k: a
+# GPU_VK_TESTS=0 (skip the tests), GPU_VK_TEST_TIMEOUT (420 s), GPU_VK_TEST_FILES / GPU_VK_TEST_K (the test files and pytest -k: a
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
@@ -89,7 +89,7 @@ EOF
 TEST_RC=skipped; TEST_SUMMARY=
 if [ "${GPU_VK_TESTS:-1}" != 0 ]; then
     say "vulkan tests (op suite, kernels, multi; validation re-runs inside)"
-    timeout "${GPU_VK_TEST_TIMEOUT:-200}" $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider ${GPU_VK_TEST_FILES:-tests/test_vulkan_kernels.py \
+    timeout "${GPU_VK_TEST_TIMEOUT:-420}" $PY -X faulthandler -m pytest -q -rfEs -p no:cacheprovider ${GPU_VK_TEST_FILES:-tests/test_vulkan_kernels.py \
         tests/test_vulkan_multi.py tests/test_vulkan_build.py tests/test_vulkan_norm.py tests/test_vulkan_rope_store.py \
         tests/test_vulkan_glu.py tests/test_vulkan_mv_rp.py tests/test_vulkan_rope_mv.py tests/test_vulkan_norm_fold.py tests/test_ops.py} -k "${GPU_VK_TEST_K:-vulkan or VK or kernels or gemm or matvec}" \
         >"$WORK/pytest.log" 2>&1

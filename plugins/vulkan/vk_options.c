@@ -91,7 +91,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_cm = 2;
     d->opts.matvec_rp = 1;
     d->opts.fuse_rope_mv = 1;
-    d->opts.fold_norm = 1;
+    d->opts.fold_norm = 0;
 }
 
 /* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */
