@@ -20,6 +20,10 @@
  *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
  *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
  *                activations in registers, weights streamed in 16-byte words); H100: even with matvec=6 in a model
+ *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
+ *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
+ *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and
+ *                down: mul_mat_vec_rpn, its last workgroup normalizing the row); H100: 7b 5% slower
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
  *                rows per workgroup in mul_mat_vec3.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
