@@ -109,8 +109,6 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "rp": {"matvec_rp": "1", "fuse_norm_mv": "off"}, "rp0": {"matvec_rp": "0"},
             # the q/k/v mat-vecs with their ropes and cache writes (fuse_rope_mv, the default): rpe0 without
             "rpe0": {"fuse_rope_mv": "0"},
-            # flash_attn_dec issuing a chunk's K and V loads with its mask's (fa_dec_early)
-            "fae1": {"fa_dec_early": "1"},
             # the o and down mat-vecs with the residual add, rms_norm and mul after them (fold_norm; off since the H100's
             # interleaved rounds at 2e2104a: 7b 256.0 against 270.8 t/s): fn1 with it, fn0 without; fused0 with neither
             "fn1": {"fold_norm": "1"}, "fn0": {"fold_norm": "0"}, "fused0": {"fold_norm": "0", "fuse_rope_mv": "0"},
@@ -128,7 +126,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "3", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_early": "0"}
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "fuse_rope_mv": "1", "fold_norm": "0"}
 
 
 def _set_vk(pg, opts):

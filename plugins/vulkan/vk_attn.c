@@ -87,7 +87,7 @@ void vkp_fa_log(const pyg_tensor *n, int shader) {
 /* flash_attn_dec.comp (fa_v=3) for a node the KV split takes (ns splits of its rows): K and V f16 with
  * unit element stride and 16-byte aligned rows, heads and batches; D a multiple of 16 and Dv a power
  * of two, both 16..256. Sets the shader, its specialization (D, Dv), the counter index (ex[4], in
- * 32-bit words of the scratch, after the partials), fa_dec_early (ex[5]) and grows the scratch by one counter per row. */
+ * 32-bit words of the scratch, after the partials) and grows the scratch by one counter per row. */
 int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size) {
     const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2];
@@ -101,7 +101,6 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
     spec[0] = sp[0];
     spec[1] = sp[1];
     ex[4] = (uint32_t)(rows * ns * (Dv + 2));
-    ex[5] = d->opts.fa_dec_early ? 1u : 0u;
     *scratch_size += rows * 4;
     return 1;
 }

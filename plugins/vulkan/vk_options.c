@@ -56,7 +56,6 @@
  *                spreads over a few rows, not one word of 32 rows), and the softmax reductions
  *                through subgroup operations (H200: tg unchanged)
  *   fa_wgs       the KV split of decode attention: at most this many workgroups (default 4096)
- *   fa_dec_early 0 (default) / 1: flash_attn_dec issues a chunk's K and V loads with its mask's
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),

@@ -3,8 +3,6 @@
 // 128 invocations per (query row, split of ex[3] keys), 64-key chunks; the last workgroup of a row
 // to finish (an atomic counter per row in the scratch, zeroed by the plan before every run) merges
 // the row's ex[2] partial states into dst, so there is no second dispatch.
-// With ex[5] (option fa_dec_early) a chunk's K and V loads are issued together with its mask's, before the
-// scores: one memory round trip per chunk where there were three (mask, then K, then V after the softmax).
 // Every global load of a chunk is independent of the others and issued before its result is used
 // (flash_attn.comp's V pass is one dependent load per key and output element, behind a branch):
 //   scores: two invocations per key, each D/16 16-byte words of the K row (masked keys: none);
@@ -58,22 +56,16 @@ void main() {
     float acc[8];
     for (uint i = 0u; i < 8u; i++) acc[i] = 0.0;
     barrier();                                            // qs
-    bool early = ex_u(5u) != 0u;                          // option fa_dec_early
     for (uint j0 = jbeg; j0 < jend; j0 += 64u) {
         uint j = j0 + key;
-        uvec4 kw[MAXD / 16u], vw[16];
-        uint kr = kb + j * kn1 + hf;
-        if (early) {   // the chunk's K and V words issued with the mask's, one memory round trip (masked keys' unused)
-            if (j < jend) for (uint i = 0u; i < NK; i++) kw[i] = s1v[kr + 2u * i];
-            for (uint q = 0u; q < NR; q++)
-                if (j0 + kg + G * q < jend) vw[q] = s2v[vb + (j0 + kg + G * q) * vn1 + col];
-        }
         float mv = 0.0;
         if (j < jend && has_mask) mv = slope * ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u));
         bool live = j < jend && mv != NEG_INF;
         float dot = 0.0;
         if (live) {
-            if (!early) for (uint i = 0u; i < NK; i++) kw[i] = s1v[kr + 2u * i];
+            uvec4 kw[MAXD / 16u];
+            uint kr = kb + j * kn1 + hf;
+            for (uint i = 0u; i < NK; i++) kw[i] = s1v[kr + 2u * i];
             for (uint i = 0u; i < NK; i++) {
                 uint d0 = 8u * (hf + 2u * i);
                 for (uint c = 0u; c < 4u; c++) {
@@ -104,9 +96,9 @@ void main() {
             L = L * alpha + psum;
             M = mn;
             for (uint i = 0u; i < 8u; i++) acc[i] *= alpha;
-            if (!early)                                   // this invocation's keys kg + G r, all loads first (past the end: none)
-                for (uint q = 0u; q < NR; q++)
-                    if (j0 + kg + G * q < jend) vw[q] = s2v[vb + (j0 + kg + G * q) * vn1 + col];
+            uvec4 vw[16];                                 // this invocation's keys kg + G r
+            for (uint q = 0u; q < NR; q++)                // all loads first (past the end: none)
+                if (j0 + kg + G * q < jend) vw[q] = s2v[vb + (j0 + kg + G * q) * vn1 + col];
             for (uint q = 0u; q < NR; q++) {
                 float sk = ss[kg + G * q];
                 if (sk == NEG_INF) continue;              // masked cells may hold anything
