@@ -499,7 +499,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     VkDescriptorSet *sets = calloc((size_t)(nd > 0 ? nd : 1), sizeof *sets);
     VkDescriptorSetLayout *layouts = calloc((size_t)(nd > 0 ? nd : 1), sizeof *layouts);
     VkDescriptorBufferInfo *bi = calloc((size_t)(nd > 0 ? nd : 1) * VKP_NSET, sizeof *bi);
-    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 4, sizeof *wds);   /* tensors, parameters, scratch, int8 copy */
+    VkWriteDescriptorSet *wds = calloc((size_t)(nd > 0 ? nd : 1) * 4, sizeof *wds);   /* tensors, parameters, scratch, the int8 copy and extra outputs (7..9) */
     if (!sets || !layouts || !bi || !wds) {
         free(sets); free(layouts); free(bi); free(wds);
         e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "graph_plan_create");
