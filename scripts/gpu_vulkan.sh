@@ -41,15 +41,16 @@
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
 # round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
-# Run on 2026-12-06 (H100; bench/results/gpu-vulkan-*-h100-20261206T07*): mv_q8, matvec_ahead and the repacked
-# mat-vec alone are within noise of the defaults in a model; a read-only L2 prefetch of the next stage's weights was
-# slower (removed); the platform streams at 3 TB/s (GPU_VK_BANDWIDTH=1); the repacked copies with a layer's gate, up
-# and swiglu as one dispatch gained 4-7% on q4_0 tg128 and are the default since 7205e7c (variant rp0: without);
-# q/k/v as one dispatch was slower (removed). Next: fewer stages per layer, which is what paid: the ropes and cache
-# writes in the q/k/v mat-vecs' epilogue (the CUDA plugin's mvr_qkv), the residual adds in the o and down
-# projections', q8_0 and q4_K in the repacked layout; e.g.
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_mv_rp.py" GPU_VK_PROFILE=1 GPU_VK_PROFILE_VARIANTS="new rp0" \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new rp0" GPU_VK_REPS=5 bash scripts/gpu_vulkan.sh
+# Run on 2026-12-06 (H100; bench/results/gpu-vulkan-*-h100-20261206T0[79]*, …T1001): mv_q8, matvec_ahead and the
+# repacked mat-vec alone are within noise; a read-only L2 prefetch was slower (removed); the platform streams at 3 TB/s
+# (GPU_VK_BANDWIDTH=1); fewer stages per layer is what pays: gate/up/swiglu as one dispatch on the repacked copies
+# (+4-7%) and the q/k/v mat-vecs with their ropes and cache writes (fuse_rope_mv, +3-6%) are defaults; the o/down
+# mat-vecs with the norm folded in (fold_norm) cost as much as the stage they remove (off); flash_attn_dec issuing K and V
+# with the mask (fa_dec_early) was slower at depth (removed). Variants run one after another spread as widely as these
+# effects: use GPU_VK_INTERLEAVE=1 for an A/B. Next: flash_attn_dec at depth (40% of the bandwidth), q4_K on the
+# repacked layout, the prefill GEMM; e.g.
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_rope_mv.py" GPU_VK_PROFILE=0 GPU_VK_INTERLEAVE=1 \
+#   GPU_VK_DEPTH=4096 GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new rpe0" GPU_VK_REPS=3 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
