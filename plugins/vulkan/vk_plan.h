@@ -80,6 +80,10 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
 /* a ROPE node's extras: log2(freq_base) and the YaRN correction dims lo, hi (as floats' bits) */
 void vkp_rope_extras(const pyg_tensor *n, uint32_t ex[3]);
 
+/* vk_descriptors.c: the plan's descriptor pool (plan->dpool) and one set per dispatch, bound as the dispatches say;
+ * *out: the sets (the caller frees the array; the pool owns them) */
+pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispatch *dps, int nd, uint64_t pstride,
+                                VkDescriptorSet **out);
 /* vk_barrier.c: the barrier (option barrier) after the dispatches order[k0..k1) of one stage, given every
  * dispatch's byte ranges (rpd per dispatch: rg, written or not: rgw, how many: nrg) */
 pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *rg, const unsigned char *rgw, const int *nrg,
