@@ -166,17 +166,19 @@ def bench(a, save):
         path = resolve_model(spec, quiet=True)
         row = {"model": spec}
         runs = [("cuda", "cuda:0,cpu", None)] + [(f"vulkan_{v}", "vulkan:0,cpu", v) for v in a.variants]
-        got = {}
+        got, secs = {}, {}
         if a.interleave:   # round by round, every configuration once per round: drifting clocks hit them alike
             for _ in range(a.reps):
                 for name, devs, variant in runs:
                     if isinstance(got.get(name), Exception):
                         continue
+                    t0 = time.time()
                     try:
                         _set_vk(pg, VARIANTS[variant] if variant else {})
                         got.setdefault(name, []).append(bench_models(path, devs.split(","), None, 1, tests, default_n_ctx(tests), peer=False)[0])
                     except Exception as e:
                         got[name] = e
+                    secs[name] = secs.get(name, 0.0) + time.time() - t0
             got = {k: _merge_rounds(v) if isinstance(v, list) else v for k, v in got.items()}
         for name, devs, variant in runs:
             t0 = time.time()
@@ -192,7 +194,7 @@ def bench(a, save):
                 pp, tg = r[f"pp{a.n_prompt}"], r[f"tg{a.n_gen}"]
                 row[name] = {"pp512": _median(pp), "tg128": _median(tg), "pp512_stats": pp, "tg128_stats": tg,
                              "host_syncs_per_token": r.get("host_syncs_per_token"),
-                             "decode_replans": r.get("decode_replans"), "seconds": round(time.time() - t0, 1)}
+                             "decode_replans": r.get("decode_replans"), "seconds": round(secs.get(name, time.time() - t0), 1)}
                 if a.depth:   # the same after a.depth tokens of context (keys tg128_depth, pp512_depth)
                     dp, dt = r[f"pp{a.n_prompt} @ d{a.depth}"], r[f"tg{a.n_gen} @ d{a.depth}"]
                     row[name].update({"depth": a.depth, "pp512_depth": _median(dp), "tg128_depth": _median(dt),
