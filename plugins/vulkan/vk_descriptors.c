@@ -7,6 +7,22 @@
 #include <stdlib.h>
 #include "vk_plan.h"
 
+/* *b: the bytes of tensor t in its buffer, from the binding alignment below t to the 4-byte word past it; refused
+ * where that is more than one binding may span */
+static pyg_error *tensor_range(const pyg_device *d, const pyg_tensor *t, uint64_t align, VkDescriptorBufferInfo *b) {
+    const pyg_buffer *buf = NULL; uint64_t off = 0;
+    vkp_resolve(t, &buf, &off);
+    uint64_t lo = off & ~(align - 1);
+    uint64_t hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
+    if (hi > buf->alloc_size) hi = buf->alloc_size;
+    if (hi - lo > d->max_range)
+        return vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu): "
+                       "tensors larger than one binding are refused, not split", t->name,
+                       (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
+    *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+    return NULL;
+}
+
 pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispatch *dps, int nd, uint64_t pstride,
                                 VkDescriptorSet **out) {
     pyg_error *e = NULL;
@@ -40,18 +56,7 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             VkDescriptorBufferInfo *b = &bi[i * VKP_NSET + s];
             const pyg_tensor *t = dps[i].slot[s];
             if (!t) { *b = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE }; continue; }
-            const pyg_buffer *buf = NULL; uint64_t off = 0;
-            vkp_resolve(t, &buf, &off);
-            uint64_t lo = off & ~(align - 1);
-            uint64_t hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
-            if (hi > buf->alloc_size) hi = buf->alloc_size;
-            if (hi - lo > d->max_range) {
-                e = vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu): "
-                            "tensors larger than one binding are refused, not split", t->name,
-                            (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
-                break;
-            }
-            *b = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
+            if ((e = tensor_range(d, t, align, b))) break;
         }
         bi[i * VKP_NSET + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
         bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1 || dps[i].nfold
@@ -73,25 +78,10 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
         }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
-        if (dps[i].add_out) {   /* same range rules as the tensor slots */
-            const pyg_buffer *buf = NULL; uint64_t off = 0;
-            vkp_resolve(dps[i].add_out, &buf, &off);
-            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(dps[i].add_out) + 3) & ~3ull;
-            if (hi > buf->alloc_size) hi = buf->alloc_size;
-            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
-        }
-        for (int x = 0; x < 3 && !e; x++) {   /* extra outputs at bindings 7, 8, 9 */
-            const pyg_tensor *t = dps[i].xout[x];
-            if (!t) continue;
-            const pyg_buffer *buf = NULL; uint64_t off = 0;
-            vkp_resolve(t, &buf, &off);
-            uint64_t lo = off & ~(align - 1), hi = (off + pyg_tensor_nbytes(t) + 3) & ~3ull;
-            if (hi > buf->alloc_size) hi = buf->alloc_size;
-            if (hi - lo > d->max_range)
-                e = vkp_err(PYG_ERR_UNSUPPORTED, "tensor '%s' spans %llu bytes, more than maxStorageBufferRange (%llu)",
-                            t->name, (unsigned long long)(hi - lo), (unsigned long long)d->max_range);
-            bi[i * VKP_NSET + VKP_BIND_Q8 + x] = (VkDescriptorBufferInfo){ buf->buf, lo, hi - lo };
-        }
+        if (dps[i].add_out && !e)   /* a fused add's (or rope's) output at binding 6 */
+            e = tensor_range(d, dps[i].add_out, align, &bi[i * VKP_NSET + VKP_BIND_SCRATCH]);
+        for (int x = 0; x < 3 && !e; x++)   /* extra outputs at bindings 7, 8, 9 */
+            if (dps[i].xout[x]) e = tensor_range(d, dps[i].xout[x], align, &bi[i * VKP_NSET + VKP_BIND_Q8 + x]);
         if (e) break;
         if (dps[i].shader == VKP_SH_MUL_MAT_VEC_RPE) {   /* its module writes bindings 6 and 7 (for the validation layer, every
             dispatch of it does): the one it does not use aliases the other, which it writes anyway, not the dummy others read */

@@ -137,22 +137,12 @@ static int glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, 
     return 1;
 }
 
-/* sw = swiglu(a, b), y = mul_mat(W, sw) as one mul_mat_vec3s dispatch (fuse_swiglu; vk_matmul.c):
- * slots W, a, b, y; sw at binding 6. Its workgroups run in any order, the first row group writing
- * sw while the others read a and b: what it writes must not touch what it reads or writes
- * elsewhere at all (not even the same elements, which the element-by-element fusions allow). */
-static int disjoint(const pyg_tensor *x, const pyg_tensor *y) {
-    const pyg_buffer *bx, *by; uint64_t ox, oy;
-    if (!vkp_resolve(x, &bx, &ox) || !vkp_resolve(y, &by, &oy)) return 0;
-    return bx != by || ox + pyg_tensor_nbytes(x) <= oy || oy + pyg_tensor_nbytes(y) <= ox;
-}
-
 /* t[0..nw) written, t[nw..n) read by one dispatch whose workgroups run in any order: each written tensor
  * disjoint from every other */
 static int writes_apart(const pyg_tensor *const *t, int nw, int n) {
     for (int i = 0; i < nw; i++)
         for (int j = i + 1; j < n; j++)
-            if (!disjoint(t[i], t[j])) return 0;
+            if (!vkp_disjoint(t[i], t[j])) return 0;
     return 1;
 }
 
@@ -190,6 +180,10 @@ static int rp_glu_fusable(pyg_device *d, const pyg_tensor *a, const pyg_tensor *
     return 1;
 }
 
+/* sw = swiglu(a, b), y = mul_mat(W, sw) as one mul_mat_vec3s dispatch (fuse_swiglu; vk_matmul.c):
+ * slots W, a, b, y; sw at binding 6. Its workgroups run in any order, the first row group writing
+ * sw while the others read a and b: what it writes must not touch what it reads or writes
+ * elsewhere at all (not even the same elements, which the element-by-element fusions allow). */
 static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tensor *mm, dispatch *dp, uint32_t *p) {
     uint32_t spec[2]; uint64_t work;
     if (!vkp_swiglu_mv_setup(d, sw, mm, spec, &work)) return 0;
@@ -215,7 +209,7 @@ static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tens
  * plan's stages (they conflict with its reads). */
 static int writes_into(const dispatch *dp, const pyg_tensor *t) {
     const pyg_tensor *w[3] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out };
-    for (int k = 0; k < 3; k++) if (w[k] && !disjoint(w[k], t)) return 1;
+    for (int k = 0; k < 3; k++) if (w[k] && !vkp_disjoint(w[k], t)) return 1;
     return 0;
 }
 
@@ -228,7 +222,7 @@ static int norm_mv_fusable(pyg_device *d, const pyg_tensor *mm, const dispatch *
     const pyg_tensor *rd[4] = { mm->src[0], x, w, r };
     for (int k = 0; k < 4; k++) {
         if (!rd[k]) continue;
-        if (!disjoint(rd[k], mm)) return 0;
+        if (!vkp_disjoint(rd[k], mm)) return 0;
         for (int j = ns; j < nd; j++) if (writes_into(&dps[j], rd[k])) return 0;
     }
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' recomputes rms_norm '%s': mul_mat_vec3n", mm->name, norm->name);

@@ -29,6 +29,13 @@ int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off) {
     return 0;
 }
 
+int vkp_disjoint(const pyg_tensor *a, const pyg_tensor *b) {
+    const pyg_buffer *ba, *bb; uint64_t oa, ob;
+    if (!b) return 1;
+    if (!vkp_resolve(a, &ba, &oa) || !vkp_resolve(b, &bb, &ob)) return 0;
+    return ba != bb || oa + pyg_tensor_nbytes(a) <= ob || ob + pyg_tensor_nbytes(b) <= oa;
+}
+
 void vkp_fold_groups(uint64_t total, uint32_t g[3]) {
     if (total == 0) total = 1;
     g[0] = total < 65535 ? (uint32_t)total : 65535;
@@ -342,24 +349,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[16 * s + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
         }
-        if (dps[nd].add_out) {
-            const pyg_tensor *t = dps[nd].add_out;
-            const pyg_buffer *b; uint64_t off;
-            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            uint32_t w6 = 96 + (dps[nd].out6_word ? dps[nd].out6_word : 2);
-            p[w6] = (uint32_t)(off & (align - 1));
-            p[w6 + 1] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) p[w6 + 2 + k] = (uint32_t)t->nb[k];
-        }
-        for (int x = 0; x < 3; x++) {   /* extra outputs: the same description (offset in its binding, type, nb) */
-            const pyg_tensor *t = dps[nd].xout[x];
+        /* outputs beyond the slots, each described in the extras from its word: offset in its binding, type, nb */
+        const pyg_tensor *outs[4] = { dps[nd].add_out, dps[nd].xout[0], dps[nd].xout[1], dps[nd].xout[2] };
+        const uint32_t words[4] = { dps[nd].out6_word ? dps[nd].out6_word : 2, dps[nd].xout_word[0], dps[nd].xout_word[1],
+                                    dps[nd].xout_word[2] };
+        for (int x = 0; x < 4; x++) {
+            const pyg_tensor *t = outs[x];
             if (!t) continue;
             const pyg_buffer *b; uint64_t off;
             if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            uint32_t w7 = 96 + dps[nd].xout_word[x];
-            p[w7] = (uint32_t)(off & (align - 1));
-            p[w7 + 1] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) p[w7 + 2 + k] = (uint32_t)t->nb[k];
+            uint32_t *w = &p[96 + words[x]];
+            w[0] = (uint32_t)(off & (align - 1));
+            w[1] = (uint32_t)t->type;
+            for (int k = 0; k < 4; k++) w[2 + k] = (uint32_t)t->nb[k];
         }
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);

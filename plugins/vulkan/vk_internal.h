@@ -349,6 +349,7 @@ pyg_error *vkp_repack_ensure(struct vkp_repack *const *list, int n, pyg_stream *
 
 /* graph (vk_graph.c, vk_matmul.c) */
 int vkp_resolve(const pyg_tensor *t, const pyg_buffer **b, uint64_t *off);   /* buffer and offset of t's bytes */
+int vkp_disjoint(const pyg_tensor *a, const pyg_tensor *b);   /* no byte in common (b NULL: 1; either without bytes: 0) */
 uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subgroup-per-row workgroup */
 /* dq[0]: gemm_dq chose the f16 copy of the weights: its bytes (else 0); dq[1]: gemm_b16 the f16 copy of
  * the activations, dq[2] its rows per (ne2, ne3) and dq[3] its row length in elements (gemm_bg: padded) */
@@ -365,8 +366,8 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size);
 void vkp_fa_log(const pyg_tensor *n, int shader);
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* matvec_rp */
-int vkp_mv_rpe_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* fuse_rope_mv */
-int vkp_mv_rpn_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* fold_norm */
+int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work,
+                        uint32_t *ex);   /* fuse_rope_mv, fold_norm: mul_mat_vec_rpe / _rpn */
 int vkp_rp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const pyg_tensor *sw, uint32_t spec[2],
                      uint64_t *work, uint32_t *ex);   /* matvec_rp: gate, up and their swiglu (mul_mat_vec_rpg) */
 int vkp_mv3q_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work);

@@ -201,13 +201,11 @@ int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint6
     return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RP, &d->mvrp_broken, 8, spec, work, ex);
 }
 
-/* the same as mul_mat_vec_rpe, the mat-vec that ropes and/or stores its result too, or as mul_mat_vec_rpn, the one that
- * adds, normalizes and scales it too (vk_mv_epi.c) */
-int vkp_mv_rpe_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
-    return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RPE, &d->mvrpe_broken, 8, spec, work, ex);
-}
-int vkp_mv_rpn_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
-    return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RPN, &d->mvrpn_broken, 8, spec, work, ex);
+/* the same as `shader`, one of its builds with an epilogue (vk_mv_epi.c): mul_mat_vec_rpe, the mat-vec that ropes and/or
+ * stores its result too, or mul_mat_vec_rpn, the one that adds, normalizes and scales it too */
+int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
+    int *broken = shader == VKP_SH_MUL_MAT_VEC_RPE ? &d->mvrpe_broken : shader == VKP_SH_MUL_MAT_VEC_RPN ? &d->mvrpn_broken : NULL;
+    return broken && rp_plan(d, mm, shader, broken, 8, spec, work, ex);
 }
 
 /* matvec_rp=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and their

@@ -34,11 +34,7 @@ static const pyg_tensor *through_views(const pyg_tensor *t) {
     return t;
 }
 
-static int overlap(const pyg_tensor *a, const pyg_tensor *b) {
-    const pyg_buffer *ba, *bb; uint64_t oa, ob;
-    if (!vkp_resolve(a, &ba, &oa) || !vkp_resolve(b, &bb, &ob)) return 1;
-    return ba == bb && oa < ob + pyg_tensor_nbytes(b) && ob < oa + pyg_tensor_nbytes(a);
-}
+static int overlap(const pyg_tensor *a, const pyg_tensor *b) { return !vkp_disjoint(a, b); }   /* (either without bytes: 1) */
 
 /* v: a contiguous f32 view of all of y's bytes, ne elements along dim 0 and one row */
 static int whole_f32(const pyg_tensor *v, const pyg_tensor *y, int64_t ne) {
@@ -99,6 +95,23 @@ static int hoistable(const pyg_graph *g, int i, int j, const unsigned char *done
     return 1;
 }
 
+/* dp, mul_mat_vec_rp for y, becomes `shader`, the same mat-vec with an epilogue (the same workgroups and parameters);
+ * 0 where that build cannot run here (logged), and dp is left as it was */
+static int become(pyg_device *d, const pyg_tensor *y, int shader, dispatch *dp) {
+    uint32_t sp[2], ex[2]; uint64_t work;
+    VkPipeline pipe = VK_NULL_HANDLE;
+    if (!vkp_mv_rp_epi_setup(d, y, shader, sp, &work, ex)) return 0;
+    pyg_error *e = vkp_get_pipeline(d, shader, sp, &pipe);   /* (usable: vk_matmul.c made it) */
+    if (e) {
+        vkp_log(PYG_LOG_WARN, "mul_mat '%s': %s; mul_mat_vec_rp runs", y->name, vkp_error_text(e));
+        vkp_error_free(e);
+        return 0;
+    }
+    dp->pipe = pipe;
+    dp->shader = shader;
+    return 1;
+}
+
 static int rope_mv(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
     const pyg_tensor *y = g->nodes[i];
     if (!d->opts.fuse_rope_mv || y->op != PYG_OP_MUL_MAT) return 0;
@@ -130,18 +143,7 @@ static int rope_mv(pyg_device *d, const pyg_graph *g, int i, unsigned char *done
         for (int b = a + 1; b < nw; b++) if (overlap(wr[a], wr[b])) return 0;
         for (int b = 0; b < nr; b++) if (overlap(wr[a], rd[b])) return 0;
     }
-    if (!hoistable(g, i, js > jr ? js : jr, done, wr + 1, nw - 1, rd + 2, nr - 2)) return 0;
-    uint32_t sp[2], ex[2]; uint64_t work;
-    VkPipeline pipe = VK_NULL_HANDLE;
-    if (!vkp_mv_rpe_setup(d, y, sp, &work, ex)) return 0;
-    pyg_error *e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPE, sp, &pipe);   /* (usable: vk_matmul.c made it) */
-    if (e) {
-        vkp_log(PYG_LOG_WARN, "mul_mat '%s': %s; mul_mat_vec_rp runs", y->name, vkp_error_text(e));
-        vkp_error_free(e);
-        return 0;
-    }
-    dp->pipe = pipe;
-    dp->shader = VKP_SH_MUL_MAT_VEC_RPE;
+    if (!hoistable(g, i, js > jr ? js : jr, done, wr + 1, nw - 1, rd + 2, nr - 2) || !become(d, y, VKP_SH_MUL_MAT_VEC_RPE, dp)) return 0;
     p[98] = (r ? 1u : 0u) | (s ? 2u : 0u);
     if (r) {
         memcpy(&p[80], r->op_params, sizeof r->op_params);
@@ -203,17 +205,7 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
         const pyg_buffer *b; uint64_t off;
         if (!vkp_resolve(v4[k], &b, &off) || (off & (align - 1)) % 16) return 0;
     }
-    uint32_t sp[2], ex[2]; uint64_t work;
-    VkPipeline pipe = VK_NULL_HANDLE;
-    if (!vkp_mv_rpn_setup(d, y, sp, &work, ex)) return 0;
-    pyg_error *e = vkp_get_pipeline(d, VKP_SH_MUL_MAT_VEC_RPN, sp, &pipe);   /* (usable: vk_matmul.c made it) */
-    if (e) {
-        vkp_log(PYG_LOG_WARN, "mul_mat '%s': %s; mul_mat_vec_rp runs", y->name, vkp_error_text(e));
-        vkp_error_free(e);
-        return 0;
-    }
-    dp->pipe = pipe;
-    dp->shader = VKP_SH_MUL_MAT_VEC_RPN;
+    if (!become(d, y, VKP_SH_MUL_MAT_VEC_RPN, dp)) return 0;
     memcpy(&p[80], n->op_params, sizeof n->op_params);   /* (eps) */
     p[98] = n_alias ? 0u : 1u;
     dp->slot[2] = r;
@@ -222,7 +214,7 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
     if (!n_alias) { dp->xout[1] = n; dp->xout_word[1] = 20; }
     dp->xout[2] = m; dp->xout_word[2] = 26;
     dp->nfold = 1;                                         /* a float per workgroup, then the counter */
-    dp->scratch_size = ((uint64_t)ex[0] + 1) * 4;
+    dp->scratch_size = ((uint64_t)p[96] + 1) * 4;   /* (p[96]: its workgroups, as mul_mat_vec_rp's) */
     dp->fa_fold = 4;
     done[ja] = done[jn] = done[jm] = 1;
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + add '%s' + rms_norm '%s' + mul '%s': mul_mat_vec_rpn", y->name, a->name, n->name, m->name);

@@ -10,13 +10,6 @@
  * none of them. */
 #include "vk_internal.h"
 
-static int disjoint(const pyg_tensor *a, const pyg_tensor *b) {
-    const pyg_buffer *ba, *bb; uint64_t oa, ob;
-    if (!b) return 1;
-    if (!vkp_resolve(a, &ba, &oa) || !vkp_resolve(b, &bb, &ob)) return 0;
-    return ba != bb || oa + pyg_tensor_nbytes(a) <= ob || ob + pyg_tensor_nbytes(b) <= oa;
-}
-
 int vkp_rope_store_fusable(pyg_device *d, const pyg_tensor *x, const pyg_tensor *s) {
     if (!d->opts.fuse_rope || x->op != PYG_OP_ROPE || !s || s->op != PYG_OP_SET_ROWS) return 0;
     const pyg_tensor *src = s->src[1], *cache = s->src[0], *idx = s->src[2];
@@ -29,6 +22,6 @@ int vkp_rope_store_fusable(pyg_device *d, const pyg_tensor *x, const pyg_tensor 
     if (!vkp_resolve(cache, &bc, &oc) || !vkp_resolve(s, &bn, &on) || bc != bn || oc != on) return 0;
     if (idx->ne[0] != src->ne[1] || idx->ne[1] != 1 || idx->ne[2] != 1 || idx->ne[3] != 1) return 0;
     if (!vkp_supports_op(d, x) || !vkp_supports_op(d, s)) return 0;
-    return disjoint(cache, x) && disjoint(cache, x->src[0]) && disjoint(cache, x->src[1]) &&
-           disjoint(cache, x->src[2]) && disjoint(cache, idx);
+    return vkp_disjoint(cache, x) && vkp_disjoint(cache, x->src[0]) && vkp_disjoint(cache, x->src[1]) &&
+           vkp_disjoint(cache, x->src[2]) && vkp_disjoint(cache, idx);
 }
