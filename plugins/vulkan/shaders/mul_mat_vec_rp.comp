@@ -67,6 +67,12 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
 
 shared float part[512];   // R sums per subgroup (at most 64 subgroups)
+// sum r of the workgroup: its subgroups' partial sums in subgroup order (after the barrier that follows their stores)
+float part_sum(uint r) {
+    float v = 0.0;
+    for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + r];
+    return v;
+}
 
 void main() {
     uint rg = wg_linear();
@@ -122,8 +128,7 @@ void main() {
     barrier();
 #ifdef RP_GLU
     if (t < RA) {
-        float va = 0.0, vb = 0.0;
-        for (uint s = 0u; s < gl_NumSubgroups; s++) { va += part[s * R + t]; vb += part[s * R + RA + t]; }
+        float va = part_sum(t), vb = part_sum(RA + t);
         uint row = row0 + t;
         if (row < M) {
             o3[(t_off(3u) >> 2) + row] = floatBitsToUint(va);
@@ -134,8 +139,7 @@ void main() {
 #elif defined(RP_NORM)
     float sq = 0.0;
     if (t < R) {
-        float v = 0.0;
-        for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
+        float v = part_sum(t);
         uint row = rg * R + t;
         if (row < M) {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
@@ -198,8 +202,7 @@ void main() {
     }
 #elif defined(RP_EPI)
     if (t < R) {
-        float v = 0.0, vp = 0.0;   // this row's sum and its rope partner's (row ^ 1)
-        for (uint s = 0u; s < gl_NumSubgroups; s++) { v += part[s * R + t]; vp += part[s * R + (t ^ 1u)]; }
+        float v = part_sum(t), vp = part_sum(t ^ 1u);   // this row's sum and its rope partner's (row ^ 1)
         uint row = rg * R + t, mode = ex_u(2u);
         if (row < M) {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
@@ -224,8 +227,7 @@ void main() {
     }
 #else
     if (t < R) {
-        float v = 0.0;
-        for (uint s = 0u; s < gl_NumSubgroups; s++) v += part[s * R + t];
+        float v = part_sum(t);
         uint row = rg * R + t;
         if (row < M) dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
     }
