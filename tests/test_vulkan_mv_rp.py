@@ -3,23 +3,17 @@ Each block's int8 dot and scales are mul_mat_vec3w's (the same quantization of t
 order of the float sums differs: results within rounding of matvec_rp=0 and within the quantization of numpy.
 The copy is made once per weight and device, shared by the plans that read it, and made again when the host
 writes the weight's buffer; what does not qualify (two columns, a weight that is an input) runs as before."""
-import logging
-
 import numpy as np
 import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
+from _vulkan_rp import debug_records, has_int8
 from test_vulkan_kernels import (VALIDATING, VK, _compute, _decode_model, _options_logged, _rerun_under_validation,  # noqa: F401
                                  _validation_clean, _weight)
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 RP = {"matvec_rp": "1", "fuse_norm_mv": "off"}
-
-
-def _has_int8():
-    desc = pg.get_device(VK).description
-    return "llvmpipe" in desc or "NVIDIA" in desc   # (devices known to have the integer dot product and subgroup sums)
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
@@ -45,7 +39,7 @@ def test_mv_rp_values(m, k):
     y, feeds, ref = _graph(m, k, seed=m + k)
     got, k1 = _compute(y, feeds, RP, "mul_mat '")
     base, k0 = _compute(y, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
-    if _has_int8():
+    if has_int8():
         assert k1 == ["mul_mat_vec_rp"] and "mul_mat_vec_rp" not in k0, (k0, k1)
     got = np.asarray(got).reshape(ref.shape)
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} against numpy"
@@ -74,7 +68,7 @@ def test_mv_rp_only_where_it_applies():
 def test_mv_rp_copy_shared_and_remade():
     """Two plans reading one weight share one copy (one 'repack:' line in the debug log); after the host
     writes new weights into the weight's buffer the next compute reads a copy of the new ones."""
-    if not _has_int8():
+    if not has_int8():
         pytest.skip("no integer dot product: matvec_rp does not apply here")
     rng = np.random.default_rng(7)
     m, k = 72, 1024
@@ -84,14 +78,7 @@ def test_mv_rp_copy_shared_and_remade():
     y1 = pg.mul_mat(w, x)
     y2 = pg.mul_mat(w, pg.scale(x, 2.0))
     xv = rng.standard_normal((1, k)).astype(np.float32)
-    records = []
-
-    class H(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h = H(level=logging.DEBUG)
-    logging.getLogger("pyggml").addHandler(h)
-    try:
+    with debug_records() as records:
         with _options_logged(RP, "mul_mat '") as kernels, pg.Scheduler([VK], poison=True) as s:
             a = np.asarray(s.compute(y1, {"x": xv}))
             b = np.asarray(s.compute(y2, {"x": xv}))
@@ -106,8 +93,6 @@ def test_mv_rp_copy_shared_and_remade():
             ref_new = xv.astype(np.float64) @ pg.dequantize(nb, "q4_0", (m, k)).astype(np.float64).T
             assert nmse(c.reshape(ref_new.shape), ref_new) <= 5e-4, "the copy was not made again after the write"
         assert kernels.count("mul_mat_vec_rp") == 2, kernels
-    finally:
-        logging.getLogger("pyggml").removeHandler(h)
 
 
 def test_mv_rp_model_logits(tmp_path):
@@ -116,7 +101,7 @@ def test_mv_rp_model_logits(tmp_path):
     run = _decode_model(tmp_path, "q4_0", 11)
     ref, k0 = run({"fuse_norm_mv": "off"})
     got, k1 = run(RP)
-    if _has_int8():
+    if has_int8():
         assert "mul_mat_vec_rp" in k1 and "mul_mat_vec_rp" not in k0, (k0, k1)
     for step, (a, b) in enumerate(zip(got, ref)):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
@@ -137,7 +122,7 @@ def test_mv_rp_gate_up_swiglu(m, k):
     feeds = {"x": rng.standard_normal((1, k)).astype(np.float32)}
     ref, k0 = _compute(outs, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
     got, k1 = _compute(outs, feeds, RP, "mul_mat '")
-    if _has_int8():
+    if has_int8():
         assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
     for a, b in zip(got, ref):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
@@ -167,5 +152,5 @@ def test_mv_rp_threads():
         for t in ts:
             t.join()
     assert not errors, errors
-    if _has_int8():
+    if has_int8():
         assert kernels and set(kernels) == {"mul_mat_vec_rp"}, kernels

@@ -5,24 +5,16 @@ squares in another order: to rounding) and against the CPU plugin, over shapes w
 not a multiple of 8, both operand orders of the add, three runs of one plan (the plan zeroes the workgroup counter
 before each). What does not fit (the norm not the sum's first reader) stays apart. A synthetic LLaMA decodes to the
 same logits with two dispatches fewer per layer."""
-import logging
-import re
-
 import numpy as np
 import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import (VALIDATING, VK, _decode_model, _options_logged, _rerun_under_validation,  # noqa: F401
-                                 _validation_clean)
+from _vulkan_rp import decode_on_off, has_int8, run_steps
+from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 ON, OFF = {"matvec_rp": "1", "fold_norm": "1"}, {"matvec_rp": "1", "fold_norm": "0"}
-
-
-def _has_int8():
-    desc = pg.get_device(VK).description
-    return "llvmpipe" in desc or "NVIDIA" in desc   # (devices known to have the integer dot product and subgroup sums)
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
@@ -54,18 +46,6 @@ def _feeds(m, k, step):
     return {"x": rng.standard_normal((1, k)).astype(np.float32), "r": rng.standard_normal((1, m)).astype(np.float32)}
 
 
-def _run(devs, build, feeds, options=None):
-    if options is None:
-        s = pg.Scheduler(devs)
-        outs = build()
-        return [s.compute(outs, f) for f in feeds], []
-    with _options_logged(options, "mul_mat '") as kernels:   # (filled when the block ends)
-        s = pg.Scheduler(devs)
-        outs = build()
-        got = [s.compute(outs, f) for f in feeds]
-    return got, kernels
-
-
 # (M, K): one workgroup (8 rows), rows not a multiple of 8, many workgroups, two blocks of K per invocation
 @pytest.mark.parametrize("m,k", [(8, 256), (100, 1024), (2048, 512), (256, 11008)])
 @pytest.mark.parametrize("swap", [False, True])
@@ -73,10 +53,10 @@ def test_norm_fold_fragment(m, k, swap):
     build = _fragment(m, k, m + k, swap)
     feeds = [_feeds(m, k, s) for s in range(3)]
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = _run([cpu], build, feeds)
-    got, k1 = _run([VK], build, feeds, ON)
-    base, k0 = _run([VK], build, feeds, OFF)
-    if _has_int8():
+    want, _ = run_steps([cpu], build, feeds)
+    got, k1 = run_steps([VK], build, feeds, ON)
+    base, k0 = run_steps([VK], build, feeds, OFF)
+    if has_int8():
         assert "mul_mat_vec_rpn" in k1 and "mul_mat_vec_rpn" not in k0, (k1, k0)
     for step in range(3):
         for name, gv, bv, wv in zip(("norm", "norm * w", "product", "sum"), got[step], base[step], want[step]):
@@ -92,8 +72,8 @@ def test_norm_fold_needs_the_norm_first():
     build = _fragment(m, k, 3, extra_reader=True)
     feeds = [_feeds(m, k, 0)]
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = _run([cpu], build, feeds)
-    got, kernels = _run([VK], build, feeds, ON)
+    want, _ = run_steps([cpu], build, feeds)
+    got, kernels = run_steps([VK], build, feeds, ON)
     assert "mul_mat_vec_rpn" not in kernels, kernels
     for gv, wv in zip(got[0], want[0]):
         assert nmse(gv, wv) < 5e-4
@@ -102,25 +82,9 @@ def test_norm_fold_needs_the_norm_first():
 def test_norm_fold_model_logits(tmp_path):
     """A small synthetic LLaMA (2 layers) decodes with fold_norm=1 to fold_norm=0's logits within rounding, its o
     and down projections on mul_mat_vec_rpn and two dispatches fewer per layer in its decode plan."""
-    run = _decode_model(tmp_path, "q4_0", 11)
-    records = []
-
-    class Hd(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h = Hd(level=logging.DEBUG)
-    logging.getLogger("pyggml").addHandler(h)
-    try:
-        got, k1 = run(ON)
-        n_on = [r for r in records if "dispatches" in r]
-        del records[:]
-        ref, k0 = run(OFF)
-        n_off = [r for r in records if "dispatches" in r]
-    finally:
-        logging.getLogger("pyggml").removeHandler(h)
+    (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, ON, OFF)
     for step, (a, b) in enumerate(zip(got, ref)):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
-    if _has_int8():
+    if has_int8():
         assert "mul_mat_vec_rpn" in k1 and "mul_mat_vec_rpn" not in k0, (k1, k0)
-        count = lambda lines: sorted(int(re.search(r"(\d+) dispatches", r).group(1)) for r in lines)   # noqa: E731
-        assert count(n_on)[0] == count(n_off)[0] - 2 * 2, (n_on, n_off)
+        assert n_on == n_off - 2 * 2, (n_on, n_off)

@@ -4,25 +4,17 @@ positions and rows: rows written before stay) against the same graph with fuse_r
 mat-vec, rope.comp's arithmetic), and against the CPU plugin; partial ropes and YaRN, f32/f16/bf16 caches, i32/i64
 indices. Neox ropes and frequency factors stay apart. A node between the mat-vec and the cache write that reads
 the cache keeps the write in its place. A synthetic LLaMA decodes to the same logits with fewer dispatches."""
-import logging
-import re
-
 import numpy as np
 import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import (VALIDATING, VK, _decode_model, _options_logged, _rerun_under_validation,  # noqa: F401
-                                 _validation_clean)
+from _vulkan_rp import debug_records, decode_on_off, has_int8, run_steps
+from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 H, HKV, D, K, N_CTX = 8, 2, 64, 512, 16
 ON, OFF = {"matvec_rp": "1", "fuse_rope_mv": "1"}, {"matvec_rp": "1", "fuse_rope_mv": "0"}
-
-
-def _has_int8():
-    desc = pg.get_device(VK).description
-    return "llvmpipe" in desc or "NVIDIA" in desc   # (devices known to have the integer dot product and subgroup sums)
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
@@ -58,18 +50,6 @@ def _feeds(step, itype):
     return {"x": x, "pos": np.array([7 + 3 * step], np.int32), "idx": np.array([2 + step], itype)}
 
 
-def _run(sched_devs, outs_fn, feeds_list, options=None):
-    if options is None:
-        s = pg.Scheduler(sched_devs)
-        outs = outs_fn()
-        return [s.compute(outs, f) for f in feeds_list], []
-    with _options_logged(options, "mul_mat '") as kernels:   # (filled when the block ends)
-        s = pg.Scheduler(sched_devs)
-        outs = outs_fn()
-        got = [s.compute(outs, f) for f in feeds_list]
-    return got, kernels
-
-
 ROPES = {"plain": dict(mode=pg.ROPE_NORMAL, freq_base=10000.0),
          "partial": dict(mode=pg.ROPE_NORMAL, n_dims=48, freq_base=500000.0),
          "yarn": dict(mode=pg.ROPE_NORMAL, freq_base=10000.0, freq_scale=0.25, ext_factor=1.0, attn_factor=1.1,
@@ -84,10 +64,10 @@ def test_rope_mv_layer(rope, itype, ctype):
     feeds = [_feeds(s, inp) for s in range(3)]
     build = lambda: _layer(5, it, ct, ROPES[rope])   # noqa: E731
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = _run([cpu], build, feeds)
-    got, k1 = _run([VK], build, feeds, ON)
-    base, k0 = _run([VK], build, feeds, OFF)
-    if _has_int8():
+    want, _ = run_steps([cpu], build, feeds)
+    got, k1 = run_steps([VK], build, feeds, ON)
+    base, k0 = run_steps([VK], build, feeds, OFF)
+    if has_int8():
         assert k1.count("mul_mat_vec_rpe") == 3 and "mul_mat_vec_rpe" not in k0, (k1, k0)
     for step in range(3):
         for name, gv, bv, wv in zip(("q roped", "K cache", "V cache", "q"), got[step], base[step], want[step]):
@@ -129,9 +109,9 @@ def test_rope_mv_leaves_what_it_does_not_take(what):
     build = _q_and_v(6, kw)
     feeds = [_feeds(s, np.int32) for s in range(2)]
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = _run([cpu], build, feeds)
-    got, kernels = _run([VK], build, feeds, ON)
-    if _has_int8():
+    want, _ = run_steps([cpu], build, feeds)
+    got, kernels = run_steps([VK], build, feeds, ON)
+    if has_int8():
         assert kernels.count("mul_mat_vec_rpe") == 1, kernels   # (each node's mul_mat_vec_rp line comes first)
     for step in range(2):
         for gv, wv in zip(got[step], want[step]):
@@ -156,18 +136,9 @@ def test_rope_mv_reader_between_keeps_the_write_in_place():
     feeds = [{"x": np.random.default_rng(20 + s).standard_normal((1, K)).astype(np.float32),
               "idx": np.array([0], np.int32)} for s in range(2)]
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = _run([cpu], build, feeds)
-    records = []
-
-    class Hd(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h = Hd(level=logging.DEBUG)
-    logging.getLogger("pyggml").addHandler(h)
-    try:
-        got, kernels = _run([VK], build, feeds, ON)
-    finally:
-        logging.getLogger("pyggml").removeHandler(h)
+    want, _ = run_steps([cpu], build, feeds)
+    with debug_records() as records:
+        got, kernels = run_steps([VK], build, feeds, ON)
     assert not any("+ set_rows: mul_mat_vec_rpe" in r for r in records), [r for r in records if "rpe" in r]
     for step in range(2):
         for gv, wv in zip(got[step], want[step]):
@@ -178,26 +149,10 @@ def test_rope_mv_reader_between_keeps_the_write_in_place():
 
 def test_rope_mv_model_logits(tmp_path):
     """A small synthetic LLaMA (2 layers) decodes to fuse_rope_mv=0's logits bit for bit, with every layer's q, k
-    and v on mul_mat_vec_rpe and two dispatches fewer per layer in its decode plans."""
-    run = _decode_model(tmp_path, "q4_0", 11)
-    records = []
-
-    class Hd(logging.Handler):
-        def emit(self, r):
-            records.append(r.getMessage())
-    h = Hd(level=logging.DEBUG)
-    logging.getLogger("pyggml").addHandler(h)
-    try:
-        got, k1 = run(ON)
-        n_on = [r for r in records if "dispatches" in r]
-        del records[:]
-        ref, k0 = run(OFF)
-        n_off = [r for r in records if "dispatches" in r]
-    finally:
-        logging.getLogger("pyggml").removeHandler(h)
+    and v on mul_mat_vec_rpe and three dispatches fewer per layer in its decode plan."""
+    (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, ON, OFF)
     for step, (a, b) in enumerate(zip(got, ref)):
         assert np.array_equal(np.asarray(a), np.asarray(b)), f"step {step}"
-    if _has_int8():
+    if has_int8():
         assert "mul_mat_vec_rpe" in k1 and "mul_mat_vec_rpe" not in k0, (k1, k0)
-        count = lambda lines: sorted(int(re.search(r"(\d+) dispatches", r).group(1)) for r in lines)   # noqa: E731
-        assert count(n_on)[0] == count(n_off)[0] - 2 * 3, (n_on, n_off)   # the decode plan: 3 fewer per layer
+        assert n_on == n_off - 2 * 3, (n_on, n_off)   # the rope, the rope_store and the set_rows of each layer

@@ -1,0 +1,63 @@
+"""Helpers shared by the tests of the repacked decode mat-vec and its epilogues on Vulkan (test_vulkan_mv_rp.py,
+test_vulkan_rope_mv.py, test_vulkan_norm_fold.py): which devices run it, the plugin's debug log, a graph's outputs
+over several computes of one plan, and a model's decode with and without an option."""
+import contextlib
+import logging
+import re
+
+import pyggml as pg
+from test_vulkan_kernels import VK, _decode_model, _options_logged
+
+
+def has_int8():
+    """Devices known to have the integer dot product and subgroup sums (where matvec_rp applies)."""
+    desc = pg.get_device(VK).description
+    return "llvmpipe" in desc or "NVIDIA" in desc
+
+
+@contextlib.contextmanager
+def debug_records():
+    """Yields the list that collects the messages of pyggml's log (the plugins' debug lines too) in the block."""
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, r):
+            records.append(r.getMessage())
+    h = H(level=logging.DEBUG)
+    log = logging.getLogger("pyggml")
+    log.addHandler(h)
+    try:
+        yield records
+    finally:
+        log.removeHandler(h)
+
+
+def run_steps(devs, build, feeds, options=None):
+    """build()'s outputs computed by one scheduler on devs, once per feed dict (one plan, state kept between);
+    with Vulkan device `options`, also the kernels the debug log named for its mul_mat nodes."""
+    if options is None:
+        s = pg.Scheduler(devs)
+        outs = build()
+        return [s.compute(outs, f) for f in feeds], []
+    with _options_logged(options, "mul_mat '") as kernels:   # (filled when the block ends)
+        s = pg.Scheduler(devs)
+        outs = build()
+        got = [s.compute(outs, f) for f in feeds]
+    return got, kernels
+
+
+def _fewest_dispatches(lines):
+    """the smallest plan's dispatch count among the plugin's 'plan for graph' lines (a model's decode plan)"""
+    return min(int(re.search(r"(\d+) dispatches", r).group(1)) for r in lines if "dispatches" in r)
+
+
+def decode_on_off(tmp_path, on, off):
+    """A small synthetic LLaMA (2 layers, _decode_model) run with Vulkan options `on`, then `off`: for each, its logits
+    per step, the kernels of its mul_mat nodes and its decode plan's dispatch count."""
+    run = _decode_model(tmp_path, "q4_0", 11)
+    res = []
+    for opts in (on, off):
+        with debug_records() as records:
+            logits, kernels = run(opts)
+        res.append((logits, kernels, _fewest_dispatches(records)))
+    return res
