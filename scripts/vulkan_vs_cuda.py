@@ -112,6 +112,10 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the o and down mat-vecs with the residual add, rms_norm and mul after them (fold_norm; off since the H100's
             # interleaved rounds at 2e2104a: 7b 256.0 against 270.8 t/s): fn1 with it, fn0 without; fused0 with neither
             "fn1": {"fold_norm": "1"}, "fn0": {"fold_norm": "0"}, "fused0": {"fold_norm": "0", "fuse_rope_mv": "0"},
+            # decode attention on flash_attn_dec2 (fa_v=4: a workgroup per query row and KV head, subgroup shuffles), about
+            # 512 (fad2), 1024 (fad2w1k) or 2048 (fad2w2k) workgroups; fad3: fa_v=3's flash_attn_dec
+            "fad2": {"fa_v": "4"}, "fad2w1k": {"fa_v": "4", "fa_dec_wgs": "1024"}, "fad2w2k": {"fa_v": "4", "fa_dec_wgs": "2048"},
+            "fad2w256": {"fa_v": "4", "fa_dec_wgs": "256"}, "fad3": {"fa_v": "3"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store

@@ -5,7 +5,7 @@
  * of 16, no softcap, its shared memory within the device's limit; everything else (decode, with its
  * KV split) stays on flash_attn.comp (vk_graph.c). The choice is logged per plan at debug level
  * ("flash_attn 'name': kernel", vkp_fa_log). Decode nodes the KV split takes run flash_attn_dec.comp
- * with fa_v=3 where its layout holds (vkp_fa_dec_setup). */
+ * with fa_v=3 where its layout holds (vkp_fa_dec_setup), flash_attn_dec2.comp with fa_v=4 (vkp_fa_dec2_setup). */
 #include "vk_internal.h"
 
 #define FA_BQ 32
@@ -77,6 +77,51 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     return ok;
 }
 
+/* flash_attn_dec2.comp (fa_v=4): a workgroup per row group (query row, KV head: its G query heads) and split. Takes
+ * K and V f16 of one head size D (32, 64, 128 or 256, D / 8 lanes per row within a subgroup) with 16-byte aligned
+ * rows, as many V heads as K heads, G = H / H_kv <= 8, a mask (f16 or f32) with one plane for all heads, 128-divisible
+ * subgroups with shuffles and arithmetic, and its shared memory within the device's limit. Splits: about fa_dec_wgs
+ * workgroups over the row groups, at least 32 cells each, at least 2 and at most 256 (the merge's weights), so the
+ * split count follows the cells the node attends. Scratch: (max, sum, output[D]) per query row and split, then a
+ * counter per row group (zeroed by the plan before each run). */
+int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
+                      uint64_t *work, uint32_t *ns_out, uint32_t *len_out, uint64_t *scratch_size, uint64_t *counters) {
+    const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+    if (d->opts.fa_v != 4 || d->fa_dec2_broken || !d->subgroup_shuffle || !d->subgroup_arith) return 0;
+    uint32_t SG = d->subgroup_size;
+    uint64_t D = (uint64_t)q->ne[0], H = (uint64_t)q->ne[2], Hk = (uint64_t)k->ne[2];
+    if (SG < 4 || SG > 128 || 128 % SG || (D != 32 && D != 64 && D != 128 && D != 256) || D / 8 > SG) return 0;
+    if (k->ne[0] != (int64_t)D || v->ne[0] != (int64_t)D || v->ne[2] != k->ne[2] || Hk == 0 || H % Hk || H / Hk > 8) return 0;
+    if (!fa_rows16(k, align) || !fa_rows16(v, align) || v->ne[1] != k->ne[1]) return 0;
+    if (m && (m->ne[2] != 1 || (m->type != PYG_TYPE_F16 && m->type != PYG_TYPE_F32))) return 0;
+    uint64_t G = H / Hk, U = G >= 4 ? 2 : 4, NSG = 128 / SG;
+    uint64_t shared = (NSG * G * (D + 2) + 256 + NSG + 1) * 4;
+    if (shared > d->props.limits.maxComputeSharedMemorySize) return 0;
+    uint32_t sp[2] = { (uint32_t)D, (uint32_t)(G | U << 8 | (uint64_t)SG << 16) };
+    if (!vkp_pipeline_usable(d, VKP_SH_FLASH_ATTN_DEC2, sp, &d->fa_dec2_broken)) return 0;
+    uint64_t nkv = (uint64_t)k->ne[1], rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), rgs = rows / G;
+    uint64_t ns = ((uint64_t)d->opts.fa_dec_wgs + rgs - 1) / rgs, most = (nkv + 31) / 32;
+    if (ns > most) ns = most;
+    if (ns > 256) ns = 256;
+    if (ns < 2) ns = 2;
+    uint64_t len = (nkv + ns - 1) / ns;
+    ns = (nkv + len - 1) / len;
+    if (ns < 2 || rgs * ns > UINT32_MAX) return 0;
+    *shader = VKP_SH_FLASH_ATTN_DEC2;
+    spec[0] = sp[0];
+    spec[1] = sp[1];
+    ex[0] = (uint32_t)(rgs * ns);
+    ex[2] = (uint32_t)ns;
+    ex[3] = (uint32_t)len;
+    ex[4] = (uint32_t)(rows * ns * (D + 2));
+    *work = rgs * ns;
+    *ns_out = (uint32_t)ns;
+    *len_out = (uint32_t)len;
+    *counters = rgs * 4;
+    *scratch_size = rows * ns * (D + 2) * 4 + rgs * 4;
+    return 1;
+}
+
 /* the kernel chosen for a FLASH_ATTN_EXT node, at debug level (tests read it) */
 void vkp_fa_log(const pyg_tensor *n, int shader) {
     const pyg_tensor *q = n->src[0];
@@ -91,7 +136,7 @@ void vkp_fa_log(const pyg_tensor *n, int shader) {
 int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size) {
     const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2];
-    if (d->opts.fa_v != 3 || d->fa_dec_broken) return 0;
+    if ((d->opts.fa_v != 3 && d->opts.fa_v != 4) || d->fa_dec_broken) return 0;   /* (fa_v=4 where flash_attn_dec2 does not take the node) */
     uint64_t D = (uint64_t)q->ne[0], Dv = (uint64_t)v->ne[0];
     if (D % 16 || D < 16 || D > 256 || Dv < 16 || Dv > 256 || (Dv & (Dv - 1))) return 0;
     if (!fa_rows16(k, align) || !fa_rows16(v, align)) return 0;

@@ -48,7 +48,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -93,11 +93,12 @@ typedef struct vkp_options {
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
     int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 where that still fills the GPU, else 64), 1: 64, 2: 128 */
-    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions); 3 flash_attn_dec.comp for the KV split */
+    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions); 3 flash_attn_dec.comp for the KV split; 4 flash_attn_dec2.comp (row groups, subgroup shuffles) */
     int64_t gemm_v;                 /* mul_mat_cm's build: 3 mul_mat_cm3 (default), 2 pipelined and unrolled, 1 the earlier one, 4 mul_mat_cm4 */
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
+    int64_t fa_dec_wgs;             /* fa_v=4: about this many workgroups over a node's row groups (splits of at least 32 cells) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: 1 (default) each K step summed in f16 first, 0 f32 accumulators */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
     int64_t matvec_q4_K;            /* q4_K weights in the int8 mat-vecs (mul_mat_vec3i/3w/3s/3n) */
@@ -150,7 +151,7 @@ struct pyg_device {
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
@@ -364,6 +365,11 @@ int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2
 /* fa_v=3: flash_attn_dec.comp for a KV-split node where its layout holds (vk_attn.c) */
 int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size);
+/* fa_v=4: flash_attn_dec2.comp for a decode node of nkv > 64 cells where its layout holds (vk_attn.c): the shader, its
+ * specialization, ex[0..4], its workgroups, splits and cells per split, the scratch bytes and the row counters' bytes at
+ * their end */
+int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
+                      uint64_t *work, uint32_t *ns, uint32_t *len, uint64_t *scratch_size, uint64_t *counters);
 void vkp_fa_log(const pyg_tensor *n, int shader);
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* matvec_rp */
 int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work,

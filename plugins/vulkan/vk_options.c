@@ -54,8 +54,14 @@
  *                2 flash_attn2 (FA_V2), where the device has subgroup arithmetic: eight
  *                invocations per key, each a strided eighth of the K row (loads a subgroup
  *                spreads over a few rows, not one word of 32 rows), and the softmax reductions
- *                through subgroup operations (H200: tg unchanged)
+ *                through subgroup operations (H200: tg unchanged); 4 flash_attn_dec2.comp for the nodes
+ *                of the KV split where its layout holds (else as 3): a workgroup per query row, KV head
+ *                (all the query heads that share it: grouped-query models read each K/V byte once) and
+ *                split; D / 8 lanes per K/V row, scores summed by subgroup shuffles, each lane its own
+ *                online softmax, no barrier in the loop (the CUDA plugin's flash_attn_dec structure)
  *   fa_wgs       the KV split of decode attention: at most this many workgroups (default 4096)
+ *   fa_dec_wgs   fa_v=4: about this many workgroups over a decode attention node's row groups (default 512),
+ *                splits of at least 32 cells, 2..256 of them
  *   fa           the same for prefill flash attention: scalar (flash_attn.comp only), coopmat,
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
@@ -92,6 +98,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fuse_rope = 1;
     d->opts.fa = VKP_GEMM_AUTO;
     d->opts.fa_wgs = 4096;
+    d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 2;
     d->opts.matvec_rp = 1;
     d->opts.fuse_rope_mv = 1;

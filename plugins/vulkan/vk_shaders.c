@@ -92,6 +92,9 @@ VKP_SPV(flash_attn2)
 VKP_SPV(flash_attn_dec)
 #include "flash_attn_dec.spv.h"
 ;
+VKP_SPV(flash_attn_dec2)
+#include "flash_attn_dec2.spv.h"
+;
 VKP_SPV(mul_mat_vec3p)
 #include "mul_mat_vec3p.spv.h"
 ;
@@ -209,6 +212,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_CM3_128_EMU, mul_mat_cm3_128_emu)
     VKP_CASE(VKP_SH_FLASH_ATTN2, flash_attn2)
     VKP_CASE(VKP_SH_FLASH_ATTN_DEC, flash_attn_dec)
+    VKP_CASE(VKP_SH_FLASH_ATTN_DEC2, flash_attn_dec2)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3P, mul_mat_vec3p)
     VKP_CASE(VKP_SH_ROPE_STORE, rope_store)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3G, mul_mat_vec3g)
@@ -261,7 +265,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_NORM_MUL_REG_ADD] = "norm_mul_reg", [VKP_SH_MUL_MAT_VEC3] = "mul_mat_vec3",
         [VKP_SH_MUL_MAT_CM3] = "mul_mat_cm3", [VKP_SH_MUL_MAT_CM3_EMU] = "mul_mat_cm3_emu",
         [VKP_SH_MUL_MAT_CM3_128] = "mul_mat_cm3_128", [VKP_SH_MUL_MAT_CM3_128_EMU] = "mul_mat_cm3_128_emu",
-        [VKP_SH_FLASH_ATTN2] = "flash_attn2", [VKP_SH_FLASH_ATTN_DEC] = "flash_attn_dec",
+        [VKP_SH_FLASH_ATTN2] = "flash_attn2", [VKP_SH_FLASH_ATTN_DEC] = "flash_attn_dec", [VKP_SH_FLASH_ATTN_DEC2] = "flash_attn_dec2",
         [VKP_SH_MUL_MAT_VEC3P] = "mul_mat_vec3p", [VKP_SH_ROPE_STORE] = "rope_store",
         [VKP_SH_MUL_MAT_VEC3G] = "mul_mat_vec3g", [VKP_SH_MUL_MAT_VEC3I] = "mul_mat_vec3i",
         [VKP_SH_MUL_MAT_VEC3W] = "mul_mat_vec3w", [VKP_SH_MUL_MAT_VEC4] = "mul_mat_vec4", [VKP_SH_MUL_MAT_VEC3Q] = "mul_mat_vec3q",
