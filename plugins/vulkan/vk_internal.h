@@ -111,6 +111,7 @@ typedef struct vkp_options {
     int64_t matvec_ahead;           /* the whole-row mat-vecs load two units before staging the row, not one */
     int64_t debug_mv_parts;         /* measurement switch: mul_mat_vec3w without its activation staging (1) or weight loads (2) */
     int64_t matvec_rp;              /* one-column q4_0 mat-vecs on a repacked copy of the weights (mul_mat_vec_rp, vk_repack.c) */
+    int64_t matvec_rp_k;            /* with matvec_rp, q4_K weights too (K a multiple of 256) */
 } vkp_options;
 #define VKP_AUTO 0
 enum { VKP_CM_API_AUTO, VKP_CM_API_NV, VKP_CM_API_KHR };   /* option cm_api (vk_plugin.c's k_cm_api) */

@@ -9,6 +9,14 @@
  *   scales  from Mp * K/2: per group of 8 rows rg and block u, the 8 rows' f16 d at
  *           ((rg * K/32 + u) * 8 + s) * 2: one 16-byte word brings a block's scales for 8 rows
  * The same bytes as ggml's blocks (18 per 32 weights).
+ * q4_K (the CUDA plugin's layout too), K a multiple of 256:
+ *   quants  row r at r * K/2 bytes: unit u (32 weights) is the 16 bytes 16 (u % 8) of super-block u / 8's 128
+ *           quant bytes, unchanged (byte i: weight 64 g + 16 h + i in the low nibble, + 32 in the high one,
+ *           g = (u % 8) / 2, h = u % 2: sub-blocks 2g and 2g + 1)
+ *   scales  from Mp * K/2: per group of 8 rows rg and super-block sb, 160 bytes at (rg * K/256 + sb) * 160: the 8
+ *           rows' (f16 d, f16 dmin) as 32-bit words, then per sub-block pair g 32 bytes at 32 + 32 g: for each
+ *           row the bytes scale[2g], scale[2g + 1], min[2g], min[2g + 1] (the 6-bit values unpacked)
+ * 148 bytes per 256 weights (ggml: 144).
  *
  * Staleness: every pyg_buffer carries a generation that each host write into it (buffer_write,
  * buffer_fill, stream_write_async, stream_copy_async's destination) raises; a copy records the
@@ -45,11 +53,14 @@ void vkp_buffer_written(pyg_buffer *b) { if (b) __atomic_add_fetch(&b->gen, 1, _
 
 int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w) {
     const pyg_buffer *b = NULL; uint64_t off = 0;
-    if (!w || w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT) || w->type != PYG_TYPE_Q4_0) return 0;
+    if (!w || w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT)) return 0;
+    if (w->type != PYG_TYPE_Q4_0 && !(w->type == PYG_TYPE_Q4_K && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
     if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] % 32 || w->ne[0] > 24576 || w->ne[1] < 1 || w->ne[1] > (1 << 24)) return 0;
-    if (w->nb[0] != 18 || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d || (b->flags & PYG_BUFFER_HOST)) return 0;
+    if (w->nb[0] != (w->type == PYG_TYPE_Q4_K ? 144 : 18) || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
+        (b->flags & PYG_BUFFER_HOST)) return 0;
     uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
-    return Mp * (uint64_t)w->ne[0] / 32 * 18 <= d->max_range;
+    uint64_t K = (uint64_t)w->ne[0];
+    return (w->type == PYG_TYPE_Q4_K ? Mp * (K / 256) * 148 : Mp * (K / 32) * 18) <= d->max_range;
 }
 
 static void destroy(struct vkp_repack *r) {
@@ -71,7 +82,9 @@ static void destroy(struct vkp_repack *r) {
 /* the copy's buffer, repack.comp's parameters and descriptor set, and its command buffer */
 static pyg_error *make(pyg_device *d, const pyg_tensor *w, const pyg_buffer *b, uint64_t off, struct vkp_repack *r) {
     uint64_t align = vkp_dev_align(d), K = (uint64_t)w->ne[0], nblk = K / 32;
-    r->size = (uint64_t)r->Mp * nblk * 18;
+    int k4 = w->type == PYG_TYPE_Q4_K;
+    uint64_t src_row = k4 ? K / 256 * 144 : nblk * 18;   /* bytes of a source row */
+    r->size = k4 ? (uint64_t)r->Mp * (K / 256) * 148 : (uint64_t)r->Mp * nblk * 18;
     void *map = NULL;
     pyg_error *e = vkp_raw_device_buffer(d, r->size, &r->buf, &r->mem, &map);
     if (e) { r->size = 0; return e; }
@@ -81,7 +94,7 @@ static pyg_error *make(pyg_device *d, const pyg_tensor *w, const pyg_buffer *b, 
     uint32_t *p = NULL;
     if ((e = vkp_raw_host_buffer(d, VKP_PARAM_WORDS * 4, &r->pbuf, &r->pmem, (void **)&p))) return e;
     memset(p, 0, VKP_PARAM_WORDS * 4);
-    uint64_t lo = off & ~(align - 1), hi = (off + (uint64_t)(w->ne[1] - 1) * w->nb[1] + nblk * 18 + 3) & ~3ull;
+    uint64_t lo = off & ~(align - 1), hi = (off + (uint64_t)(w->ne[1] - 1) * w->nb[1] + src_row + 3) & ~3ull;
     if (hi > b->alloc_size) hi = b->alloc_size;
     p[0] = (uint32_t)(off - lo);
     p[1] = (uint32_t)w->type;
@@ -162,8 +175,8 @@ struct vkp_repack *vkp_repack_acquire(pyg_device *d, const pyg_tensor *w, pyg_er
     r->next = g_list;
     g_list = r;
     pthread_mutex_unlock(&g_mu);
-    vkp_log(PYG_LOG_DEBUG, "repack: a copy of '%s' (%lld x %lld q4_0, %llu bytes)", w->name, (long long)r->M, (long long)r->K,
-            (unsigned long long)r->size);
+    vkp_log(PYG_LOG_DEBUG, "repack: a copy of '%s' (%lld x %lld %s, %llu bytes)", w->name, (long long)r->M, (long long)r->K,
+            w->type == PYG_TYPE_Q4_K ? "q4_K" : "q4_0", (unsigned long long)r->size);
     return r;
 }
 
@@ -219,7 +232,8 @@ pyg_error *vkp_repack_ensure(struct vkp_repack *const *list, int n, pyg_stream *
         uint64_t g = __atomic_load_n(&r->src->gen, __ATOMIC_ACQUIRE);
         if (r->gen == g) continue;
         if ((e = vkp_submit(s, r->cb))) break;
-        vkp_val_queued((pyg_buffer *)r->src, r->src_off, r->src_off + (uint64_t)(r->M - 1) * r->nb1 + (uint64_t)r->K / 32 * 18, 0,
+        vkp_val_queued((pyg_buffer *)r->src, r->src_off, r->src_off + (uint64_t)(r->M - 1) * r->nb1 +
+                       (r->type == PYG_TYPE_Q4_K ? (uint64_t)r->K / 256 * 144 : (uint64_t)r->K / 32 * 18), 0,
                        s->vid, s->value);
         __atomic_store_n(&r->gen, g, __ATOMIC_RELEASE);
         queued = 1;

@@ -33,8 +33,10 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
-layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0) | blocks per invocation J << 8
+layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K) | blocks per invocation J << 8
+const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
+const uint NS = TY == TY_Q4_K ? 4u : 1u;         // 16-byte scale words per unit and 8 rows
 const uint R = 8u;                               // sums per workgroup (H100: 16 were 20% slower in a 7b decode)
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
 #ifdef RP_GLU
@@ -74,21 +76,73 @@ float part_sum(uint r) {
     return v;
 }
 
+uvec4 wq[J * R];                                 // the unit's quant words of each row, as loaded
+uvec4 ws[J * NS], ws2[J * NS];                   // its scale words (RP_GLU: ws2 those of W_b)
+
+// the 16-byte word of scale word k (k < NS) of unit u for row group g8 (nb units per row): q4_0 the block's 8 scales;
+// q4_K its super-block's group of 10 words: k = 0, 1 the (d, dmin) of rows 0-3 / 4-7, k = 2, 3 the scale and min
+// bytes of the unit's sub-block pair for rows 0-3 / 4-7
+uint sc_word(uint sc0, uint g8, uint nb, uint u, uint k) {
+    if (TY != TY_Q4_K) return sc0 + g8 * nb + u;
+    uint b = sc0 + (g8 * (nb >> 3) + (u >> 3)) * 10u;
+    return k < 2u ? b + k : b + 2u * ((u & 7u) >> 1) + k;
+}
+
+// q4_K: unit u's two 16-element halves of the activations (sub-blocks 2g and 2g + 1 of its super-block) quantized to
+// int8 each with its own scale, dotted with the R rows' nibbles: acc[r] += d (sc0 dl lo + sc1 dh hi) - dmin (m0 dl sl +
+// m1 dh sh), sl / sh the sums of the quantized halves
+void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
+    uint e4 = (u >> 3) * 64u + ((u & 7u) >> 1) * 16u + (u & 1u) * 4u;   // the low half's first vec4
+    vec4 x[8];
+    float al = 0.0, ah = 0.0;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        x[k] = s1v[yb + e4 + k];
+        x[4u + k] = s1v[yb + e4 + 8u + k];               // 32 elements on: the high nibbles' sub-block
+        vec4 a = abs(x[k]), b = abs(x[4u + k]);
+        al = max(al, max(max(a.x, a.y), max(a.z, a.w)));
+        ah = max(ah, max(max(b.x, b.y), max(b.z, b.w)));
+    }
+    float dl = al / 127.0, dh = ah / 127.0, il = dl > 0.0 ? 1.0 / dl : 0.0, ih = dh > 0.0 ? 1.0 / dh : 0.0;
+    int sl = 0, sh = 0;
+    uint yl[4], yh[4];
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        ivec4 ql = clamp(ivec4(roundEven(x[k] * il)), ivec4(-127), ivec4(127));
+        ivec4 qh = clamp(ivec4(roundEven(x[4u + k] * ih)), ivec4(-127), ivec4(127));
+        sl += ql.x + ql.y + ql.z + ql.w;
+        sh += qh.x + qh.y + qh.z + qh.w;
+        yl[k] = uint(ql.x & 255) | uint(ql.y & 255) << 8 | uint(ql.z & 255) << 16 | uint(ql.w & 255) << 24;
+        yh[k] = uint(qh.x & 255) | uint(qh.y & 255) << 8 | uint(qh.z & 255) << 16 | uint(qh.w & 255) << 24;
+    }
+    float msl = dl * float(sl), msh = dh * float(sh);
+    [[unroll]] for (uint r = 0u; r < R; r++) {
+        uvec4 q = wq[j * R + r];
+        int lo = 0, hi = 0;
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            lo = sdot4x8(q[k] & 0x0f0f0f0fu, yl[k], 0) + lo;
+            hi = sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, yh[k], 0) + hi;
+        }
+        uint s8 = h + (r < RA ? r : r - RA);             // the row's slot among its group's 8
+        uint o = j * NS + (s8 >> 2);
+        uint hd = (r < RA ? ws[o] : ws2[o])[s8 & 3u], sm = (r < RA ? ws[o + 2u] : ws2[o + 2u])[s8 & 3u];
+        vec2 dm = unpackHalf2x16(hd);
+        acc[r] += dm.x * (float(sm & 255u) * dl * float(lo) + float((sm >> 8) & 255u) * dh * float(hi))
+                - dm.y * (float((sm >> 16) & 255u) * msl + float(sm >> 24) * msh);
+    }
+}
+
 void main() {
     uint rg = wg_linear();
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
     uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
-    uvec4 wq[J * R];
-    uvec4 ws[J], ws2[J];
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
-        ws[j] = ok ? rq[sc0 + g8 * nb + u] : uvec4(0u);
+        [[unroll]] for (uint k = 0u; k < NS; k++) ws[j * NS + k] = ok ? rq[sc_word(sc0, g8, nb, u, k)] : uvec4(0u);
         [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? rq[(row0 + r) * nb + u] : uvec4(0u);
 #ifdef RP_GLU
-        ws2[j] = ok ? rq2[sc0 + g8 * nb + u] : uvec4(0u);
+        [[unroll]] for (uint k = 0u; k < NS; k++) ws2[j * NS + k] = ok ? rq2[sc_word(sc0, g8, nb, u, k)] : uvec4(0u);
         [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + RA + r] = ok ? rq2[(row0 + r) * nb + u] : uvec4(0u);
 #endif
     }
@@ -97,6 +151,10 @@ void main() {
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         if (u >= nb) continue;
+        if (TY == TY_Q4_K) {
+            dot_q4_K(yb, u, j, h, acc);
+            continue;
+        }
         vec4 x[8];
         float amax = 0.0;
         [[unroll]] for (uint k = 0u; k < 8u; k++) {
