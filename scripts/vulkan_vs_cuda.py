@@ -116,6 +116,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # 512 (fad2), 1024 (fad2w1k) or 2048 (fad2w2k) workgroups; fad3: fa_v=3's flash_attn_dec
             "fad2": {"fa_v": "4"}, "fad2w1k": {"fa_v": "4", "fa_dec_wgs": "1024"}, "fad2w2k": {"fa_v": "4", "fa_dec_wgs": "2048"},
             "fad2w256": {"fa_v": "4", "fa_dec_wgs": "256"}, "fad3": {"fa_v": "3"},
+            # q4_K decode mat-vecs on the repacked copy (matvec_rp_k, the default) or not (rpk0: mul_mat_vec2 on f32)
+            "rpk0": {"matvec_rp_k": "0"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
