@@ -81,7 +81,8 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
  * K and V f16 of one head size D (32, 64, 128 or 256, D / 8 lanes per row within a subgroup) with 16-byte aligned
  * rows, as many V heads as K heads, G = H / H_kv <= 8, a mask (f16 or f32) with one plane for all heads, 128-divisible
  * subgroups with shuffles and arithmetic, and its shared memory within the device's limit. Splits: about fa_dec_wgs
- * workgroups over the row groups, at least 32 cells each, at least 2 and at most 256 (the merge's weights), so the
+ * workgroups over the row groups, at least 32 cells each, at least 2 and at most 256 and 1024 / G (the merge's shared
+ * arrays), so the
  * split count follows the cells the node attends. Scratch: (max, sum, output[D]) per query row and split, then a
  * counter per row group (zeroed by the plan before each run). */
 int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
@@ -95,13 +96,14 @@ int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *s
     if (!fa_rows16(k, align) || !fa_rows16(v, align) || v->ne[1] != k->ne[1]) return 0;
     if (m && (m->ne[2] != 1 || (m->type != PYG_TYPE_F16 && m->type != PYG_TYPE_F32))) return 0;
     uint64_t G = H / Hk, U = G >= 4 ? 2 : 4, NSG = 128 / SG;
-    uint64_t shared = (NSG * G * (D + 2) + 256 + NSG + 1) * 4;
+    uint64_t shared = (NSG * G * (D + 2) + 2 * 1024 + G + 1) * 4;
     if (shared > d->props.limits.maxComputeSharedMemorySize) return 0;
     uint32_t sp[2] = { (uint32_t)D, (uint32_t)(G | U << 8 | (uint64_t)SG << 16) };
     if (!vkp_pipeline_usable(d, VKP_SH_FLASH_ATTN_DEC2, sp, &d->fa_dec2_broken)) return 0;
     uint64_t nkv = (uint64_t)k->ne[1], rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), rgs = rows / G;
     uint64_t ns = ((uint64_t)d->opts.fa_dec_wgs + rgs - 1) / rgs, most = (nkv + 31) / 32;
     if (ns > most) ns = most;
+    if (ns > 1024 / G) ns = 1024 / G;   /* (the merge's shared arrays) */
     if (ns > 256) ns = 256;
     if (ns < 2) ns = 2;
     uint64_t len = (nkv + ns - 1) / ns;

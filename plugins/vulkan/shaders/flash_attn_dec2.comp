@@ -28,15 +28,15 @@ const uint SG = SPEC >> 16;                          // subgroup size
 const uint NSG = 128u / SG;
 const uint LPR = D / 8u, RPW = SG / LPR, WSTEP = U * RPW, BSTEP = NSG * WSTEP;
 const float LOG2E = 1.4426950408889634;
-const uint MAXS = 256u;                              // splits a row group may have (host-checked)
+const uint MAXGS = 1024u;                            // heads x splits of a row group (host-checked)
 layout(std430, binding = 1) readonly buffer S1v { uvec4 s1v[]; };
 layout(std430, binding = 2) readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 6) coherent buffer Scratch { float sc[]; };
 layout(std430, binding = 6) coherent buffer ScratchU { uint scu[]; };
 shared float s_m[NSG * G], s_l[NSG * G];
 shared float s_acc[NSG * G * D];                     // each subgroup's (sum-scaled) output per head
-shared float s_w[MAXS];                              // the merge: each split's weight
-shared float s_red[NSG];
+shared float s_mw[MAXGS], s_lw[MAXGS];              // the merge: each (head, split)'s max, then weight; its sum
+shared float s_inv[G];
 shared uint is_last;
 
 float mask_at(bool has_mask, uint mrow, uint j) { return has_mask ? ldf(3u, mrow + j * t_nb(3u, 0u), t_type(3u)) : 0.0; }
@@ -178,40 +178,40 @@ void main() {
     barrier();
     if (is_last == 0u) return;
     memoryBarrierBuffer();                           // the other workgroups' records after it
-    for (uint g = 0u; g < G; g++) {
-        uint r0 = (rg * G + g) * nsplit, h = hk * G + g;
+    // The merge: every (head, split)'s max and sum loaded at once into shared memory; a subgroup per head turns the
+    // maxima into weights exp2(m - max) and sums 1 / sum(weight * sum); then every (head, output element) a sum of
+    // independent loads. All heads at once: the tail is three memory round trips whatever G is.
+    for (uint i = t; i < G * nsplit; i += 128u) {
+        uint r = ((rg * G + i / nsplit) * nsplit + i % nsplit) * RS;
+        s_mw[i] = sc[r];
+        s_lw[i] = sc[r + 1u];
+    }
+    barrier();
+    for (uint g = sg; g < G; g += NSG) {
         float mx = NEG_INF;
-        for (uint k = t; k < nsplit; k += 128u) mx = max(mx, sc[(r0 + k) * RS]);
+        for (uint k = lane; k < nsplit; k += SG) mx = max(mx, s_mw[g * nsplit + k]);
         mx = subgroupMax(mx);
-        if (subgroupElect()) s_red[sg] = mx;
-        barrier();
-        mx = NEG_INF;
-        for (uint k = 0u; k < NSG; k++) mx = max(mx, s_red[k]);
-        barrier();                                   // s_red read before it is rewritten
         float ls = 0.0;
-        for (uint k = t; k < nsplit; k += 128u) {
-            float mk = sc[(r0 + k) * RS], f = mk == NEG_INF ? 0.0 : exp2(mk - mx);
-            s_w[k] = f;
-            ls += f * sc[(r0 + k) * RS + 1u];
+        for (uint k = lane; k < nsplit; k += SG) {
+            float mk = s_mw[g * nsplit + k], f = mk == NEG_INF ? 0.0 : exp2(mk - mx);
+            s_mw[g * nsplit + k] = f;
+            ls += f * s_lw[g * nsplit + k];
         }
         ls = subgroupAdd(ls);
-        if (subgroupElect()) s_red[sg] = ls;
-        barrier();
-        ls = 0.0;
-        for (uint k = 0u; k < NSG; k++) ls += s_red[k];
-        float inv = ls > 0.0 ? 1.0 / ls : 0.0;
-        for (uint d = t; d < D; d += 128u) {
-            float o0 = 0.0, o1 = 0.0, o2 = 0.0, o3 = 0.0;   // four chains of independent loads
-            uint k = 0u;
-            for (; k + 4u <= nsplit; k += 4u) {
-                o0 += sc[(r0 + k) * RS + 2u + d] * s_w[k];
-                o1 += sc[(r0 + k + 1u) * RS + 2u + d] * s_w[k + 1u];
-                o2 += sc[(r0 + k + 2u) * RS + 2u + d] * s_w[k + 2u];
-                o3 += sc[(r0 + k + 3u) * RS + 2u + d] * s_w[k + 3u];
-            }
-            for (; k < nsplit; k++) o0 += sc[(r0 + k) * RS + 2u + d] * s_w[k];
-            stf(t_at(4u, d, h, iq, b), t_type(4u), ((o0 + o1) + (o2 + o3)) * inv);
+        if (subgroupElect()) s_inv[g] = ls > 0.0 ? 1.0 / ls : 0.0;
+    }
+    barrier();
+    for (uint i = t; i < G * D; i += 128u) {
+        uint g = i / D, d = i % D, r0 = (rg * G + g) * nsplit, w0 = g * nsplit;
+        float o0 = 0.0, o1 = 0.0, o2 = 0.0, o3 = 0.0;   // four chains of independent loads
+        uint k = 0u;
+        for (; k + 4u <= nsplit; k += 4u) {
+            o0 += sc[(r0 + k) * RS + 2u + d] * s_mw[w0 + k];
+            o1 += sc[(r0 + k + 1u) * RS + 2u + d] * s_mw[w0 + k + 1u];
+            o2 += sc[(r0 + k + 2u) * RS + 2u + d] * s_mw[w0 + k + 2u];
+            o3 += sc[(r0 + k + 3u) * RS + 2u + d] * s_mw[w0 + k + 3u];
         }
-        barrier();                                   // s_w and s_red read before the next head rewrites them
+        for (; k < nsplit; k++) o0 += sc[(r0 + k) * RS + 2u + d] * s_mw[w0 + k];
+        stf(t_at(4u, d, hk * G + g, iq, b), t_type(4u), ((o0 + o1) + (o2 + o3)) * s_inv[g]);
     }
 }
