@@ -122,8 +122,11 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
             hi = sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, yh[k], 0) + hi;
         }
         uint s8 = h + (r < RA ? r : r - RA);             // the row's slot among its group's 8
-        uint o = j * NS + (s8 >> 2);
-        uint hd = (r < RA ? ws[o] : ws2[o])[s8 & 3u], sm = (r < RA ? ws[o + 2u] : ws2[o + 2u])[s8 & 3u];
+        bool lo4 = s8 < 4u;                              // (words picked by selects: a computed index into a private
+        uint o = j * NS;                                 // array would put it in local memory)
+        uvec4 hdv = r < RA ? (lo4 ? ws[o] : ws[o + 1u]) : (lo4 ? ws2[o] : ws2[o + 1u]);
+        uvec4 smv = r < RA ? (lo4 ? ws[o + 2u] : ws[o + 3u]) : (lo4 ? ws2[o + 2u] : ws2[o + 3u]);
+        uint hd = hdv[s8 & 3u], sm = smv[s8 & 3u];
         vec2 dm = unpackHalf2x16(hd);
         acc[r] += dm.x * (float(sm & 255u) * dl * float(lo) + float((sm >> 8) & 255u) * dh * float(hi))
                 - dm.y * (float((sm >> 16) & 255u) * msl + float(sm >> 24) * msh);
