@@ -1,6 +1,7 @@
-"""matvec_rp_k: one-column q4_K mat-vecs on a repacked copy too (vk_repack.c's q4_K layout, mul_mat_vec_rp.comp's q4_K
-path): each unit's activations quantized to int8 per 16 elements, dotted with the nibbles, scaled by the unpacked 6-bit
-scales and mins. Against numpy within the quantization, rows not a multiple of 8 (zero rows in the copy), one to three
+"""matvec_rp_k: one-column q4_K and q6_K mat-vecs on a repacked copy too (vk_repack.c's layouts, mul_mat_vec_rp.comp's
+k-quant paths): q4_K's unit activations quantized to int8 per 16 elements, dotted with the nibbles, scaled by the
+unpacked 6-bit scales and mins; q6_K's per 32, dotted with the low nibbles and the high-bit plane's two bits, scaled by
+the int8 scale of each 16. Against numpy within the quantization, rows not a multiple of 8 (zero rows in the copy), one to three
 units per invocation; a gate/up pair with its swiglu (mul_mat_vec_rpg), the copy made again after a host write, and a
 synthetic q4_K LLaMA whose decode takes the repacked mat-vecs and their q/k/v and gate/up fusions."""
 import numpy as np
@@ -25,11 +26,12 @@ def test_under_validation_layer():
 
 
 # (M, K): one unit per invocation (K <= 8192), two (11008), three (24576); rows not a multiple of 8; one super-block
+@pytest.mark.parametrize("wdt", ["q4_K", "q6_K"])
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 512), (8, 2048)])
-def test_mv_rp_k_values(m, k):
+def test_mv_rp_k_values(wdt, m, k):
     rng = np.random.default_rng(m + k)
     g = pg.Graph()
-    w, w64 = _weight(g, rng, "q4_K", (m, k))
+    w, w64 = _weight(g, rng, wdt, (m, k))
     x = g.input("x", (1, k))
     xv = rng.standard_normal((1, k)).astype(np.float32)
     ref = xv.astype(np.float64) @ w64.T
@@ -42,15 +44,16 @@ def test_mv_rp_k_values(m, k):
         assert nmse(out, ref) <= 5e-4, f"NMSE {nmse(out, ref):.3g} against numpy"
 
 
+@pytest.mark.parametrize("wdt", ["q4_K", "q6_K"])
 @pytest.mark.parametrize("m,k", [(96, 512), (100, 4096), (40, 11008)])
-def test_mv_rp_k_gate_up_swiglu(m, k):
-    """A q4_K gate/up pair and its swiglu as one mul_mat_vec_rpg dispatch, all three results against numpy."""
+def test_mv_rp_k_gate_up_swiglu(wdt, m, k):
+    """A q4_K or q6_K gate/up pair and its swiglu as one mul_mat_vec_rpg dispatch, all three results against numpy."""
     rng = np.random.default_rng(m + k + 1)
     g = pg.Graph()
 
     def weight(name):
-        blocks = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_K")
-        return g.weight(name, blocks, type="q4_K", shape=(m, k)), pg.dequantize(blocks, "q4_K", (m, k)).astype(np.float64)
+        blocks = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), wdt)
+        return g.weight(name, blocks, type=wdt, shape=(m, k)), pg.dequantize(blocks, wdt, (m, k)).astype(np.float64)
     (wg, g64), (wu, u64) = weight("wg"), weight("wu")
     x = g.input("x", (1, k))
     gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
@@ -64,14 +67,15 @@ def test_mv_rp_k_gate_up_swiglu(m, k):
         assert nmse(out, ref) <= 5e-4, f"NMSE {nmse(out, ref):.3g}"
 
 
-def test_mv_rp_k_copy_remade():
-    """After the host writes new q4_K weights into the weight's buffer the next compute reads a copy of the new ones."""
+@pytest.mark.parametrize("wdt", ["q4_K", "q6_K"])
+def test_mv_rp_k_copy_remade(wdt):
+    """After the host writes new weights into the weight's buffer the next compute reads a copy of the new ones."""
     if not has_int8():
         pytest.skip("no integer dot product: matvec_rp does not apply here")
     rng = np.random.default_rng(17)
     m, k = 40, 1024
     g = pg.Graph()
-    w, w64 = _weight(g, rng, "q4_K", (m, k))
+    w, w64 = _weight(g, rng, wdt, (m, k))
     x = g.input("x", (1, k))
     y = pg.mul_mat(w, x)
     xv = rng.standard_normal((1, k)).astype(np.float32)
@@ -80,21 +84,25 @@ def test_mv_rp_k_copy_remade():
             a = np.asarray(s.compute(y, {"x": xv}))
             ref = xv.astype(np.float64) @ w64.T
             assert nmse(a.reshape(ref.shape), ref) <= 5e-4
-            nb = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), "q4_K")
+            nb = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), wdt)
             s._leaf(pg.get_device(VK), w).buf.write(0, nb, "new weights")
             c = np.asarray(s.compute(y, {"x": xv}))
-            ref_new = xv.astype(np.float64) @ pg.dequantize(nb, "q4_K", (m, k)).astype(np.float64).T
+            ref_new = xv.astype(np.float64) @ pg.dequantize(nb, wdt, (m, k)).astype(np.float64).T
             assert nmse(c.reshape(ref_new.shape), ref_new) <= 5e-4, "the copy was not made again after the write"
-    assert any("repack: a copy of 'w' (40 x 1024 q4_K" in r for r in records), records
+    assert any(f"repack: a copy of 'w' (40 x 1024 {wdt}" in r for r in records), records
 
 
 def test_mv_rp_k_model_logits(tmp_path):
-    """A small synthetic q4_K LLaMA decodes with matvec_rp_k=1 to within the int8 mat-vecs' threshold of the float
-    mat-vec's logits, its q/k/v on mul_mat_vec_rpe and its gate/up on mul_mat_vec_rpg."""
+    """A small synthetic q4_K LLaMA (Q4_K_M's mix: q6_K v, down and output) decodes with matvec_rp_k=1 to within the
+    int8 mat-vecs' threshold of the float mat-vec's logits, every one-column mat-vec on the repacked kernels (its q/k/v
+    on mul_mat_vec_rpe, its gate/up on mul_mat_vec_rpg), none of one column left on mul_mat_vec2."""
     run = _decode_model(tmp_path, "q4_K", 13)
     ref, k0 = run({"matvec": "2", "matvec_rp": "0"})
-    got, k1 = run(RP)
+    with debug_records() as records:
+        got, k1 = run(RP)
     if has_int8():
         assert {"mul_mat_vec_rpe", "mul_mat_vec_rpg"} <= k1 and not any("rp" in k for k in k0), (k0, k1)
+        left = [r for r in records if "N 1): mul_mat_vec2" in r]   # (the prefill's N = 4 chunks stay on mul_mat_vec2)
+        assert not left, left
     for step, (a, b) in enumerate(zip(got, ref)):
         assert nmse(np.asarray(a), np.asarray(b)) <= 5e-4, f"step {step}: NMSE {nmse(np.asarray(a), np.asarray(b)):.3g}"

@@ -1,6 +1,7 @@
 /* plugins/vulkan/vk_matmul.c — which kernel runs a MUL_MAT node.
  *
- *   N = 1, q4_0 leaf  mul_mat_vec_rp.comp on the weight's repacked copy (option matvec_rp, the default; vk_repack.c;
+ *   N = 1, q4_0 leaf  mul_mat_vec_rp.comp on the weight's repacked copy (option matvec_rp, the default, and q4_K /
+ *                     q6_K leaves with matvec_rp_k, the default; vk_repack.c;
  *                     vk_fuse.c runs a gate, an up and their swiglu as one mul_mat_vec_rpg), else
  *   N <= 4 (decode)   mul_mat_vec3.comp for q4_0/q8_0 (option matvec=3, where its layout conditions
  *                     hold: activations staged in shared memory, 8 << matvec_rows rows per

@@ -20,10 +20,12 @@
  *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
  *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
  *                activations in registers, weights streamed in 16-byte words); H100: even with matvec=6 in a model
- *   matvec_rp_k  1 (default) / 0: with matvec_rp, q4_K weights too (K a multiple of 256; the CUDA plugin's
- *                repacked q4_K layout: 16 quant bytes per unit, each 8 rows' d, dmin and unpacked 6-bit scales and
- *                mins of a super-block in 160 bytes), their activations quantized per 16 elements; so q4_K takes
- *                the gate/up and q/k/v fusions too
+ *   matvec_rp_k  1 (default) / 0: with matvec_rp, q4_K and q6_K weights too (K a multiple of 256; the CUDA
+ *                plugin's repacked layouts: q4_K 16 quant bytes per unit, each 8 rows' d, dmin and unpacked 6-bit
+ *                scales and mins per super-block together; q6_K the low nibbles as q4_0's, a plane of high bits,
+ *                8 rows' d and int8 scales together), q4_K's activations quantized per 16 elements, q6_K's per
+ *                32; so Q4_K_M models take the gate/up and q/k/v fusions too, and every output layer in q6_K the
+ *                repacked mat-vec
  *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
  *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
  *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and

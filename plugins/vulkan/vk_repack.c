@@ -17,6 +17,14 @@
  *           rows' (f16 d, f16 dmin) as 32-bit words, then per sub-block pair g 32 bytes at 32 + 32 g: for each
  *           row the bytes scale[2g], scale[2g + 1], min[2g], min[2g + 1] (the 6-bit values unpacked)
  * 148 bytes per 256 weights (ggml: 144).
+ * q6_K (the CUDA plugin's layout), K a multiple of 256:
+ *   quants  row r at r * K/2 bytes: unit u (32 weights, block u) as 16 bytes of the low 4 bits (byte i: weight i in the
+ *           low nibble, i + 16 in the high one, as q4_0)
+ *   high    from Mp * K/2: row r at r * K/4 bytes, 8 per unit: byte 4h + k holds the high 2 bits of weights
+ *           16h + 4i + k at bits 2i
+ *   scales  from Mp * 3K/4: per group of 8 rows and super-block, 144 bytes: the 8 rows' f16 d, then per unit j of
+ *           the super-block 16 bytes: each row's int8 scales 2j, 2j + 1
+ * 210 bytes per 256 weights, as ggml's.
  *
  * Staleness: every pyg_buffer carries a generation that each host write into it (buffer_write,
  * buffer_fill, stream_write_async, stream_copy_async's destination) raises; a copy records the
@@ -51,16 +59,25 @@ static uint64_t g_uid;
 uint64_t vkp_buffer_new_uid(void) { return __atomic_add_fetch(&g_uid, 1, __ATOMIC_RELAXED); }
 void vkp_buffer_written(pyg_buffer *b) { if (b) __atomic_add_fetch(&b->gen, 1, __ATOMIC_RELEASE); }
 
+/* ggml's bytes per block of the types repacked, and the copy's bytes for Mp rows of K (vk_repack.c's header) */
+static uint64_t block_bytes(int type) { return type == PYG_TYPE_Q4_K ? 144 : type == PYG_TYPE_Q6_K ? 210 : 18; }
+static uint64_t copy_bytes(int type, uint64_t Mp, uint64_t K) {
+    return type == PYG_TYPE_Q4_K ? Mp * (K / 256) * 148 : type == PYG_TYPE_Q6_K ? Mp * (K / 256) * 210 : Mp * (K / 32) * 18;
+}
+/* a source row's bytes */
+static uint64_t row_bytes(int type, uint64_t K) { return type == PYG_TYPE_Q4_0 ? K / 32 * 18 : K / 256 * block_bytes(type); }
+
 int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w) {
     const pyg_buffer *b = NULL; uint64_t off = 0;
     if (!w || w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT)) return 0;
-    if (w->type != PYG_TYPE_Q4_0 && !(w->type == PYG_TYPE_Q4_K && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
+    int kq = w->type == PYG_TYPE_Q4_K || w->type == PYG_TYPE_Q6_K;
+    if (w->type != PYG_TYPE_Q4_0 && !(kq && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
     if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] % 32 || w->ne[0] > 24576 || w->ne[1] < 1 || w->ne[1] > (1 << 24)) return 0;
-    if (w->nb[0] != (w->type == PYG_TYPE_Q4_K ? 144 : 18) || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
+    if ((uint64_t)w->nb[0] != block_bytes(w->type) || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
         (b->flags & PYG_BUFFER_HOST)) return 0;
     uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
     uint64_t K = (uint64_t)w->ne[0];
-    return (w->type == PYG_TYPE_Q4_K ? Mp * (K / 256) * 148 : Mp * (K / 32) * 18) <= d->max_range;
+    return copy_bytes(w->type, Mp, K) <= d->max_range;
 }
 
 static void destroy(struct vkp_repack *r) {
@@ -82,9 +99,8 @@ static void destroy(struct vkp_repack *r) {
 /* the copy's buffer, repack.comp's parameters and descriptor set, and its command buffer */
 static pyg_error *make(pyg_device *d, const pyg_tensor *w, const pyg_buffer *b, uint64_t off, struct vkp_repack *r) {
     uint64_t align = vkp_dev_align(d), K = (uint64_t)w->ne[0], nblk = K / 32;
-    int k4 = w->type == PYG_TYPE_Q4_K;
-    uint64_t src_row = k4 ? K / 256 * 144 : nblk * 18;   /* bytes of a source row */
-    r->size = k4 ? (uint64_t)r->Mp * (K / 256) * 148 : (uint64_t)r->Mp * nblk * 18;
+    uint64_t src_row = row_bytes(w->type, K);
+    r->size = copy_bytes(w->type, (uint64_t)r->Mp, K);
     void *map = NULL;
     pyg_error *e = vkp_raw_device_buffer(d, r->size, &r->buf, &r->mem, &map);
     if (e) { r->size = 0; return e; }
@@ -176,7 +192,7 @@ struct vkp_repack *vkp_repack_acquire(pyg_device *d, const pyg_tensor *w, pyg_er
     g_list = r;
     pthread_mutex_unlock(&g_mu);
     vkp_log(PYG_LOG_DEBUG, "repack: a copy of '%s' (%lld x %lld %s, %llu bytes)", w->name, (long long)r->M, (long long)r->K,
-            w->type == PYG_TYPE_Q4_K ? "q4_K" : "q4_0", (unsigned long long)r->size);
+            w->type == PYG_TYPE_Q4_K ? "q4_K" : w->type == PYG_TYPE_Q6_K ? "q6_K" : "q4_0", (unsigned long long)r->size);
     return r;
 }
 
@@ -233,7 +249,7 @@ pyg_error *vkp_repack_ensure(struct vkp_repack *const *list, int n, pyg_stream *
         if (r->gen == g) continue;
         if ((e = vkp_submit(s, r->cb))) break;
         vkp_val_queued((pyg_buffer *)r->src, r->src_off, r->src_off + (uint64_t)(r->M - 1) * r->nb1 +
-                       (r->type == PYG_TYPE_Q4_K ? (uint64_t)r->K / 256 * 144 : (uint64_t)r->K / 32 * 18), 0,
+                       row_bytes(r->type, (uint64_t)r->K), 0,
                        s->vid, s->value);
         __atomic_store_n(&r->gen, g, __ATOMIC_RELEASE);
         queued = 1;

@@ -33,15 +33,18 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
-layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K) | blocks per invocation J << 8
+layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K, q6_K) | blocks per invocation J << 8
 const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
-const uint NS = TY == TY_Q4_K ? 4u : 1u;         // 16-byte scale words per unit and 8 rows
+const uint NS = TY == TY_Q4_K ? 4u : TY == TY_Q6_K ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
 const uint R = 8u;                               // sums per workgroup (H100: 16 were 20% slower in a 7b decode)
+const uint NH = TY == TY_Q6_K ? J * R : 1u;      // q6_K: 8-byte high-bit words per invocation
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
+layout(std430, binding = 0) readonly buffer Rh { uvec2 rh[]; };   // q6_K's high-bit plane
 #ifdef RP_GLU
 const uint RA = 4u;                              // rows of W_a (then as many of W_b) per workgroup
 layout(std430, binding = 2) readonly buffer Rq2 { uvec4 rq2[]; };
+layout(std430, binding = 2) readonly buffer Rh2 { uvec2 rh2[]; };
 layout(std430, binding = 3) buffer O3 { uint o3[]; };
 layout(std430, binding = 6) buffer O6 { uint o6[]; };
 #else
@@ -78,11 +81,17 @@ float part_sum(uint r) {
 
 uvec4 wq[J * R];                                 // the unit's quant words of each row, as loaded
 uvec4 ws[J * NS], ws2[J * NS];                   // its scale words (RP_GLU: ws2 those of W_b)
+uvec2 wh[NH];                                    // q6_K: each row's high bits of the unit
 
 // the 16-byte word of scale word k (k < NS) of unit u for row group g8 (nb units per row): q4_0 the block's 8 scales;
 // q4_K its super-block's group of 10 words: k = 0, 1 the (d, dmin) of rows 0-3 / 4-7, k = 2, 3 the scale and min
-// bytes of the unit's sub-block pair for rows 0-3 / 4-7
+// bytes of the unit's sub-block pair for rows 0-3 / 4-7; q6_K its group of 9: k = 0 the 8 rows' d, k = 1 the unit's
+// two int8 scales per row
 uint sc_word(uint sc0, uint g8, uint nb, uint u, uint k) {
+    if (TY == TY_Q6_K) {                         // after the quants (sc0 words) and the high bits (sc0 / 2)
+        uint b6 = sc0 + (sc0 >> 1) + (g8 * (nb >> 3) + (u >> 3)) * 9u;
+        return k == 0u ? b6 : b6 + 1u + (u & 7u);
+    }
     if (TY != TY_Q4_K) return sc0 + g8 * nb + u;
     uint b = sc0 + (g8 * (nb >> 3) + (u >> 3)) * 10u;
     return k < 2u ? b + k : b + 2u * ((u & 7u) >> 1) + k;
@@ -133,6 +142,43 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     }
 }
 
+// q6_K: unit u's 32 activations quantized to int8 with one scale (as q4_0's), dotted with the rows' 6-bit quants (low
+// nibbles | high bits << 4, biased by 32): acc[r] += d dy (sc0 (da - 32 sa) + sc1 (db - 32 sb)) over the unit's halves
+void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
+    vec4 x[8];
+    float amax = 0.0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        x[k] = s1v[yb + 8u * u + k];
+        vec4 a = abs(x[k]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float dy = amax / 127.0, id = dy > 0.0 ? 1.0 / dy : 0.0;
+    int sa = 0, sb = 0;
+    uint y[8];
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
+        if (k < 4u) sa += q.x + q.y + q.z + q.w; else sb += q.x + q.y + q.z + q.w;
+        y[k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
+    }
+    [[unroll]] for (uint r = 0u; r < R; r++) {
+        uvec4 q = wq[j * R + r];
+        uvec2 hb = wh[j * R + r];
+        int da = 0, db = 0;
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            uint qa = (q[k] & 0x0f0f0f0fu) | (((hb.x >> (2u * k)) & 0x03030303u) << 4);
+            uint qb = ((q[k] >> 4) & 0x0f0f0f0fu) | (((hb.y >> (2u * k)) & 0x03030303u) << 4);
+            da = sdot4x8(qa, y[k], 0) + da;
+            db = sdot4x8(qb, y[4u + k], 0) + db;
+        }
+        uint s8 = h + (r < RA ? r : r - RA);             // the row's slot among its group's 8
+        uint o = j * NS;
+        uint dwd = (r < RA ? ws[o] : ws2[o])[s8 >> 1] >> (16u * (s8 & 1u));
+        uint scw = (r < RA ? ws[o + 1u] : ws2[o + 1u])[s8 >> 1] >> (16u * (s8 & 1u));
+        int sc0 = int(scw << 24) >> 24, sc1 = int(scw << 16) >> 24;
+        acc[r] += unpackHalf2x16(dwd).x * dy * float(sc0 * (da - 32 * sa) + sc1 * (db - 32 * sb));
+    }
+}
+
 void main() {
     uint rg = wg_linear();
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
@@ -144,9 +190,13 @@ void main() {
         bool ok = u < nb;
         [[unroll]] for (uint k = 0u; k < NS; k++) ws[j * NS + k] = ok ? rq[sc_word(sc0, g8, nb, u, k)] : uvec4(0u);
         [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? rq[(row0 + r) * nb + u] : uvec4(0u);
+        if (TY == TY_Q6_K)
+            [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + r] = ok ? rh[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #ifdef RP_GLU
         [[unroll]] for (uint k = 0u; k < NS; k++) ws2[j * NS + k] = ok ? rq2[sc_word(sc0, g8, nb, u, k)] : uvec4(0u);
         [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + RA + r] = ok ? rq2[(row0 + r) * nb + u] : uvec4(0u);
+        if (TY == TY_Q6_K)
+            [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + RA + r] = ok ? rh2[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #endif
     }
     float acc[R];
@@ -156,6 +206,10 @@ void main() {
         if (u >= nb) continue;
         if (TY == TY_Q4_K) {
             dot_q4_K(yb, u, j, h, acc);
+            continue;
+        }
+        if (TY == TY_Q6_K) {
+            dot_q6_K(yb, u, j, h, acc);
             continue;
         }
         vec4 x[8];
