@@ -4,7 +4,8 @@ subgroup shuffles, each lane its own online softmax, the splits merged by the la
 float64 over grouped-query heads (1, 2, 4 and 8 per KV head), ALiBi, softcap, f16 and f32 masks, masked cells holding
 NaN (never read), several query rows (one that sees a single key), splits from the least (2) to the most (256), three
 runs of one plan (the row counters start at 0 each time); where its layout does not hold the node keeps fa_v=3's
-kernels; a synthetic LLaMA decodes to flash_attn.comp's logits."""
+kernels; fa_v=0 (the default) takes it where each query head has a KV head of its own; a synthetic LLaMA
+decodes to flash_attn.comp's logits."""
 import numpy as np
 import pytest
 
@@ -109,3 +110,14 @@ def test_fa_dec2_model_decode(tmp_path):
     assert "flash_attn_dec2" in k4 and "flash_attn_dec2" not in k1, (k4, k1)
     for a, b in zip(l4, l1):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8
+
+
+@pytest.mark.parametrize("H,Hk", [(4, 4), (8, 2)])
+def test_fa_v_auto(H, Hk):
+    """fa_v=0 (the default): flash_attn_dec2 where every query head has a KV head of its own, flash_attn_dec (fa_v=3's
+    kernel) for grouped heads; the results the same either way."""
+    runs, ref, kernels = _attend(64, H, Hk, 1, 300, 0.0, "f16", {"fa_v": "0"}, seed=H + Hk)
+    want = "flash_attn_dec2" if H == Hk and 8 <= _subgroup() else "flash_attn_dec"
+    assert set(kernels) == {want}, kernels
+    for got in runs:
+        assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"

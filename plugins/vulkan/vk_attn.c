@@ -77,7 +77,7 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     return ok;
 }
 
-/* flash_attn_dec2.comp (fa_v=4): a workgroup per row group (query row, KV head: its G query heads) and split. Takes
+/* flash_attn_dec2.comp (fa_v=4; fa_v=0, the default, where every query head has a KV head of its own): a workgroup per row group (query row, KV head: its G query heads) and split. Takes
  * K and V f16 of one head size D (32, 64, 128 or 256, D / 8 lanes per row within a subgroup) with 16-byte aligned
  * rows, as many V heads as K heads, G = H / H_kv <= 8, a mask (f16 or f32) with one plane for all heads, 128-divisible
  * subgroups with shuffles and arithmetic, and its shared memory within the device's limit. Splits: about fa_dec_wgs
@@ -88,11 +88,12 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
 int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
                       uint64_t *work, uint32_t *ns_out, uint32_t *len_out, uint64_t *scratch_size, uint64_t *counters) {
     const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
-    if (d->opts.fa_v != 4 || d->fa_dec2_broken || !d->subgroup_shuffle || !d->subgroup_arith) return 0;
+    if ((d->opts.fa_v != 4 && d->opts.fa_v != 0) || d->fa_dec2_broken || !d->subgroup_shuffle || !d->subgroup_arith) return 0;
     uint32_t SG = d->subgroup_size;
     uint64_t D = (uint64_t)q->ne[0], H = (uint64_t)q->ne[2], Hk = (uint64_t)k->ne[2];
     if (SG < 4 || SG > 128 || 128 % SG || (D != 32 && D != 64 && D != 128 && D != 256) || D / 8 > SG) return 0;
     if (k->ne[0] != (int64_t)D || v->ne[0] != (int64_t)D || v->ne[2] != k->ne[2] || Hk == 0 || H % Hk || H / Hk > 8) return 0;
+    if (d->opts.fa_v == 0 && H != Hk) return 0;   /* auto: one query head per KV head (measured; grouped heads: flash_attn_dec) */
     if (!fa_rows16(k, align) || !fa_rows16(v, align) || v->ne[1] != k->ne[1]) return 0;
     if (m && (m->ne[2] != 1 || (m->type != PYG_TYPE_F16 && m->type != PYG_TYPE_F32))) return 0;
     uint64_t G = H / Hk, U = G >= 4 ? 2 : 4, NSG = 128 / SG;
@@ -138,7 +139,8 @@ void vkp_fa_log(const pyg_tensor *n, int shader) {
 int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t ns, uint64_t align,
                      int *shader, uint32_t spec[2], uint32_t *ex, uint64_t *scratch_size) {
     const pyg_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2];
-    if ((d->opts.fa_v != 3 && d->opts.fa_v != 4) || d->fa_dec_broken) return 0;   /* (fa_v=4 where flash_attn_dec2 does not take the node) */
+    if (d->opts.fa_v != 3 && d->opts.fa_v != 4 && d->opts.fa_v != 0) return 0;   /* (0, 4: where flash_attn_dec2 does not take it) */
+    if (d->fa_dec_broken) return 0;
     uint64_t D = (uint64_t)q->ne[0], Dv = (uint64_t)v->ne[0];
     if (D % 16 || D < 16 || D > 256 || Dv < 16 || Dv > 256 || (Dv & (Dv - 1))) return 0;
     if (!fa_rows16(k, align) || !fa_rows16(v, align)) return 0;

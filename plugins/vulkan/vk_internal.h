@@ -93,7 +93,7 @@ typedef struct vkp_options {
     int64_t gemm;                   /* VKP_GEMM_*: auto (default), tiled, coopmat, cm_emulated */
     int64_t fa;                     /* prefill flash attention, the same values (tiled = "scalar": flash_attn.comp) */
     int64_t gemm_tile;              /* mul_mat_cm's tile: 0 auto (128 where that still fills the GPU, else 64), 1: 64, 2: 128 */
-    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions); 3 flash_attn_dec.comp for the KV split; 4 flash_attn_dec2.comp (row groups, subgroup shuffles) */
+    int64_t fa_v;                   /* flash_attn.comp's build: 1 (default), 2 FA_V2 (flash_attn2: eight invocations per key, subgroup reductions); 3 flash_attn_dec.comp for the KV split; 4 flash_attn_dec2.comp (row groups, subgroup shuffles); 0 (default) 4 where H = H_kv, else 3 */
     int64_t gemm_v;                 /* mul_mat_cm's build: 3 mul_mat_cm3 (default), 2 pipelined and unrolled, 1 the earlier one, 4 mul_mat_cm4 */
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */

@@ -20,12 +20,13 @@
  *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
  *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
  *                activations in registers, weights streamed in 16-byte words); H100: even with matvec=6 in a model
- *   matvec_rp_k  1 (default) / 0: with matvec_rp, q4_K and q6_K weights too (K a multiple of 256; the CUDA
+ *   matvec_rp_k  0 (default) / 1: with matvec_rp, q4_K and q6_K weights too (K a multiple of 256; the CUDA
  *                plugin's repacked layouts: q4_K 16 quant bytes per unit, each 8 rows' d, dmin and unpacked 6-bit
  *                scales and mins per super-block together; q6_K the low nibbles as q4_0's, a plane of high bits,
  *                8 rows' d and int8 scales together), q4_K's activations quantized per 16 elements, q6_K's per
  *                32; so Q4_K_M models take the gate/up and q/k/v fusions too, and every output layer in q6_K the
- *                repacked mat-vec
+ *                repacked mat-vec. Off: H100 at 23e2525 (q4_K alone) tg128 1b / 7b q4_K 443 / 117 t/s against
+ *                436 / 116 without, and the q6_K path not yet timed on a GPU
  *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
  *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
  *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and
@@ -52,7 +53,10 @@
  *                norm_mul_reg.comp, a row read once into registers (rows up to 8192; wider ones get
  *                norm_mul_wg.comp; H200: tg128 1b q4_0 410 vs 378 t/s, 7b 119 vs 105 against 1);
  *                1 norm_mul_wg.comp
- *   fa_v         decode attention, and prefill where flash_attn_cm does not run: 3 (default)
+ *   fa_v         decode attention, and prefill where flash_attn_cm does not run: 0 (default) auto: as 4 for the
+ *                nodes whose query heads each have a KV head of their own (H100 at 23e2525: tg128 7b q4_0 +25% after
+ *                4096 tokens, +3% at none), as 3 for grouped heads (1b q4_0 was 12% slower on flash_attn_dec2
+ *                before its merge took the heads together; not measured since); 3
  *                flash_attn_dec.comp for nodes the KV split takes (the merge in the split's last
  *                workgroup, loads issued up front; f16 K/V, 16-byte aligned rows; H200 at 7942149:
  *                tg128 1b q4_0 594 vs 496 t/s, 7b 219 vs 164, 1b q4_K 450 vs 388, 7b 126 vs 106
@@ -98,7 +102,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 0;     /* auto: 4 on VK_KHR_cooperative_matrix, else 3 (vk_matmul.c) */
     d->opts.cm_acc = 1;     /* f16 */
-    d->opts.fa_v = 3;
+    d->opts.fa_v = 0;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;
     d->opts.fuse_rope = 1;
@@ -107,7 +111,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 2;
     d->opts.matvec_rp = 1;
-    d->opts.matvec_rp_k = 1;
+    d->opts.matvec_rp_k = 0;
     d->opts.fuse_rope_mv = 1;
     d->opts.fold_norm = 0;
 }
