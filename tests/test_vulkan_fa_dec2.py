@@ -11,7 +11,8 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import VALIDATING, VK, _model_logits, _options_logged, _rerun_under_validation, _validation_clean  # noqa: F401
+from test_vulkan_kernels import (VALIDATING, VK, _model_logits, _options_logged, _rerun_under_validation,  # noqa: F401
+                                 _validation_clean, fa_decode_case)
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 
@@ -32,28 +33,9 @@ def _subgroup():
 
 
 def _attend(D, H, Hk, n_q, n_kv, softcap, mtype, options, seed, kv_type="f16", mask_heads=1):
-    """flash_attn_ext over random q, K, V (cells past the visible ones NaN and masked) with `options`, three runs of
-    one plan; returns (the runs, the float64 reference, the kernels the log named)."""
-    from pyggml.conformance import reference as R
-    rng = np.random.default_rng(seed)
-    visible, max_bias = n_kv - 37, 2.0
-    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
-    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
-    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    kv[:, :, visible:] = np.nan
-    vv[:, :, visible:] = np.nan
-    mv = np.full((1, mask_heads, n_q, n_kv), -np.inf, {"f16": np.float16, "f32": np.float32}[mtype])
-    mv[..., :visible] = 0
-    if n_q > 1:                              # the last row sees key 5 alone
-        mv[..., -1, :] = -np.inf
-        mv[..., -1, 5] = 0
-    g = pg.Graph()
-    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
-    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
-    k64, v64 = (np.nan_to_num(a[:, :, :visible].astype(np.float64)) for a in (kv, vv))
-    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv[..., :visible].astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
-    feeds = {"q": qv, "k": kv, "v": vv, "m": mv}
+    """test_vulkan_kernels.fa_decode_case's graph with `options`, three runs of one plan; returns (the runs, the float64
+    reference, the kernels the log named)."""
+    y, feeds, ref = fa_decode_case(D, H, Hk, n_q, n_kv, softcap, kv_type, mtype, mask_heads, seed)
     with _options_logged({"fa_split": "on", **options}, "flash_attn '") as kernels:
         sched = pg.Scheduler([VK], poison=True)
         runs = [sched.compute(y, feeds) for _ in range(3)]

@@ -695,28 +695,9 @@ def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel, wgs):
     (flash_attn_dec.comp), against float64: ALiBi, GQA, masked cells holding NaN (a masked key's V
     must not reach the sum), several runs of one plan (the row counters start at 0 each time); where
     its layout does not hold the node keeps flash_attn.comp."""
-    from pyggml.conformance import reference as R
-    rng = np.random.default_rng(D + n_kv + n_q)
-    visible, max_bias = n_kv - 37, 2.0
-    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
-    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
-    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    kv[:, :, visible:] = np.nan
-    vv[:, :, visible:] = np.nan
-    mv = np.full((1, 1, n_q, n_kv), -np.inf, np.float16)
-    mv[..., :visible] = 0
-    if n_q > 1:
-        mv[..., -1, :] = -np.inf
-        mv[..., -1, 5] = 0
-    g = pg.Graph()
-    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
-    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
-    k64, v64 = (np.nan_to_num(a[:, :, :visible].astype(np.float64)) for a in (kv, vv))
-    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv[..., :visible].astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
+    y, feeds, ref = fa_decode_case(D, H, Hk, n_q, n_kv, softcap, kv_type, "f16", 1, D + n_kv + n_q)
     dev = pg.get_device(VK)
     dev.set_option("fa_split", "on")
-    feeds = {"q": qv, "k": kv, "v": vv, "m": mv}
     try:
         with _options_logged({"fa_v": "3", "fa_wgs": wgs}, "flash_attn '") as kernels:
             sched = pg.Scheduler([VK], poison=True)
@@ -726,6 +707,31 @@ def test_fa_dec(D, H, Hk, n_q, n_kv, softcap, kv_type, kernel, wgs):
     assert set(kernels) == {kernel}
     for got in runs:
         assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+def fa_decode_case(D, H, Hk, n_q, n_kv, softcap, kv_type, mtype, mask_heads, seed):
+    """A decode attention graph over random q, K, V of kv_type (the last 37 cells NaN and masked; with several query
+    rows the last sees key 5 alone; ALiBi), its mask of mtype with mask_heads planes: (y, feeds, the float64 result)."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(seed)
+    visible, max_bias = n_kv - 37, 2.0
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    kv[:, :, visible:] = np.nan
+    vv[:, :, visible:] = np.nan
+    mv = np.full((1, mask_heads, n_q, n_kv), -np.inf, {"f16": np.float16, "f32": np.float32}[mtype])
+    mv[..., :visible] = 0
+    if n_q > 1:
+        mv[..., -1, :] = -np.inf
+        mv[..., -1, 5] = 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias, logit_softcap=softcap)
+    k64, v64 = (np.nan_to_num(a[:, :, :visible].astype(np.float64)) for a in (kv, vv))
+    ref = R.flash_attn(qv.astype(np.float64), k64, v64, mv[..., :visible].astype(np.float64), 1 / np.sqrt(D), max_bias, softcap)
+    return y, {"q": qv, "k": kv, "v": vv, "m": mv}, ref
 
 
 def test_fa_dec_model_decode(tmp_path):
