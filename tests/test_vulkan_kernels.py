@@ -56,21 +56,21 @@ def _bf16_bits(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def _weight(g, rng, wdt, wshape):
-    """A weight tensor of type wdt and its float64 value as the device sees it."""
+def _weight(g, rng, wdt, wshape, name="w"):
+    """A weight tensor `name` of type wdt and its float64 value as the device sees it."""
     wf = rng.standard_normal(wshape).astype(np.float32)
     k = wshape[-1]
     if wdt == "f32":
-        return g.weight("w", wf), wf.astype(np.float64)
+        return g.weight(name, wf), wf.astype(np.float64)
     if wdt == "f16":
         h = wf.astype(np.float16)
-        return g.weight("w", h), h.astype(np.float64)
+        return g.weight(name, h), h.astype(np.float64)
     if wdt == "bf16":
         bits = _bf16_bits(wf)
-        return g.weight("w", bits, type="bf16", shape=wshape), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        return g.weight(name, bits, type="bf16", shape=wshape), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     flat = wf.reshape(-1, k)
     blocks = pg.quantize(flat, wdt)
-    return (g.weight("w", blocks, type=wdt, shape=wshape),
+    return (g.weight(name, blocks, type=wdt, shape=wshape),
             pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape))
 
 
@@ -368,7 +368,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_cm", "3"), ("fa_cm", "0")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_dec_wgs", "8"), ("fa_cm", "3"), ("fa_cm", "0")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 

@@ -50,11 +50,7 @@ def test_mv_rp_k_gate_up_swiglu(wdt, m, k):
     """A q4_K or q6_K gate/up pair and its swiglu as one mul_mat_vec_rpg dispatch, all three results against numpy."""
     rng = np.random.default_rng(m + k + 1)
     g = pg.Graph()
-
-    def weight(name):
-        blocks = pg.quantize(rng.standard_normal((m, k)).astype(np.float32), wdt)
-        return g.weight(name, blocks, type=wdt, shape=(m, k)), pg.dequantize(blocks, wdt, (m, k)).astype(np.float64)
-    (wg, g64), (wu, u64) = weight("wg"), weight("wu")
+    (wg, g64), (wu, u64) = (_weight(g, rng, wdt, (m, k), name) for name in ("wg", "wu"))
     x = g.input("x", (1, k))
     gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
     xv = rng.standard_normal((1, k)).astype(np.float32)

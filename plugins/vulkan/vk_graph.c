@@ -187,13 +187,11 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         /* few query rows (decode) over a long KV: one workgroup per split of whole 64-key chunks,
          * at most fa_wgs workgroups in all, then a combine pass (or flash_attn_dec's last
          * workgroup), so the device is busy and a masked-out split costs one mask read */
-        uint32_t ns2 = 0, len2 = 0;
-        if (rows < 1024 && nkv > 64 && fa_split_on(d) &&
-            vkp_fa_dec2_setup(d, n, vkp_dev_align(d), &shader, sp, ex, &work, &ns2, &len2, &dp->scratch_size, &dp->fa_fold)) {
-            dp->fa_split = ns2;   /* flash_attn_dec2: row groups, the merge in the last workgroup of each */
-            dp->fa_len = len2;
-            spec = sp[0]; spec1 = sp[1];
-        } else if (rows < 1024 && nkv > 64 && fa_split_on(d)) {
+        int split = rows < 1024 && nkv > 64 && fa_split_on(d);
+        if (split && vkp_fa_dec2_setup(d, n, vkp_dev_align(d), &shader, sp, ex, &work, &dp->fa_split, &dp->fa_len,
+                                       &dp->scratch_size, &dp->fa_fold)) {
+            spec = sp[0]; spec1 = sp[1];   /* flash_attn_dec2: row groups, the merge in the last workgroup of each */
+        } else if (split) {
             uint64_t cap = (uint64_t)d->opts.fa_wgs / rows, ns = (nkv + 63) / 64;
             if (cap < 2) cap = 2;
             if (ns > cap) ns = cap;

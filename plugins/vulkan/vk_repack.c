@@ -59,13 +59,15 @@ static uint64_t g_uid;
 uint64_t vkp_buffer_new_uid(void) { return __atomic_add_fetch(&g_uid, 1, __ATOMIC_RELAXED); }
 void vkp_buffer_written(pyg_buffer *b) { if (b) __atomic_add_fetch(&b->gen, 1, __ATOMIC_RELEASE); }
 
-/* ggml's bytes per block of the types repacked, and the copy's bytes for Mp rows of K (vk_repack.c's header) */
-static uint64_t block_bytes(int type) { return type == PYG_TYPE_Q4_K ? 144 : type == PYG_TYPE_Q6_K ? 210 : 18; }
-static uint64_t copy_bytes(int type, uint64_t Mp, uint64_t K) {
-    return type == PYG_TYPE_Q4_K ? Mp * (K / 256) * 148 : type == PYG_TYPE_Q6_K ? Mp * (K / 256) * 210 : Mp * (K / 32) * 18;
+/* a source row's bytes (ggml's blocks), and the copy's for Mp rows: the same, but q4_K's scale groups take 160 bytes per
+ * 8 rows and super-block where the blocks hold 8 x 16 (the header) */
+static uint64_t row_bytes(int type, uint64_t K) {
+    const pyg_type_traits *tr = pyg_type_get_traits(type);
+    return K / (uint64_t)tr->block_size * (uint64_t)tr->type_size;
 }
-/* a source row's bytes */
-static uint64_t row_bytes(int type, uint64_t K) { return type == PYG_TYPE_Q4_0 ? K / 32 * 18 : K / 256 * block_bytes(type); }
+static uint64_t copy_bytes(int type, uint64_t Mp, uint64_t K) {
+    return Mp * row_bytes(type, K) + (type == PYG_TYPE_Q4_K ? Mp * (K / 256) * 4 : 0);
+}
 
 int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w) {
     const pyg_buffer *b = NULL; uint64_t off = 0;
@@ -73,11 +75,10 @@ int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w) {
     int kq = w->type == PYG_TYPE_Q4_K || w->type == PYG_TYPE_Q6_K;
     if (w->type != PYG_TYPE_Q4_0 && !(kq && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
     if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] % 32 || w->ne[0] > 24576 || w->ne[1] < 1 || w->ne[1] > (1 << 24)) return 0;
-    if ((uint64_t)w->nb[0] != block_bytes(w->type) || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
+    if (w->nb[0] != (uint64_t)pyg_type_get_traits(w->type)->type_size || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
         (b->flags & PYG_BUFFER_HOST)) return 0;
     uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
-    uint64_t K = (uint64_t)w->ne[0];
-    return copy_bytes(w->type, Mp, K) <= d->max_range;
+    return copy_bytes(w->type, Mp, (uint64_t)w->ne[0]) <= d->max_range;
 }
 
 static void destroy(struct vkp_repack *r) {
@@ -192,7 +193,7 @@ struct vkp_repack *vkp_repack_acquire(pyg_device *d, const pyg_tensor *w, pyg_er
     g_list = r;
     pthread_mutex_unlock(&g_mu);
     vkp_log(PYG_LOG_DEBUG, "repack: a copy of '%s' (%lld x %lld %s, %llu bytes)", w->name, (long long)r->M, (long long)r->K,
-            w->type == PYG_TYPE_Q4_K ? "q4_K" : w->type == PYG_TYPE_Q6_K ? "q6_K" : "q4_0", (unsigned long long)r->size);
+            pyg_type_get_traits(w->type)->name, (unsigned long long)r->size);
     return r;
 }
 

@@ -116,6 +116,35 @@ void stf(uint o, uint ty, float v) {
 }
 
 // element k of a row starting at byte rb of slot s; nb0 = byte stride of plain types
+// q4_K: sub-block j's 6-bit scale and min from the 12 scale bytes of the block at byte b of binding s (ggml's packing)
+void q4k_scale_min(uint s, uint b, uint j, out uint sc, out uint mn) {
+    if (j < 4u) {
+        sc = rd8(s, b + 4u + j) & 63u;
+        mn = rd8(s, b + 8u + j) & 63u;
+    } else {
+        uint a = rd8(s, b + 8u + j);
+        sc = (a & 15u) | ((rd8(s, b + j) >> 6) << 4);
+        mn = (a >> 4) | ((rd8(s, b + 4u + j) >> 6) << 4);
+    }
+}
+
+// q6_K: the 6-bit quant (0..63; 32 is zero) of element e of the block at byte b of binding s (ggml's ql / qh planes)
+uint q6k_quant(uint s, uint b, uint e) {
+    uint n = e >> 7, r = e & 127u, qq = r >> 5, l = r & 31u;
+    uint ql = rd8(s, b + 64u * n + l + (qq & 1u) * 32u);
+    ql = qq >= 2u ? (ql >> 4) : (ql & 15u);
+    return ql | (((rd8(s, b + 128u + 32u * n + l) >> (2u * qq)) & 3u) << 4);
+}
+
+// the int8 quantization of activations the integer-dot mat-vecs read (d = amax / 127, round to even): amax4 is a vec4's
+// largest magnitude; quant4 packs x * id as four int8 bytes of one word and adds their sum to s
+float amax4(vec4 x) { vec4 a = abs(x); return max(max(a.x, a.y), max(a.z, a.w)); }
+uint quant4(vec4 x, float id, inout int s) {
+    ivec4 q = clamp(ivec4(roundEven(x * id)), ivec4(-127), ivec4(127));
+    s += q.x + q.y + q.z + q.w;
+    return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
+}
+
 float deq(uint s, uint rb, uint k, uint ty, uint nb0) {
     if (ty == TY_F32 || ty == TY_F16 || ty == TY_BF16) return ldf(s, rb + k * nb0, ty);
     if (ty == TY_Q4_0) {
@@ -136,23 +165,13 @@ float deq(uint s, uint rb, uint k, uint ty, uint nb0) {
         uint qb = rd8(s, b + 16u + 32u * (sub >> 1) + l);
         uint q = (sub & 1u) != 0u ? (qb >> 4) : (qb & 15u);
         uint sc, mn;
-        if (sub < 4u) {
-            sc = rd8(s, b + 4u + sub) & 63u;
-            mn = rd8(s, b + 8u + sub) & 63u;
-        } else {
-            uint a = rd8(s, b + 8u + sub), lo = rd8(s, b + 4u + sub), hi = rd8(s, b + sub);
-            sc = (a & 15u) | ((hi >> 6) << 4);
-            mn = (a >> 4) | ((lo >> 6) << 4);
-        }
+        q4k_scale_min(s, b, sub, sc, mn);
         return half_at(s, b) * float(sc) * float(q) - half_at(s, b + 2u) * float(mn);
     }
     if (ty == TY_Q6_K) {
         uint b = rb + (k >> 8) * 210u, e = k & 255u;
-        uint n = e >> 7, r = e & 127u, qq = r >> 5, l = r & 31u;
-        uint ql = rd8(s, b + 64u * n + l + (qq & 1u) * 32u);
-        ql = qq >= 2u ? (ql >> 4) : (ql & 15u);
-        uint qh = (rd8(s, b + 128u + 32u * n + l) >> (2u * qq)) & 3u;
-        int q = int(ql | (qh << 4)) - 32;
+        uint n = e >> 7, qq = (e & 127u) >> 5, l = e & 31u;
+        int q = int(q6k_quant(s, b, e)) - 32;
         int sc = int(rd8(s, b + 192u + 8u * n + (l >> 4) + 2u * qq));
         sc = sc >= 128 ? sc - 256 : sc;
         return half_at(s, b + 208u) * float(sc) * float(q);

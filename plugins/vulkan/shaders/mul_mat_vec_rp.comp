@@ -97,6 +97,25 @@ uint sc_word(uint sc0, uint g8, uint nb, uint u, uint k) {
     return k < 2u ? b + k : b + 2u * ((u & 7u) >> 1) + k;
 }
 
+// unit u's 32 consecutive activations (q4_0, q6_K) quantized with one scale (common.glsl's quant4), returned: y[k] elements 4k..4k+3, sa / sb
+// the sums of the first and the second 16 quants
+float quant_unit(uint yb, uint u, out uint y[8], out int sa, out int sb) {
+    vec4 x[8];
+    float amax = 0.0;
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        x[k] = s1v[yb + 8u * u + k];
+        amax = max(amax, amax4(x[k]));
+    }
+    float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+    sa = 0;
+    sb = 0;
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        y[k] = quant4(x[k], id, sa);
+        y[4u + k] = quant4(x[4u + k], id, sb);
+    }
+    return d;
+}
+
 // q4_K: unit u's two 16-element halves of the activations (sub-blocks 2g and 2g + 1 of its super-block) quantized to
 // int8 each with its own scale, dotted with the R rows' nibbles: acc[r] += d (sc0 dl lo + sc1 dh hi) - dmin (m0 dl sl +
 // m1 dh sh), sl / sh the sums of the quantized halves
@@ -107,20 +126,15 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
         x[k] = s1v[yb + e4 + k];
         x[4u + k] = s1v[yb + e4 + 8u + k];               // 32 elements on: the high nibbles' sub-block
-        vec4 a = abs(x[k]), b = abs(x[4u + k]);
-        al = max(al, max(max(a.x, a.y), max(a.z, a.w)));
-        ah = max(ah, max(max(b.x, b.y), max(b.z, b.w)));
+        al = max(al, amax4(x[k]));
+        ah = max(ah, amax4(x[4u + k]));
     }
     float dl = al / 127.0, dh = ah / 127.0, il = dl > 0.0 ? 1.0 / dl : 0.0, ih = dh > 0.0 ? 1.0 / dh : 0.0;
     int sl = 0, sh = 0;
     uint yl[4], yh[4];
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        ivec4 ql = clamp(ivec4(roundEven(x[k] * il)), ivec4(-127), ivec4(127));
-        ivec4 qh = clamp(ivec4(roundEven(x[4u + k] * ih)), ivec4(-127), ivec4(127));
-        sl += ql.x + ql.y + ql.z + ql.w;
-        sh += qh.x + qh.y + qh.z + qh.w;
-        yl[k] = uint(ql.x & 255) | uint(ql.y & 255) << 8 | uint(ql.z & 255) << 16 | uint(ql.w & 255) << 24;
-        yh[k] = uint(qh.x & 255) | uint(qh.y & 255) << 8 | uint(qh.z & 255) << 16 | uint(qh.w & 255) << 24;
+        yl[k] = quant4(x[k], il, sl);
+        yh[k] = quant4(x[4u + k], ih, sh);
     }
     float msl = dl * float(sl), msh = dh * float(sh);
     [[unroll]] for (uint r = 0u; r < R; r++) {
@@ -145,21 +159,9 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
 // q6_K: unit u's 32 activations quantized to int8 with one scale (as q4_0's), dotted with the rows' 6-bit quants (low
 // nibbles | high bits << 4, biased by 32): acc[r] += d dy (sc0 (da - 32 sa) + sc1 (db - 32 sb)) over the unit's halves
 void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
-    vec4 x[8];
-    float amax = 0.0;
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        x[k] = s1v[yb + 8u * u + k];
-        vec4 a = abs(x[k]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    float dy = amax / 127.0, id = dy > 0.0 ? 1.0 / dy : 0.0;
-    int sa = 0, sb = 0;
     uint y[8];
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
-        if (k < 4u) sa += q.x + q.y + q.z + q.w; else sb += q.x + q.y + q.z + q.w;
-        y[k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
-    }
+    int sa, sb;
+    float dy = quant_unit(yb, u, y, sa, sb);
     [[unroll]] for (uint r = 0u; r < R; r++) {
         uvec4 q = wq[j * R + r];
         uvec2 hb = wh[j * R + r];
@@ -212,22 +214,10 @@ void main() {
             dot_q6_K(yb, u, j, h, acc);
             continue;
         }
-        vec4 x[8];
-        float amax = 0.0;
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
-            x[k] = s1v[yb + 8u * u + k];
-            vec4 a = abs(x[k]);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-        }
-        float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-        int sum = 0;
         uint y[8];
-        [[unroll]] for (uint k = 0u; k < 8u; k++) {
-            ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
-            sum += q.x + q.y + q.z + q.w;
-            y[k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
-        }
-        float m8 = 8.0 * float(sum);
+        int sa, sb;
+        float d = quant_unit(yb, u, y, sa, sb);
+        float m8 = 8.0 * float(sa + sb);
         [[unroll]] for (uint r = 0u; r < R; r++) {
             uvec4 q = wq[j * R + r];
             int s = 0;

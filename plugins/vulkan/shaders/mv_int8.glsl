@@ -65,15 +65,10 @@ void quant_block(uint i, uint v0) {
 #else
         x[k] = s1v[v0 + k];
 #endif
-        vec4 a = abs(x[k]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        amax = max(amax, amax4(x[k]));
     }
     float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
     int sum = 0;
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        ivec4 q = clamp(ivec4(roundEven(x[k] * id)), ivec4(-127), ivec4(127));
-        sum += q.x + q.y + q.z + q.w;
-        yq8[8u * i + k] = uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
-    }
+    [[unroll]] for (uint k = 0u; k < 8u; k++) yq8[8u * i + k] = quant4(x[k], id, sum);
     yqd[i] = vec2(d, float(sum));
 }

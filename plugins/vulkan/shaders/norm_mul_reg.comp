@@ -100,19 +100,18 @@ void main() {
             vec4 m = v * w[j];
             dv[(rd >> 4) + q] = m;
 #ifdef Q8_OUT   // (uniform per 64 invocations: K / 4 is a multiple of 64)
-            vec4 a = abs(m);
-            float amax = max(max(a.x, a.y), max(a.z, a.w));
+            float amax = amax4(m);
             amax = max(amax, subgroupShuffleXor(amax, 1u));
             amax = max(amax, subgroupShuffleXor(amax, 2u));
             amax = max(amax, subgroupShuffleXor(amax, 4u));
             float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
-            ivec4 qi = clamp(ivec4(roundEven(m * id)), ivec4(-127), ivec4(127));
-            int s = qi.x + qi.y + qi.z + qi.w;
+            int s = 0;
+            uint qw = quant4(m, id, s);
             s += subgroupShuffleXor(s, 1u);
             s += subgroupShuffleXor(s, 2u);
             s += subgroupShuffleXor(s, 4u);
             uint qb = row * ((n0 >> 2) + (n0 >> 4));
-            q8w[qb + q] = uint(qi.x & 255) | uint(qi.y & 255) << 8 | uint(qi.z & 255) << 16 | uint(qi.w & 255) << 24;
+            q8w[qb + q] = qw;
             if ((q & 7u) == 0u) {
                 q8w[qb + (n0 >> 2) + 2u * (q >> 3)] = floatBitsToUint(d);
                 q8w[qb + (n0 >> 2) + 2u * (q >> 3) + 1u] = floatBitsToUint(float(s));

@@ -13,27 +13,12 @@ layout(constant_id = 0) const uint TY = 2u;
 layout(std430, binding = 4) writeonly buffer Out { uvec4 o4[]; };
 layout(std430, binding = 4) writeonly buffer OutW { uint o1[]; };
 
-// q4_K sub-block j's 6-bit scale and min from the block's 12 scale bytes at byte offset sb (ggml's packing)
-uint kbyte(uint sb, uint i) { return rd8(0u, sb + i); }
-void scale_min(uint sb, uint j, out uint sc, out uint mn) {
-    if (j < 4u) {
-        sc = kbyte(sb, j) & 63u;
-        mn = kbyte(sb, j + 4u) & 63u;
-    } else {
-        sc = (kbyte(sb, j + 4u) & 15u) | ((kbyte(sb, j - 4u) >> 6) << 4);
-        mn = (kbyte(sb, j + 4u) >> 4) | ((kbyte(sb, j) >> 6) << 4);
-    }
-}
-
 // q6_K: unit u of the row at byte b (the super-block): its 32 6-bit quants (ggml's ql / qh planes) as 16 bytes of
 // low nibbles (byte e: quant e, quant e + 16 in the high nibble) and 8 bytes of high bits (byte 4h + k, bits 2i: quant
 // 16h + 4i + k), the CUDA plugin's layout
 void q6_unit(uint b, uint u, out uvec4 lo, out uvec2 hi) {
-    uint n = (u & 7u) >> 2, qt = u & 3u, q[32];
-    for (uint e = 0u; e < 32u; e++) {
-        uint l8 = rd8(0u, b + 64u * n + 32u * (qt & 1u) + e);
-        q[e] = ((qt & 2u) != 0u ? l8 >> 4 : l8 & 15u) | (((rd8(0u, b + 128u + 32u * n + e) >> (2u * qt)) & 3u) << 4);
-    }
+    uint q[32];
+    for (uint e = 0u; e < 32u; e++) q[e] = q6k_quant(0u, b, 32u * (u & 7u) + e);
     uint w[4] = uint[4](0u, 0u, 0u, 0u), hw[2] = uint[2](0u, 0u);
     for (uint e = 0u; e < 16u; e++) w[e >> 2] |= ((q[e] & 15u) | (q[e + 16u] & 15u) << 4) << (8u * (e & 3u));
     for (uint hh = 0u; hh < 2u; hh++)
@@ -105,8 +90,8 @@ void main() {
         hd[s] = rd16(0u, b) | rd16(0u, b + 2u) << 16;   // d, dmin
         for (uint g = 0u; g < 4u; g++) {
             uint s0, m0, s1, m1;
-            scale_min(b + 4u, 2u * g, s0, m0);
-            scale_min(b + 4u, 2u * g + 1u, s1, m1);
+            q4k_scale_min(0u, b, 2u * g, s0, m0);
+            q4k_scale_min(0u, b, 2u * g + 1u, s1, m1);
             sm[g * 8u + s] = s0 | s1 << 8 | m0 << 16 | m1 << 24;
         }
     }
