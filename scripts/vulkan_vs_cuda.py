@@ -116,7 +116,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # 512 (fad2), 1024 (fad2w1k) or 2048 (fad2w2k) workgroups; fad3: fa_v=3's flash_attn_dec
             "fad2": {"fa_v": "4"}, "fad2w1k": {"fa_v": "4", "fa_dec_wgs": "1024"}, "fad2w2k": {"fa_v": "4", "fa_dec_wgs": "2048"},
             "fad2w256": {"fa_v": "4", "fa_dec_wgs": "256"}, "fad3": {"fa_v": "3"},
-            # q4_K / q6_K decode mat-vecs on the repacked copy (rpk1: matvec_rp_k=1) or not (rpk0, the default: mul_mat_vec2)
+            # q4_K / q6_K decode mat-vecs on the repacked copy (rpk1: matvec_rp_k=1) or not (rpk0: mul_mat_vec2; rpk1 the default since the H100 run at e960257)
             "rpk0": {"matvec_rp_k": "0"}, "rpk1": {"matvec_rp_k": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
@@ -132,7 +132,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "0", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512"}
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512"}
 
 
 def _set_vk(pg, opts):

@@ -20,13 +20,13 @@
  *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
  *                multiple of 32 up to 24576) on a repacked copy of the weights (vk_repack.c, mul_mat_vec_rp.comp:
  *                activations in registers, weights streamed in 16-byte words); H100: even with matvec=6 in a model
- *   matvec_rp_k  0 (default) / 1: with matvec_rp, q4_K and q6_K weights too (K a multiple of 256; the CUDA
+ *   matvec_rp_k  1 (default) / 0: with matvec_rp, q4_K and q6_K weights too (K a multiple of 256; the CUDA
  *                plugin's repacked layouts: q4_K 16 quant bytes per unit, each 8 rows' d, dmin and unpacked 6-bit
  *                scales and mins per super-block together; q6_K the low nibbles as q4_0's, a plane of high bits,
  *                8 rows' d and int8 scales together), q4_K's activations quantized per 16 elements, q6_K's per
  *                32; so Q4_K_M models take the gate/up and q/k/v fusions too, and every output layer in q6_K the
- *                repacked mat-vec. Off: H100 at 23e2525 (q4_K alone) tg128 1b / 7b q4_K 443 / 117 t/s against
- *                436 / 116 without, and the q6_K path not yet timed on a GPU
+ *                repacked mat-vec. H100 at e960257: tg128 1b / 7b q4_K 722 / 250 t/s against 471 / 121 without
+ *                (bench/results/gpu-vulkan-rpk-h100-20261206T1409/)
  *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
  *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
  *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and
@@ -111,7 +111,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 2;
     d->opts.matvec_rp = 1;
-    d->opts.matvec_rp_k = 0;
+    d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
     d->opts.fold_norm = 0;
 }
