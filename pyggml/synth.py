@@ -16,6 +16,7 @@ Weight types (`mix="llama"`, the default) follow what llama.cpp produces for the
         tensors for non-quantized file types).
   q8_0  llama-quantize Q8_0: every matrix q8_0, token_embd and output included.
   q4_0  llama-quantize Q4_0: matrices and token_embd q4_0, output.weight q6_K.
+  q4_1  llama-quantize Q4_1: as Q4_0 in q4_1 (the SmolLM2 wheel's file type).
   q4_K  llama-quantize Q4_K_M: matrices and token_embd q4_K; output.weight q6_K; attn_v and
         ffn_down q6_K in the layers where llama.cpp's use_more_bits(i, n) holds
         (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2).
@@ -27,7 +28,7 @@ falls back to q8_0 there as well, to stay within the types its backends compute.
 
 Quantization goes through `quantize(arr_f32_2d, type_name) -> uint8 (rows, bytes_per_row)`:
 by default pyggml.quantize when the package provides it, else `numpy_quantize` below
-(q8_0/q4_0 bit-exact with ggml's reference rounding; q4_K/q6_K a simple min/max encoding, valid
+(q8_0/q4_0/q4_1 bit-exact with ggml's reference rounding; q4_K/q6_K a simple min/max encoding, valid
 blocks but not ggml's search for the best scales). Weights are generated and written tensor by
 tensor, in row chunks, so memory stays at a few tens of MB whatever the model size.
 """
@@ -66,11 +67,11 @@ SHAPES: dict[str, dict] = {
 }
 _SHAPE_DEFAULTS = dict(n_vocab=32000, rms_eps=1e-5, n_ctx=2048, rope_base=10000.0)
 
-WTYPES = ("f16", "q8_0", "q4_0", "q4_K", "q6_K")
+WTYPES = ("f16", "q8_0", "q4_0", "q4_1", "q4_K", "q6_K")
 MIXES = ("llama", "pure")
 
 # llama_ftype values written as general.file_type (llama.h)
-FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_K": 15, "q6_K": 18}  # q4_K: MOSTLY_Q4_K_M
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q4_K": 15, "q6_K": 18}  # q4_K: MOSTLY_Q4_K_M
 QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
 
 # What a row that does not fit a type's block becomes (see the module docstring).
@@ -161,7 +162,7 @@ def plan_tensors(shape: str | dict = "tiny", wtype: str = "q4_0", mix: str = "ll
     hp = hparams(shape)
     d, ff, nv, L = hp["n_embd"], hp["n_ff"], hp["n_vocab"], hp["n_layer"]
     kv = hp["n_head_kv"] * hp["head_dim"]
-    llama = mix == "llama" and wtype in ("q4_0", "q4_K")
+    llama = mix == "llama" and wtype in ("q4_0", "q4_1", "q4_K")
 
     def mat(name, shp, t=wtype):
         return TensorPlan(name, shp, _fit(t, shp[-1]), "matrix")
@@ -219,6 +220,17 @@ def _q4_0(x):
     return np.concatenate([_f16(d).view(np.uint8), qs], axis=1)
 
 
+def _q4_1(x):
+    b = x.reshape(-1, 32)
+    lo, hi = b.min(axis=1, keepdims=True), b.max(axis=1, keepdims=True)
+    d = (hi - lo) / np.float32(15)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    q = np.minimum(np.trunc((b - lo) * inv + np.float32(0.5)), 15).astype(np.uint8)
+    qs = q[:, :16] | (q[:, 16:] << 4)
+    return np.concatenate([_f16(d).view(np.uint8), _f16(lo).view(np.uint8), qs], axis=1)
+
+
 def _q4_K(x):
     b = x.reshape(-1, 8, 32)
     n = b.shape[0]
@@ -265,7 +277,7 @@ def _q6_K(x):
                            d.view(np.uint8).reshape(n, 2)], axis=1)
 
 
-_NUMPY_QUANT = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_K": _q4_K, "q6_K": _q6_K}
+_NUMPY_QUANT = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q4_K": _q4_K, "q6_K": _q6_K}
 
 
 def numpy_quantize(arr: np.ndarray, type: str) -> np.ndarray:
@@ -377,7 +389,7 @@ def write_synth_model(path: str | os.PathLike, shape: str | dict = "tiny", wtype
 
     shape: "tiny", "1b", "7b" or a dict of hyperparameters (n_embd, n_layer, n_head,
     n_head_kv, n_ff; optional n_vocab, n_ctx, rope_base, rms_eps). wtype: "f16", "q8_0",
-    "q4_0", "q4_K", "q6_K". quantize: fn(f32 2-D array, type name) -> uint8 (rows, bytes_per_row);
+    "q4_0", "q4_1", "q4_K", "q6_K". quantize: fn(f32 2-D array, type name) -> uint8 (rows, bytes_per_row);
     default pyggml.quantize if available, else numpy_quantize. mix: "llama" or "pure"."""
     hp = hparams(shape)
     plan = plan_tensors(shape, wtype, mix)
@@ -432,7 +444,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """`pyggml synth OUT.gguf [--shape tiny|1b|7b] [--wtype f16|q8_0|q4_0|q4_K|q6_K] ...`"""
+    """`pyggml synth OUT.gguf [--shape tiny|1b|7b] [--wtype f16|q8_0|q4_0|q4_1|q4_K|q6_K] ...`"""
     ap = add_arguments(argparse.ArgumentParser(prog="pyggml synth", description="write a synthetic LLaMA GGUF model"))
     return run(ap.parse_args(argv))
 

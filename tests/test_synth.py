@@ -161,6 +161,9 @@ def test_plan_follows_llama_quantize():
     p40 = {p.name: p.type for p in plan_tensors("7b", "q4_0")}
     assert p40["output.weight"] == "q6_K" and p40["token_embd.weight"] == "q4_0"
     assert {t for n, t in p40.items() if n != "output.weight" and "norm" not in n} == {"q4_0"}
+    p41 = {p.name: p.type for p in plan_tensors("smollm2", "q4_1")}   # (the SmolLM2 wheel's file type)
+    # output q6_K, but its rows of 576 fit no 256-element block: q8_0, as the wheel's file has it
+    assert p41["output.weight"] == "q8_0" and {t for n, t in p41.items() if n != "output.weight" and "norm" not in n} == {"q4_1"}
     for wt in ("f16", "q8_0"):
         types = {p.type for p in plan_tensors("1b", wt)}
         assert types == {wt, "f32"}
@@ -230,7 +233,7 @@ def _rows(seed=0):
     return x
 
 
-@pytest.mark.parametrize("t", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("t", ["q8_0", "q4_0", "q4_1"])
 def test_numpy_quantize_bit_exact_with_gguf_package(t):
     quants = pytest.importorskip("gguf.quants")
     from gguf.constants import GGMLQuantizationType
@@ -238,14 +241,14 @@ def test_numpy_quantize_bit_exact_with_gguf_package(t):
     assert np.array_equal(numpy_quantize(x, t), quants.quantize(x, GGMLQuantizationType[t.upper()]))
 
 
-@pytest.mark.parametrize("t,limit", [("q8_0", 1e-4), ("q4_0", 2e-2), ("q4_K", 1e-2), ("q6_K", 1e-3)])
+@pytest.mark.parametrize("t,limit", [("q8_0", 1e-4), ("q4_0", 2e-2), ("q4_1", 2e-2), ("q4_K", 1e-2), ("q6_K", 1e-3)])
 def test_numpy_quantize_decodes_close(t, limit):
     quants = pytest.importorskip("gguf.quants")
     from gguf.constants import GGMLQuantizationType
     x = _rows(1)
     b = numpy_quantize(x, t)
-    assert b.dtype == np.uint8 and b.shape == (48, 512 // (32 if t[-1] == "0" else 256)
-                                               * {"q8_0": 34, "q4_0": 18, "q4_K": 144, "q6_K": 210}[t])
+    assert b.dtype == np.uint8 and b.shape == (48, 512 // (256 if t.endswith("_K") else 32)
+                                               * {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_K": 144, "q6_K": 210}[t])
     y = quants.dequantize(b, GGMLQuantizationType[t.upper()])
     assert np.isfinite(y).all()
     for i in range(x.shape[0]):
@@ -273,7 +276,7 @@ def _plugin_quantize():
         pytest.skip(f"pyggml.quantize unavailable: {e}")
 
 
-@pytest.mark.parametrize("t", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("t", ["q8_0", "q4_0", "q4_1"])
 def test_numpy_quantize_matches_plugin(t):
     q = _plugin_quantize()
     x = _rows(2)

@@ -65,7 +65,7 @@ def _nmse(a, b):
     return float(np.sum((a - b) ** 2) / max(np.sum(b ** 2), 1e-30))
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q8_0", "q4_K", "q6_K"])
 @pytest.mark.parametrize("M,K,N", [(33, 256, 1), (70, 512, 3), (65, 256, 17), (130, 768, 70)])
 def test_quantized_mul_mat_and_get_rows(vk, qtype, M, K, N):
     import pyggml as pg

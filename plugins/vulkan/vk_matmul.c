@@ -114,7 +114,7 @@ static int cm_ok(const pyg_device *d, const pyg_tensor *n, const pyg_tensor *s0,
     if (s0->ne[0] % 32 || s1->nb[0] != 4 || s1->type != PYG_TYPE_F32) return 0;
     if (n->nb[0] != 4 || !pyg_tensor_rows_contiguous(s0)) return 0;
     switch (s0->type) {
-    case PYG_TYPE_Q4_0: case PYG_TYPE_Q8_0: case PYG_TYPE_Q4_K: case PYG_TYPE_Q6_K:
+    case PYG_TYPE_Q4_0: case PYG_TYPE_Q4_1: case PYG_TYPE_Q8_0: case PYG_TYPE_Q4_K: case PYG_TYPE_Q6_K:
     case PYG_TYPE_F32: case PYG_TYPE_F16: case PYG_TYPE_BF16:
         return 1;
     default:

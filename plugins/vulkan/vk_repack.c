@@ -1,4 +1,4 @@
-/* plugins/vulkan/vk_repack.c — repacked copies of q4_0 weights for the decode mat-vec mul_mat_vec_rp.comp
+/* plugins/vulkan/vk_repack.c — repacked copies of q4_0 (q4_1, q4_K, q6_K) weights for the decode mat-vec mul_mat_vec_rp.comp
  * (option matvec_rp), made on the GPU by repack.comp and shared by every plan of the device that
  * reads the same weight.
  *
@@ -9,6 +9,8 @@
  *   scales  from Mp * K/2: per group of 8 rows rg and block u, the 8 rows' f16 d at
  *           ((rg * K/32 + u) * 8 + s) * 2: one 16-byte word brings a block's scales for 8 rows
  * The same bytes as ggml's blocks (18 per 32 weights).
+ * q4_1: the quants as q4_0's; per group of 8 rows and block two 16-byte words from Mp * K/2, at 16-byte word
+ *   (rg * K/32 + u) * 2: the 8 rows' f16 d, then their f16 m (20 bytes per 32 weights, as ggml's).
  * q4_K (the CUDA plugin's layout too), K a multiple of 256:
  *   quants  row r at r * K/2 bytes: unit u (32 weights) is the 16 bytes 16 (u % 8) of super-block u / 8's 128
  *           quant bytes, unchanged (byte i: weight 64 g + 16 h + i in the low nibble, + 32 in the high one,
@@ -73,7 +75,7 @@ int vkp_repack_eligible(const pyg_device *d, const pyg_tensor *w) {
     const pyg_buffer *b = NULL; uint64_t off = 0;
     if (!w || w->op != PYG_OP_NONE || !(w->flags & PYG_TENSOR_FLAG_WEIGHT)) return 0;
     int kq = w->type == PYG_TYPE_Q4_K || w->type == PYG_TYPE_Q6_K;
-    if (w->type != PYG_TYPE_Q4_0 && !(kq && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
+    if (w->type != PYG_TYPE_Q4_0 && w->type != PYG_TYPE_Q4_1 && !(kq && d->opts.matvec_rp_k && w->ne[0] % 256 == 0)) return 0;
     if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] % 32 || w->ne[0] > 24576 || w->ne[1] < 1 || w->ne[1] > (1 << 24)) return 0;
     if (w->nb[0] != (uint64_t)pyg_type_get_traits(w->type)->type_size || w->nb[1] % 2 || !vkp_resolve(w, &b, &off) || off % 2 || b->dev != d ||
         (b->flags & PYG_BUFFER_HOST)) return 0;

@@ -4,7 +4,7 @@
 
 static int is_plain(int32_t t) { return t == PYG_TYPE_F32 || t == PYG_TYPE_F16 || t == PYG_TYPE_BF16; }
 static int is_weight_type(int32_t t) {
-    return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
+    return is_plain(t) || t == PYG_TYPE_Q4_0 || t == PYG_TYPE_Q4_1 || t == PYG_TYPE_Q8_0 || t == PYG_TYPE_Q4_K || t == PYG_TYPE_Q6_K;
 }
 
 /* Every operand must fit one storage-buffer binding and 32-bit shader indexing. */

@@ -23,6 +23,7 @@ uint pw(uint i) { return p4[i >> 2][i & 3u]; }
 #define TY_F32 0u
 #define TY_F16 1u
 #define TY_Q4_0 2u
+#define TY_Q4_1 3u
 #define TY_Q8_0 8u
 #define TY_Q4_K 12u
 #define TY_Q6_K 14u
@@ -152,6 +153,12 @@ float deq(uint s, uint rb, uint k, uint ty, uint nb0) {
         uint q = rd8(s, b + 2u + (j & 15u));
         q = j < 16u ? (q & 15u) : (q >> 4);
         return half_at(s, b) * (float(q) - 8.0);
+    }
+    if (ty == TY_Q4_1) {   // f16 d, f16 m, the nibbles as q4_0's: w = d q + m
+        uint b = rb + (k >> 5) * 20u, j = k & 31u;
+        uint q = rd8(s, b + 4u + (j & 15u));
+        q = j < 16u ? (q & 15u) : (q >> 4);
+        return half_at(s, b) * float(q) + half_at(s, b + 2u);
     }
     if (ty == TY_Q8_0) {
         uint b = rb + (k >> 5) * 34u, j = k & 31u;

@@ -14,7 +14,7 @@
 //             used at once, after the products)
 // Against mul_mat_cm3 also: every operand fragment is loaded from shared memory once per 16-element
 // sub-step (FM + FN loads for FM x FN products, not two per product), and the weight tasks are
-// whole 32-element blocks (q4_0, q8_0: one block; q4_K: one sub-block; f16: 64 bytes), read as
+// whole 32-element blocks (q4_0, q4_1, q8_0: one block; q4_K: one sub-block; f16: 64 bytes), read as
 // aligned 32-bit words and realigned in registers (rows need only 2-byte alignment).
 // Every shared array is of 16-byte words (tests/test_vulkan_spirv.py: sized by specialization, they stay
 // 16-byte aligned). Tiles in shared memory are packed f16 in 16-byte words, rows of BK / 8 + 1 words (80 or 144
@@ -106,6 +106,7 @@ void fetch_a(uint k0) {
         if (!ok) continue;
         uint ra = t_row(0u, m, i02, i03), b = 0u, n = 0u, q = 0u;
         if (TY == TY_Q4_0) { b = ra + (k >> 5) * 18u; n = 5u; }
+        else if (TY == TY_Q4_1) { b = ra + (k >> 5) * 20u; n = (b & 2u) != 0u ? 6u : 5u; }
         else if (TY == TY_Q8_0) { b = ra + (k >> 5) * 34u; n = 9u; }
         else if (TY == TY_Q4_K) { b = ra + (k >> 8) * 144u; n = 5u; q = b + 16u + 32u * ((k >> 6) & 3u); }
         else if (TY == TY_F16 && A16 != 0u) {
@@ -148,6 +149,18 @@ void put_a(uint k0, uint st) {
                 uvec2 h = uvec2(pk(d * (float(b0 >> 4) - 8.0), d * (float(b1 >> 4) - 8.0)),
                                 pk(d * (float(b2 >> 4) - 8.0), d * (float(b3 >> 4) - 8.0)));
                 // word w holds elements 4w..4w+3: half (w & 1) of 16-byte word w / 2
+                if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
+                else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
+            }
+        } else if (TY == TY_Q4_1) {   // f16 d, f16 m, then q4_0's nibbles: w = d q + m
+            vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                uint qw = wat(i, 4u + 4u * w, sh);
+                uint b0 = qw & 255u, b1 = (qw >> 8) & 255u, b2 = (qw >> 16) & 255u, b3 = qw >> 24;
+                uvec2 l = uvec2(pk(dm.x * float(b0 & 15u) + dm.y, dm.x * float(b1 & 15u) + dm.y),
+                                pk(dm.x * float(b2 & 15u) + dm.y, dm.x * float(b3 & 15u) + dm.y));
+                uvec2 h = uvec2(pk(dm.x * float(b0 >> 4) + dm.y, dm.x * float(b1 >> 4) + dm.y),
+                                pk(dm.x * float(b2 >> 4) + dm.y, dm.x * float(b3 >> 4) + dm.y));
                 if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
                 else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
             }

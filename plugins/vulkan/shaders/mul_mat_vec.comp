@@ -35,6 +35,16 @@ float dot_chunk(uint ra, uint c) {
                  + (float((w >> 4) & 15u) - 8.0) * Y(2u * j + 16u) + (float(w >> 12) - 8.0) * Y(2u * j + 17u);
         }
         acc *= h16(b);
+    } else if (TY == TY_Q4_1) {   // d sum(q y) + m sum(y)
+        uint b = ra + c * 20u, q = (b + 4u) >> 1;
+        float ys = 0.0;
+        for (uint j = 0u; j < 8u; j++) {
+            uint w = uint(s0h[q + j]);
+            float y0 = Y(2u * j), y1 = Y(2u * j + 1u), y2 = Y(2u * j + 16u), y3 = Y(2u * j + 17u);
+            acc += float(w & 15u) * y0 + float((w >> 8) & 15u) * y1 + float((w >> 4) & 15u) * y2 + float(w >> 12) * y3;
+            ys += y0 + y1 + y2 + y3;
+        }
+        acc = acc * h16(b) + ys * h16(b + 2u);
     } else if (TY == TY_Q8_0) {
         uint b = ra + c * 34u, q = (b + 2u) >> 1;
         for (uint j = 0u; j < 16u; j++) {

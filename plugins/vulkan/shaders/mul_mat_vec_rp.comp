@@ -36,7 +36,7 @@ layout(local_size_x = 128, local_size_x_id = 1) in;
 layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K, q6_K) | blocks per invocation J << 8
 const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
-const uint NS = TY == TY_Q4_K ? 4u : TY == TY_Q6_K ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
+const uint NS = TY == TY_Q4_K ? 4u : (TY == TY_Q6_K || TY == TY_Q4_1) ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
 const uint R = 8u;                               // sums per workgroup (H100: 16 were 20% slower in a 7b decode)
 const uint NH = TY == TY_Q6_K ? J * R : 1u;      // q6_K: 8-byte high-bit words per invocation
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
@@ -92,6 +92,7 @@ uint sc_word(uint sc0, uint g8, uint nb, uint u, uint k) {
         uint b6 = sc0 + (sc0 >> 1) + (g8 * (nb >> 3) + (u >> 3)) * 9u;
         return k == 0u ? b6 : b6 + 1u + (u & 7u);
     }
+    if (TY == TY_Q4_1) return sc0 + (g8 * nb + u) * 2u + k;   // k = 0 the 8 rows' d, k = 1 their m
     if (TY != TY_Q4_K) return sc0 + g8 * nb + u;
     uint b = sc0 + (g8 * (nb >> 3) + (u >> 3)) * 10u;
     return k < 2u ? b + k : b + 2u * ((u & 7u) >> 1) + k;
@@ -217,6 +218,20 @@ void main() {
         uint y[8];
         int sa, sb;
         float d = quant_unit(yb, u, y, sa, sb);
+        if (TY == TY_Q4_1) {   // w = dw q + mw: d dw sum(q y) + d mw sum(y)
+            float ms = d * float(sa + sb);
+            [[unroll]] for (uint r = 0u; r < R; r++) {
+                uvec4 q = wq[j * R + r];
+                int s = 0;
+                [[unroll]] for (uint k = 0u; k < 4u; k++)
+                    s += sdot4x8(q[k] & 0x0f0f0f0fu, y[k], 0) + sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, y[4u + k], 0);
+                uint sl = h + (r < RA ? r : r - RA), o = j * NS;
+                uint dwd = (r < RA ? ws[o] : ws2[o])[sl >> 1] >> (16u * (sl & 1u));
+                uint mwd = (r < RA ? ws[o + 1u] : ws2[o + 1u])[sl >> 1] >> (16u * (sl & 1u));
+                acc[r] += unpackHalf2x16(dwd).x * d * float(s) + unpackHalf2x16(mwd).x * ms;
+            }
+            continue;
+        }
         float m8 = 8.0 * float(sa + sb);
         [[unroll]] for (uint r = 0u; r < R; r++) {
             uvec4 q = wq[j * R + r];

@@ -1,9 +1,9 @@
 #version 450
-// A q4_0, q4_K or q6_K weight's repacked copy for mul_mat_vec_rp.comp (option matvec_rp; vk_repack.c's header has
+// A q4_0, q4_1, q4_K or q6_K weight's repacked copy for mul_mat_vec_rp.comp (option matvec_rp; vk_repack.c's header has
 // the layout): slot 0 the weight (rows ne1 of ne0 weights, 2-byte aligned blocks), binding 4 the copy,
 // specialization constant 0 its type. One invocation per (group of 8 rows, unit of 32 weights): ex[0] of
 // them, ex[1] = Mp (rows padded to 8, zeros). It writes the 8 rows' 16 quant bytes of the unit where they go
-// in each row; q4_0: the block's 8 scales as one 16-byte word; q4_K: the first unit of a super-block also its
+// in each row; q4_0: the block's 8 scales as one 16-byte word; q4_1: its 8 d, then its 8 m, as two; q4_K: the first unit of a super-block also its
 // 160-byte scale group (the 8 rows' d and dmin, then per sub-block pair the 6-bit scales and mins as bytes);
 // q6_K: the unit's low 4 bits as q4_0's nibbles, its high 2 bits (8 bytes) into the high-bit plane, and from the first
 // unit of a super-block its 144-byte scale group (the 8 rows' f16 d, then per unit the rows' two int8 scales).
@@ -33,11 +33,11 @@ void main() {
     if (i >= ex_u(0u)) return;
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, Mp = ex_u(1u);
     uint rg = i / nb, u = i % nb;
-    uint sc[4] = uint[4](0u, 0u, 0u, 0u);
+    uint sc[4] = uint[4](0u, 0u, 0u, 0u), mc[4] = uint[4](0u, 0u, 0u, 0u);
     for (uint s = 0u; s < 8u; s++) {
         uint r = rg * 8u + s;
         uvec4 q = uvec4(0u);
-        uint d = 0u;
+        uint d = 0u, m = 0u;
         if (TY == TY_Q6_K) {
             uvec2 hb = uvec2(0u);
             if (r < M) q6_unit(t_row(0u, r, 0u, 0u) + 210u * (u >> 3), u, q, hb);
@@ -49,13 +49,16 @@ void main() {
         }
         if (r < M) {
             uint b = TY == TY_Q4_K ? t_row(0u, r, 0u, 0u) + 144u * (u >> 3) + 16u + 16u * (u & 7u) - 2u
+                   : TY == TY_Q4_1 ? t_row(0u, r, 0u, 0u) + 20u * u + 2u   // (then b + 2.. are the quants, as q4_0's)
                                    : t_row(0u, r, 0u, 0u) + 18u * u;
-            if (TY != TY_Q4_K) d = rd16(0u, b);
+            if (TY == TY_Q4_1) { d = rd16(0u, b - 2u); m = rd16(0u, b); }
+            else if (TY != TY_Q4_K) d = rd16(0u, b);
             q = uvec4(rd16(0u, b + 2u) | rd16(0u, b + 4u) << 16, rd16(0u, b + 6u) | rd16(0u, b + 8u) << 16,
                       rd16(0u, b + 10u) | rd16(0u, b + 12u) << 16, rd16(0u, b + 14u) | rd16(0u, b + 16u) << 16);
         }
         o4[r * (K >> 5) + u] = q;   // row r's quants start at r * K/2 bytes: K/32 words of 16 bytes
         sc[s >> 1] |= d << (16u * (s & 1u));
+        mc[s >> 1] |= m << (16u * (s & 1u));
     }
     if (TY == TY_Q6_K) {
         if ((u & 7u) != 0u) return;
@@ -72,6 +75,11 @@ void main() {
         }
         o4[g6] = uvec4(dw[0], dw[1], dw[2], dw[3]);
         for (uint j = 0u; j < 8u; j++) o4[g6 + 1u + j] = uvec4(sw[4u * j], sw[4u * j + 1u], sw[4u * j + 2u], sw[4u * j + 3u]);
+        return;
+    }
+    if (TY == TY_Q4_1) {   // the 8 rows' d, then their m
+        o4[Mp * (K >> 5) + (rg * nb + u) * 2u] = uvec4(sc[0], sc[1], sc[2], sc[3]);
+        o4[Mp * (K >> 5) + (rg * nb + u) * 2u + 1u] = uvec4(mc[0], mc[1], mc[2], mc[3]);
         return;
     }
     if (TY != TY_Q4_K) {
