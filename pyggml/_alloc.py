@@ -6,13 +6,15 @@ buffer of `size` bytes). Tensors whose lifetimes do not overlap share bytes.
 
 
 REUSE_LAG = 5   # steps: what a device that may run neighbouring nodes together gets (_plan.build_plan)
+SMALL_BYTES = 256 << 10   # a tensor up to this size (a decode step's activations: one row) ...
+SMALL_LAG = 12            # ... keeps its bytes this many steps on such a device (plan_arena)
 
 
 def align_up(n, a):
     return (n + a - 1) // a * a
 
 
-def plan_arena(sizes, first, last, alignment, lag=0):
+def plan_arena(sizes, first, last, alignment, lag=0, small_lag=None):
     """Offsets for tensors k with byte `sizes[k]`, alive from step first[k] to step last[k]
     (inclusive). Returns (offsets, arena_size). Best fit over a free list, processed in step order.
 
@@ -26,9 +28,16 @@ def plan_arena(sizes, first, last, alignment, lag=0):
     layer norm's inputs intact while the q/k/v (or gate/up) mat-vecs that follow it run, which
     the Vulkan plugin's mul_mat_vec3n reads to recompute the norm beside its dispatch (it checks
     and falls back where they were reused). Cost: a synthetic 2-layer LLaMA's 256-token prefill
-    arena 3.0 MB at lag 2, 3.5 MB at 5 (2.5 MB at 0); decode arenas are a few KiB."""
+    arena 3.0 MB at lag 2, 3.5 MB at 5 (2.5 MB at 0); decode arenas are a few KiB.
+
+    small_lag (default: lag), for tensors of at most SMALL_BYTES: the Vulkan plugin's repacked decode
+    mat-vecs that recompute a layer norm (option rp_norm_in) read its inputs while the same dispatch
+    writes the q/k/v ropes and cache rows, which come up to 10 steps after the norm's add in a LLaMA
+    layer; decode-sized tensors kept apart that long cost a few KiB, prefill-sized ones keep `lag`."""
+    small_lag = lag if small_lag is None else small_lag
+    lag_of = [small_lag if s <= SMALL_BYTES else lag for s in sizes]
     order = sorted(range(len(sizes)), key=lambda k: (first[k], k))
-    ends = sorted(range(len(sizes)), key=lambda k: last[k])
+    ends = sorted(range(len(sizes)), key=lambda k: last[k] + lag_of[k])
     free = []          # (offset, size), sorted by offset
     top = 0
     offsets = [0] * len(sizes)
@@ -36,7 +45,7 @@ def plan_arena(sizes, first, last, alignment, lag=0):
     for k in order:
         step = first[k]
         # release every tensor whose last use is before this step
-        while e < len(ends) and last[ends[e]] + lag < step:
+        while e < len(ends) and last[ends[e]] + lag_of[ends[e]] < step:
             j = ends[e]
             e += 1
             _release(free, offsets[j], align_up(max(sizes[j], 1), alignment))

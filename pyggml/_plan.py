@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ._alloc import align_up, plan_arena
+from ._alloc import SMALL_LAG, align_up, plan_arena
 from .errors import GraphError, TypeMismatchError, UnsupportedError
 from .graph import FLAG_INPUT, FLAG_STATE, FLAG_WEIGHT, VIEW_OPS, Tensor
 
@@ -281,7 +281,8 @@ def build_plan(plan: Plan, order: List[Tensor], readable_outs: List[Tensor], ass
                     if b.id in pos and (sd == d or b in foreign[si]):
                         k = pos[b.id]
                         last[k] = max(last[k], step[t.id])
-        offsets, size = plan_arena(sizes, first, last, alignments[d], lags[d] if lags else 0)
+        lag = lags[d] if lags else 0
+        offsets, size = plan_arena(sizes, first, last, alignments[d], lag, max(lag, SMALL_LAG) if lag else 0)
         plan.arena[d] = (ids, offsets, size)
 
     # input slots for foreign bases: per device, per split, per copy

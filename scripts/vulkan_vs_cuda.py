@@ -118,6 +118,9 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "fad2w256": {"fa_v": "4", "fa_dec_wgs": "256"}, "fad3": {"fa_v": "3"},
             # q4_K / q6_K decode mat-vecs on the repacked copy (rpk1: matvec_rp_k=1) or not (rpk0: mul_mat_vec2; rpk1 the default since the H100 run at e960257)
             "rpk0": {"matvec_rp_k": "0"}, "rpk1": {"matvec_rp_k": "1"},
+            # the q/k/v and gate/up mat-vecs on the repacked copies recompute the layer norm they read and share its stage
+            # (rp_norm_in: nin on, nina auto = rows up to 1024, the default since the H100 run at c348471 + it; nin0 off)
+            "nin": {"rp_norm_in": "on"}, "nina": {"rp_norm_in": "auto"}, "nin0": {"rp_norm_in": "off"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -132,7 +135,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512"}
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512",
+            "rp_norm_in": "auto"}
 
 
 def _set_vk(pg, opts):

@@ -287,7 +287,7 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
                              uint32_t rows, uint32_t per_row) {
     memset(c->slot, 0, sizeof c->slot);
     c->slot[0] = src;
-    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; memset(c->xout, 0, sizeof c->xout); c->nfold = 0;
+    c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; memset(c->xout, 0, sizeof c->xout); memset(c->xout_ro, 0, sizeof c->xout_ro); c->nfold = 0;
     c->dq = 0; c->b16 = 0;
     c->shader = VKP_SH_DEQUANT;
     c->spec0 = (uint32_t)src->type;
@@ -535,8 +535,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             }
         }
         if (vkp_validation_active()) {
-            plan->acc = calloc((size_t)nd * (VKP_NBIND + 1) + 1, sizeof *plan->acc);
-            plan->acc_write = calloc((size_t)nd * (VKP_NBIND + 1) + 1, 1);
+            plan->acc = calloc((size_t)nd * VKP_RPD + 1, sizeof *plan->acc);   /* (every range of every dispatch, at most) */
+            plan->acc_write = calloc((size_t)nd * VKP_RPD + 1, 1);
             if (!plan->acc || !plan->acc_write) { free(sets); e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail; }
         }
         /* what each dispatch reads and writes: the tensor slots, a fused add's output, its scratch

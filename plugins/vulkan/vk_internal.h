@@ -77,6 +77,7 @@ typedef struct vkp_options {
     int64_t fuse_glu;               /* gate and up mat-vecs and their swiglu as one dispatch (mul_mat_vec3g) */
     int64_t fuse_rope;              /* rope + the set_rows of its result into a cache as one dispatch (vk_rope_store.c) */
     int64_t fuse_rope_mv;           /* a matvec_rp mat-vec + the rope and/or cache write of its result as one dispatch (vk_mv_epi.c) */
+    int64_t rp_norm_in;             /* auto/off/on: mul_mat_vec_rpe / _rpg recompute the fused norm they read (vk_norm_in.c) */
     int64_t fold_norm;              /* a matvec_rp mat-vec + the residual add, rms_norm and mul after it as one dispatch (vk_mv_epi.c) */
     int64_t fuse_swiglu;            /* a swiglu and the mat-vec that reads it as one dispatch (mul_mat_vec3s) */
     int64_t fuse_norm_mv;           /* auto/off/on: mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */

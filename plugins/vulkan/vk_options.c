@@ -29,6 +29,9 @@
  *                (bench/results/gpu-vulkan-rpk-h100-20261206T1409/)
  *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
  *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
+ *   rp_norm_in   auto (default) / off / on: a layer's q/k/v (mul_mat_vec_rpe) and gate/up (mul_mat_vec_rpg) mat-vecs
+ *                recompute the fused norm they read from its inputs, and share its stage (vk_norm_in.c); auto: rows
+ *                up to 1024 (H100: SmolLM2-135M q4_1 tg128 +21%; 1b q4_0 -3%, 7b -21% with on)
  *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and
  *                down: mul_mat_vec_rpn, its last workgroup normalizing the row); H100: 7b 5% slower
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
@@ -114,6 +117,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
     d->opts.fold_norm = 0;
+    d->opts.rp_norm_in = VKP_AUTO;
 }
 
 /* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */

@@ -18,6 +18,7 @@ typedef struct dispatch {
     const pyg_tensor *xout[3];      /* extra outputs at bindings 7, 8, 9 (fuse_rope_mv: a cache row; fold_norm: the add, the
                                      * norm and the mul it takes on), each described at extra word xout_word[k]: offset, type, nb */
     uint32_t xout_word[3];
+    unsigned char xout_ro[3];       /* that extra binding only read (rp_norm_in: the norm's r and w): no write range */
     int nfold;                      /* fold_norm: its workgroups' partial sums and a counter in the plan's scratch (scratch_off,
                                      * scratch_size; the counter, fa_fold bytes at its end, zeroed before each run) */
     int op;
@@ -98,6 +99,9 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
  * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: a residual add, rms_norm and mul);
  * marks the nodes it took in done. */
 void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
+/* vk_norm_in.c: dispatch dp (mul_mat_vec_rpe or _rpg, just built) reading the result of the fused norm dispatch dps[ns]
+ * recomputes it from the norm's inputs instead (rp_norm_in), so it shares the norm's stage; 1 where it does */
+int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p);
 /* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
 uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
 #endif

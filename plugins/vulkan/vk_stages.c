@@ -19,7 +19,7 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
         const pyg_buffer *buf = NULL; uint64_t off = 0;
         vkp_resolve(dp->xout[k], &buf, &off);
         my[n] = (range){ buf, off, off + pyg_tensor_nbytes(dp->xout[k]) };
-        myw[n++] = 1;
+        myw[n++] = !dp->xout_ro[k];
     }
     const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
     if (dp->fa_split || dp->dq || dp->nfold) {

@@ -68,10 +68,43 @@ layout(std430, binding = 7) buffer C7w { uint c7w[]; };
 layout(std430, binding = 7) buffer C7h { uint16_t c7h[]; };
 #endif
 layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
+#if defined(RP_GLU) || defined(RP_EPI)
+// norm-in (specialization bit 11, option rp_norm_in; vk_norm_in.c): the activations are a fused norm's result
+// m = rms_norm(x [+ r]) * w, recomputed here from its inputs so that the dispatch runs beside the norm's, not a stage
+// after it: binding 1 holds x; r (bit 12) at binding 8 and w at binding 9, their offsets at extras 20 and 26, eps at
+// extra word NEPS. Each invocation quantizes (x + r) * w for its units and sums (x + r)^2 over them; the workgroup,
+// whose invocations cover the row once, meets the squares with its row sums and scales those by 1 / rms.
+const uint NIN = (SPEC >> 11) & 1u, NIR = (SPEC >> 12) & 1u;
+layout(std430, binding = 8) readonly buffer Nr { vec4 nrv[]; };
+layout(std430, binding = 9) readonly buffer Nw { vec4 nwv[]; };
+#ifdef RP_GLU
+const uint NEPS = 8u;
+#else
+const uint NEPS = 7u;
+#endif
+#else
+const uint NIN = 0u, NIR = 0u;
+#endif
+float nss = 0.0;                                 // norm-in: this invocation's sum of (x + r)^2
+uint nrb = 0u, nwb = 0u;                         // norm-in: r's and w's first vec4 in their bindings
+
+// vec4 i of the activation row starting at vec4 yb (norm-in: (x + r) * w, its squares counted before w)
+vec4 act(uint yb, uint i) {
+    vec4 v = s1v[yb + i];
+#if defined(RP_GLU) || defined(RP_EPI)
+    if (NIN != 0u) {
+        if (NIR != 0u) v += nrv[nrb + i];
+        nss += dot(v, v);
+        v *= nwv[nwb + i];
+    }
+#endif
+    return v;
+}
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
 int sdot4x8(uint x, uint y, spirv_literal int packed_format);   // OpSDot, PackedVectorFormat4x8Bit
 
 shared float part[512];   // R sums per subgroup (at most 64 subgroups)
+shared float part_ss[64]; // norm-in: each subgroup's sum of squares
 // sum r of the workgroup: its subgroups' partial sums in subgroup order (after the barrier that follows their stores)
 float part_sum(uint r) {
     float v = 0.0;
@@ -104,7 +137,7 @@ float quant_unit(uint yb, uint u, out uint y[8], out int sa, out int sb) {
     vec4 x[8];
     float amax = 0.0;
     [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        x[k] = s1v[yb + 8u * u + k];
+        x[k] = act(yb, 8u * u + k);
         amax = max(amax, amax4(x[k]));
     }
     float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
@@ -125,8 +158,8 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     vec4 x[8];
     float al = 0.0, ah = 0.0;
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        x[k] = s1v[yb + e4 + k];
-        x[4u + k] = s1v[yb + e4 + 8u + k];               // 32 elements on: the high nibbles' sub-block
+        x[k] = act(yb, e4 + k);
+        x[4u + k] = act(yb, e4 + 8u + k);               // 32 elements on: the high nibbles' sub-block
         al = max(al, amax4(x[k]));
         ah = max(ah, amax4(x[4u + k]));
     }
@@ -188,6 +221,7 @@ void main() {
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
     uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
+    if (NIN != 0u) { nrb = ex_u(20u) >> 4; nwb = ex_u(26u) >> 4; }
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
@@ -245,10 +279,22 @@ void main() {
     }
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
     if (subgroupElect()) [[unroll]] for (uint r = 0u; r < R; r++) part[gl_SubgroupID * R + r] = acc[r];
+    if (NIN != 0u) {
+        float ss = subgroupAdd(nss);
+        if (subgroupElect()) part_ss[gl_SubgroupID] = ss;
+    }
     barrier();
+    float nsc = 1.0;                                      // norm-in: 1 / rms of x + r (norm_mul_reg's arithmetic)
+#if defined(RP_GLU) || defined(RP_EPI)
+    if (NIN != 0u) {
+        float tot = 0.0;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) tot += part_ss[s];
+        nsc = 1.0 / sqrt(tot / float(K) + ex_f(NEPS));
+    }
+#endif
 #ifdef RP_GLU
     if (t < RA) {
-        float va = part_sum(t), vb = part_sum(RA + t);
+        float va = part_sum(t) * nsc, vb = part_sum(RA + t) * nsc;
         uint row = row0 + t;
         if (row < M) {
             o3[(t_off(3u) >> 2) + row] = floatBitsToUint(va);
@@ -322,7 +368,7 @@ void main() {
     }
 #elif defined(RP_EPI)
     if (t < R) {
-        float v = part_sum(t), vp = part_sum(t ^ 1u);   // this row's sum and its rope partner's (row ^ 1)
+        float v = part_sum(t) * nsc, vp = part_sum(t ^ 1u) * nsc;   // this row's sum and its rope partner's (row ^ 1)
         uint row = rg * R + t, mode = ex_u(2u);
         if (row < M) {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);

@@ -1,0 +1,67 @@
+/* plugins/vulkan/vk_norm_in.c — option rp_norm_in: a layer's q/k/v (mul_mat_vec_rpe) or gate/up (mul_mat_vec_rpg)
+ * mat-vec on matvec_rp that reads a fused norm's result m = rms_norm(x [+ r]) * w recomputes it from x, r and w
+ * (mul_mat_vec_rp.comp's norm-in, specialization bits 11 and 12) instead of reading m. It then reads nothing the norm
+ * dispatch writes, so the two share a barrier stage (vk_stages.c): the stage between a layer norm and its mat-vecs
+ * goes away. The norm dispatch still runs and writes all its nodes (R9).
+ *
+ * Bindings: slot 1 becomes x (the norm's input), r goes to binding 8 (extras 20..25) and w to binding 9 (extras
+ * 26..31), both read-only extra bindings; eps at extra word 7 (rpe) or 8 (rpg): the words those builds leave free.
+ * Taken where the norm ran on norm_mul_reg.comp's vec4 path (so x, r, w and m are f32 with unit stride and rows on 16
+ * bytes, w as wide as the row), for one row, and where nothing from the norm dispatch up to this one writes over x, r
+ * or w (the norm's own add may not take their bytes), nor does the mat-vec. The arena keeps decode-sized tensors
+ * apart for SMALL_LAG steps (pyggml/_alloc.py), past the ropes and cache writes the q/k/v dispatches write.
+ *
+ * auto (the default) takes rows up to 1024 wide. Every workgroup reads x, r and w where it read m: three rows of
+ * activations for one, which wide rows pay for. H100 at c348471 + this, 6 rounds interleaved with CUDA
+ * (bench/results/gpu-vulkan-normin-h100-20261206T1452/): tg128 SmolLM2-135M's geometry in q4_1 (rows of 576) 747 against
+ * 619 t/s (+21%, 0.71x of CUDA against 0.59x); at rows of 2048 (1b) q4_K 770 against 719 (+7%) but q4_0 772 against
+ * 799 (-3%); at 4096 (7b q4_0) 220 against 279 (-21%). */
+#include <string.h>
+#include "vk_plan.h"
+
+static int writes_into(const dispatch *dp, const pyg_tensor *t) {
+    const pyg_tensor *w[6] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out,
+                               dp->xout_ro[0] ? NULL : dp->xout[0], dp->xout_ro[1] ? NULL : dp->xout[1],
+                               dp->xout_ro[2] ? NULL : dp->xout[2] };
+    for (int k = 0; k < 6; k++) if (w[k] && !vkp_disjoint(w[k], t)) return 1;
+    return 0;
+}
+
+int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+    if (d->opts.rp_norm_in == VKP_OFF || ns < 0 || ns >= nd) return 0;
+    int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG;
+    if (!glu && dp->shader != VKP_SH_MUL_MAT_VEC_RPE) return 0;
+    const dispatch *nm = &dps[ns];
+    const pyg_tensor *m = nm->slot[VKP_SLOT_DST], *x = nm->slot[0], *w = nm->slot[1], *norm = nm->slot[3];
+    const pyg_tensor *r = nm->add_out ? nm->slot[2] : NULL;
+    if (!m || !x || !w || !norm || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || dp->xout[1] || dp->xout[2]) return 0;
+    if (d->opts.rp_norm_in == VKP_AUTO && m->ne[0] > 1024) return 0;   /* (H100, interleaved: below) */
+    const pyg_tensor *rd[3] = { x, r, w };
+    const pyg_tensor *outs[4] = { dp->slot[VKP_SLOT_DST], glu ? dp->slot[3] : NULL, dp->add_out, dp->xout[0] };
+    for (int k = 0; k < 3; k++) {
+        if (!rd[k]) continue;
+        for (int j = ns; j < nd; j++) if (writes_into(&dps[j], rd[k])) return 0;
+        for (int o = 0; o < 4; o++) if (outs[o] && !vkp_disjoint(outs[o], rd[k])) return 0;
+    }
+    /* the same build with the norm-in bits: its workgroup size as the setup chose it */
+    uint32_t spec[2], ex[2]; uint64_t work;
+    const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
+    int ok = glu ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, &work, ex)
+                 : vkp_mv_rp_epi_setup(d, y, VKP_SH_MUL_MAT_VEC_RPE, spec, &work, ex);
+    if (!ok || spec[0] != dp->spec0) return 0;
+    spec[0] |= 1u << 11 | (r ? 1u << 12 : 0u);
+    VkPipeline pipe = VK_NULL_HANDLE;
+    int *broken = glu ? &d->mvrpg_broken : &d->mvrpe_broken;
+    if (!vkp_pipeline_usable(d, dp->shader, spec, broken)) { *broken = 0; return 0; }   /* (the build without stays usable) */
+    pyg_error *e = vkp_get_pipeline(d, dp->shader, spec, &pipe);
+    if (e) { vkp_error_free(e); return 0; }
+    dp->pipe = pipe;
+    dp->spec0 = spec[0];
+    dp->slot[1] = x;
+    if (r) { dp->xout[1] = r; dp->xout_word[1] = 20; dp->xout_ro[1] = 1; }
+    dp->xout[2] = w; dp->xout_word[2] = 26; dp->xout_ro[2] = 1;
+    p[96 + (glu ? 8 : 7)] = (uint32_t)norm->op_params[0];   /* eps (float bits) */
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' recomputes rms_norm '%s': %s norm-in", glu ? dp->slot[3]->name : y->name, norm->name,
+            vkp_shader_name(dp->shader));
+    return 1;
+}
