@@ -121,6 +121,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the q/k/v and gate/up mat-vecs on the repacked copies recompute the layer norm they read and share its stage
             # (rp_norm_in: nin on, nina auto = rows up to 1024, the default since the H100 run at c348471 + it; nin0 off)
             "nin": {"rp_norm_in": "on"}, "nina": {"rp_norm_in": "auto"}, "nin0": {"rp_norm_in": "off"},
+            # the fused norms write their result's int8 blocks and the repacked mat-vecs read them (mv_q8 on matvec_rp)
+            "q8rp": {"mv_q8": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store

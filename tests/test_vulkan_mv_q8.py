@@ -2,7 +2,8 @@
 it, and the q4_0/q8_0/q4_K mat-vecs that read the result stage that copy instead of quantizing it
 (mul_mat_vec3q). The quantization is mul_mat_vec3w's on the same stored floats, so the results are its
 bytes: single graphs with one to three readers, with and without the residual add, one to four columns;
-and a synthetic LLaMA's prefill and decode logits. A norm whose result no mat-vec reads writes no copy
+and a synthetic LLaMA's prefill and decode logits. The repacked decode mat-vecs (q4_0, q4_1, q6_K) read the copy too,
+also to the same bytes. A norm whose result no mat-vec reads writes no copy
 (vk_fuse.c's q8_mv also refuses a reader when a dispatch since the norm wrote over the result).""" 
 import numpy as np
 import pytest
@@ -79,5 +80,36 @@ def test_mv_q8_model_bytes(tmp_path):
     got, k1 = run({**BASE, "mv_q8": "1"})
     if _has_int8():
         assert "mul_mat_vec3q" in k1 and "mul_mat_vec3q" not in k0, (k0, k1)
+    for step, (a, b) in enumerate(zip(got, ref)):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), f"step {step}"
+
+
+# the repacked mat-vecs (matvec_rp) read the copy themselves (mul_mat_vec_rp.comp's q8-in: vk_norm_in.c's vkp_rp_q8_in), for
+# the weight types whose activations they quantize per 32 as the copy is
+RP = {"norm_wg": "on", "matvec_rp": "1", "matvec_rp_k": "1", "rp_norm_in": "off"}
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_1", "q6_K"])
+@pytest.mark.parametrize("k,add,readers", [(256, False, 1), (2048, True, 2), (4096, True, 3)])
+def test_rp_q8_same_bytes(wdt, k, add, readers):
+    outs, feeds = _norm_mats(k, 1, add, wdt, readers, seed=k + readers)
+    ref, k0 = _compute(outs, feeds, RP, "mul_mat '")
+    got, k1 = _compute(outs, feeds, {**RP, "mv_q8": "1"}, "mul_mat '")
+    if _has_int8():
+        assert k1.count("mul_mat_vec_rp q8-in") == readers and not any("q8-in" in x for x in k0), (k0, k1)
+    for a, b in zip(got, ref):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_1"])
+def test_rp_q8_model_bytes(tmp_path, wdt):
+    """A small synthetic LLaMA's prefill and decode logits with mv_q8=1 are mv_q8=0's byte for byte on the repacked
+    mat-vecs, its q/k/v (mul_mat_vec_rpe), gate/up (mul_mat_vec_rpg) and q6_K output reading the norms' int8 copies."""
+    run = _decode_model(tmp_path, wdt, 19)
+    ref, k0 = run(RP)
+    got, k1 = run({**RP, "mv_q8": "1"})
+    if _has_int8():
+        want = {"mul_mat_vec_rpe q8-in", "mul_mat_vec_rpg q8-in", "mul_mat_vec_rp q8-in"}
+        assert want <= k1 and not any("q8-in" in x for x in k0), (k0, k1)
     for step, (a, b) in enumerate(zip(got, ref)):
         assert np.array_equal(np.asarray(a), np.asarray(b)), f"step {step}"

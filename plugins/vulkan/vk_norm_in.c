@@ -65,3 +65,39 @@ int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
             vkp_shader_name(dp->shader));
     return 1;
 }
+
+/* mv_q8 for the repacked mat-vecs: dispatch dp (mul_mat_vec_rp, _rpe or _rpg; q4_0, q4_1 or q6_K weights, whose
+ * activations are quantized per 32 as the copy is) reading the result m of the fused norm dispatch dps[ns], which can
+ * write m's int8 blocks (vk_graph.c marked it q8 = 1), reads that copy at binding 1 instead of quantizing m
+ * (mul_mat_vec_rp.comp's q8-in, specialization bit 13): the same bytes. The copy is m as the norm wrote it, so nothing
+ * from that dispatch up to this one may write over m. The norm's Q8_OUT build is chosen once a mat-vec reads its copy. */
+int vkp_rp_q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
+    if (!d->opts.mv_q8 || ns < 0 || ns >= nd || dps[ns].q8 != 1) return 0;
+    int sh = dp->shader;
+    if (sh != VKP_SH_MUL_MAT_VEC_RP && sh != VKP_SH_MUL_MAT_VEC_RPE && sh != VKP_SH_MUL_MAT_VEC_RPG) return 0;
+    const pyg_tensor *m = dps[ns].slot[VKP_SLOT_DST];
+    int ty = (int)(dp->spec0 & 255u);
+    if (!m || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || (dp->spec0 >> 11 & 1u)) return 0;
+    if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1 && ty != PYG_TYPE_Q6_K) return 0;
+    for (int j = ns + 1; j < nd; j++) if (writes_into(&dps[j], m)) return 0;
+    uint32_t spec[2] = { dp->spec0 | 1u << 13, 0 };
+    /* (its workgroup size as the setup chose it) */
+    uint32_t sp[2], ex[2]; uint64_t work;
+    const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
+    int ok = sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, sp, &work, ex)
+           : sh == VKP_SH_MUL_MAT_VEC_RPE ? vkp_mv_rp_epi_setup(d, y, sh, sp, &work, ex) : vkp_mv_rp_setup(d, y, sp, &work, ex);
+    if (!ok || sp[0] != dp->spec0) return 0;
+    spec[1] = sp[1];
+    int *broken = sh == VKP_SH_MUL_MAT_VEC_RPG ? &d->mvrpg_broken : sh == VKP_SH_MUL_MAT_VEC_RPE ? &d->mvrpe_broken : &d->mvrp_broken;
+    if (!vkp_pipeline_usable(d, sh, spec, broken)) { *broken = 0; return 0; }
+    VkPipeline pipe = VK_NULL_HANDLE;
+    pyg_error *e = vkp_get_pipeline(d, sh, spec, &pipe);
+    if (e) { vkp_error_free(e); return 0; }
+    dp->pipe = pipe;
+    dp->spec0 = spec[0];
+    dp->q8 = 2;
+    dps[ns].q8_n++;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: %s q8-in", sh == VKP_SH_MUL_MAT_VEC_RPG ? dp->slot[3]->name : y->name,
+            dps[ns].slot[3]->name, vkp_shader_name(sh));
+    return 1;
+}

@@ -85,6 +85,12 @@ const uint NEPS = 7u;
 #else
 const uint NIN = 0u, NIR = 0u;
 #endif
+// q8-in (specialization bit 13, option mv_q8; vk_norm_in.c): binding 1 is the fused norm dispatch's int8 copy of the
+// activations (norm_mul_reg.comp's Q8_OUT, one row: K / 4 words of quants, then (d, sum) per block of 32), read as
+// quant_unit's result: the same quantization of the same floats, so the same bytes, in a fifth of the reads
+const uint QIN = (SPEC >> 13) & 1u;
+layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
+uint qk4 = 0u;                                   // q8-in: K / 4, where the copy's (d, sum) pairs start (words)
 float nss = 0.0;                                 // norm-in: this invocation's sum of (x + r)^2
 uint nrb = 0u, nwb = 0u;                         // norm-in: r's and w's first vec4 in their bindings
 
@@ -134,6 +140,17 @@ uint sc_word(uint sc0, uint g8, uint nb, uint u, uint k) {
 // unit u's 32 consecutive activations (q4_0, q6_K) quantized with one scale (common.glsl's quant4), returned: y[k] elements 4k..4k+3, sa / sb
 // the sums of the first and the second 16 quants
 float quant_unit(uint yb, uint u, out uint y[8], out int sa, out int sb) {
+    if (QIN != 0u) {
+        uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
+        y = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+        sa = 0;
+        sb = 0;
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            sa = sdot4x8(y[k], 0x01010101u, 0) + sa;
+            sb = sdot4x8(y[4u + k], 0x01010101u, 0) + sb;
+        }
+        return uintBitsToFloat(s1w[qk4 + 2u * u]);
+    }
     vec4 x[8];
     float amax = 0.0;
     [[unroll]] for (uint k = 0u; k < 8u; k++) {
@@ -222,6 +239,7 @@ void main() {
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
     uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
     if (NIN != 0u) { nrb = ex_u(20u) >> 4; nwb = ex_u(26u) >> 4; }
+    qk4 = K >> 2;
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
