@@ -1,4 +1,8 @@
-/* plugins/vulkan/vk_norm_in.c — option rp_norm_in: a layer's q/k/v (mul_mat_vec_rpe) or gate/up (mul_mat_vec_rpg)
+/* plugins/vulkan/vk_norm_in.c — how a repacked decode mat-vec reads a fused layer norm's result other than as the norm
+ * wrote it: recomputed from the norm's inputs (vkp_rp_norm_in, option rp_norm_in) or as the norm's int8 copy
+ * (vkp_rp_q8_in, option mv_q8; below).
+ *
+ * Option rp_norm_in: a layer's q/k/v (mul_mat_vec_rpe) or gate/up (mul_mat_vec_rpg)
  * mat-vec on matvec_rp that reads a fused norm's result m = rms_norm(x [+ r]) * w recomputes it from x, r and w
  * (mul_mat_vec_rp.comp's norm-in, specialization bits 11 and 12) instead of reading m. It then reads nothing the norm
  * dispatch writes, so the two share a barrier stage (vk_stages.c): the stage between a layer norm and its mat-vecs
