@@ -19,7 +19,7 @@
 # timeout_s 600. The .so must be built from the commit that runs (the script compares .gl/COMMIT
 # with the tree's own when .git travels, and records both).
 #
-# Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K), GPU_VK_REPS (3),
+# Knobs: GPU_VK_MODELS (default: synth 1b and 7b, q4_0 and q4_K, and SmolLM2-135M's geometry in q4_1), GPU_VK_REPS (3),
 # GPU_VK_VARIANTS ("new fa1": new = default device options (matvec=3, norm_v=2, gemm_v=3, fa=auto ->
 # flash_attn_cm since 1a36ae3; fa_v=3, flash_attn_dec.comp, since the H200 run at 7942149), fa1 =
 # fa_v=1 (the flash_attn.comp split + merge it replaced); also fadec = fa_v=3, mv3p = matvec=4
@@ -66,7 +66,7 @@ left() { echo $(( 470 - ($(date +%s) - T_START) )); }   # seconds left of the 8-
 # 1. Vulkan loader and validation layer from .gl/, the NVIDIA ICD, the carried plugin, the build of
 #    the rest (ext, cpu; cuda below) and the models in the background: scripts/gpu_vulkan_prelude.sh
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-MODELS=${GPU_VK_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0 synth:7b:q4_K"}
+MODELS=${GPU_VK_MODELS:-"synth:1b:q4_0 synth:1b:q4_K synth:7b:q4_0 synth:7b:q4_K synth:smollm2:q4_1"}
 source scripts/gpu_vulkan_prelude.sh
 for lib in libGLdispatch.so.0 libGLX.so.0; do ldconfig -p | grep -q "$lib" || say "WARNING: $lib missing: carry libglvnd0/libglx0 in .gl (the NVIDIA ICD needs them)"; done
 # 2. the CUDA plugin, for the comparisons

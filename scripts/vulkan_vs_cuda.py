@@ -341,7 +341,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("bench", "profile"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
-    ap.add_argument("--models", nargs="+", default=["synth:1b:q4_0", "synth:1b:q4_K", "synth:7b:q4_0", "synth:7b:q4_K"])
+    ap.add_argument("--models", nargs="+", default=["synth:1b:q4_0", "synth:1b:q4_K", "synth:7b:q4_0", "synth:7b:q4_K", "synth:smollm2:q4_1"])
     ap.add_argument("--variants", nargs="+", default=None, choices=sorted(VARIANTS),
                     help="Vulkan option sets (default: bench new old, profile new)")
     ap.add_argument("--reps", type=int, default=3)
