@@ -207,12 +207,6 @@ static int swiglu_mv_fusable(pyg_device *d, const pyg_tensor *sw, const pyg_tens
  * may have written over them (the arena may reuse a dead tensor's bytes: REUSE_LAG in
  * pyggml/_alloc.py keeps them a few steps), nor may y. Later writers of them come after it in the
  * plan's stages (they conflict with its reads). */
-static int writes_into(const dispatch *dp, const pyg_tensor *t) {
-    const pyg_tensor *w[3] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out };
-    for (int k = 0; k < 3; k++) if (w[k] && !vkp_disjoint(w[k], t)) return 1;
-    return 0;
-}
-
 static int norm_mv_fusable(pyg_device *d, const pyg_tensor *mm, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
     if (ns < 0 || mm->op != PYG_OP_MUL_MAT || mm->src[1] != dps[ns].slot[VKP_SLOT_DST]) return 0;
     const dispatch *nm = &dps[ns];
@@ -223,7 +217,7 @@ static int norm_mv_fusable(pyg_device *d, const pyg_tensor *mm, const dispatch *
     for (int k = 0; k < 4; k++) {
         if (!rd[k]) continue;
         if (!vkp_disjoint(rd[k], mm)) return 0;
-        for (int j = ns; j < nd; j++) if (writes_into(&dps[j], rd[k])) return 0;
+        for (int j = ns; j < nd; j++) if (vkp_dispatch_writes_into(&dps[j], rd[k])) return 0;
     }
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' recomputes rms_norm '%s': mul_mat_vec3n", mm->name, norm->name);
     memset(dp->slot, 0, sizeof dp->slot);
@@ -244,7 +238,7 @@ static int norm_mv_fusable(pyg_device *d, const pyg_tensor *mm, const dispatch *
  * a mat-vec reads its copy (q8_n). */
 static int q8_mv(pyg_device *d, const pyg_tensor *mm, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
     if (ns < 0 || dps[ns].q8 != 1 || mm->op != PYG_OP_MUL_MAT || mm->src[1] != dps[ns].slot[VKP_SLOT_DST]) return 0;
-    for (int j = ns + 1; j < nd; j++) if (writes_into(&dps[j], mm->src[1])) return 0;
+    for (int j = ns + 1; j < nd; j++) if (vkp_dispatch_writes_into(&dps[j], mm->src[1])) return 0;
     uint32_t spec[2]; uint64_t work;
     if (!vkp_mv3q_setup(d, mm, spec, &work)) return 0;
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: mul_mat_vec3q", mm->name, dps[ns].slot[3]->name);

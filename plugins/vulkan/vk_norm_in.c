@@ -23,12 +23,32 @@
 #include <string.h>
 #include "vk_plan.h"
 
-static int writes_into(const dispatch *dp, const pyg_tensor *t) {
-    const pyg_tensor *w[6] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out,
-                               dp->xout_ro[0] ? NULL : dp->xout[0], dp->xout_ro[1] ? NULL : dp->xout[1],
-                               dp->xout_ro[2] ? NULL : dp->xout[2] };
-    for (int k = 0; k < 6; k++) if (w[k] && !vkp_disjoint(w[k], t)) return 1;
-    return 0;
+/* the mat-vec node dp runs first (mul_mat_vec_rpg: the gate, its slot 3), for the debug log */
+static const char *mv_name(const dispatch *dp) {
+    return (dp->shader == VKP_SH_MUL_MAT_VEC_RPG ? dp->slot[3] : dp->slot[VKP_SLOT_DST])->name;
+}
+
+/* dp, a mul_mat_vec_rp / _rpe / _rpg dispatch as built, runs the same build with specialization `bits` added (its
+ * workgroup size as the setup chose it); 0 where that pipeline cannot be made here (logged), dp left as it was */
+static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
+    int sh = dp->shader;
+    const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
+    uint32_t spec[2], ex[2]; uint64_t work;
+    int ok = sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, &work, ex)
+           : sh == VKP_SH_MUL_MAT_VEC_RPE ? vkp_mv_rp_epi_setup(d, y, sh, spec, &work, ex) : vkp_mv_rp_setup(d, y, spec, &work, ex);
+    if (!ok || spec[0] != dp->spec0) return 0;
+    spec[0] |= bits;
+    VkPipeline pipe = VK_NULL_HANDLE;
+    pyg_error *e = vkp_get_pipeline(d, sh, spec, &pipe);
+    if (e) {   /* (the build without the bits stays in use) */
+        vkp_log(PYG_LOG_WARN, "%s: the %s pipeline with 0x%x failed (%s); the build without runs", d->props.deviceName,
+                vkp_shader_name(sh), bits, vkp_error_text(e));
+        vkp_error_free(e);
+        return 0;
+    }
+    dp->pipe = pipe;
+    dp->spec0 = spec[0];
+    return 1;
 }
 
 int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
@@ -41,32 +61,14 @@ int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
     if (!m || !x || !w || !norm || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || dp->xout[1] || dp->xout[2]) return 0;
     if (d->opts.rp_norm_in == VKP_AUTO && m->ne[0] > 1024) return 0;   /* (H100, interleaved: below) */
     const pyg_tensor *rd[3] = { x, r, w };
-    const pyg_tensor *outs[4] = { dp->slot[VKP_SLOT_DST], glu ? dp->slot[3] : NULL, dp->add_out, dp->xout[0] };
-    for (int k = 0; k < 3; k++) {
-        if (!rd[k]) continue;
-        for (int j = ns; j < nd; j++) if (writes_into(&dps[j], rd[k])) return 0;
-        for (int o = 0; o < 4; o++) if (outs[o] && !vkp_disjoint(outs[o], rd[k])) return 0;
-    }
-    /* the same build with the norm-in bits: its workgroup size as the setup chose it */
-    uint32_t spec[2], ex[2]; uint64_t work;
-    const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
-    int ok = glu ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, &work, ex)
-                 : vkp_mv_rp_epi_setup(d, y, VKP_SH_MUL_MAT_VEC_RPE, spec, &work, ex);
-    if (!ok || spec[0] != dp->spec0) return 0;
-    spec[0] |= 1u << 11 | (r ? 1u << 12 : 0u);
-    VkPipeline pipe = VK_NULL_HANDLE;
-    int *broken = glu ? &d->mvrpg_broken : &d->mvrpe_broken;
-    if (!vkp_pipeline_usable(d, dp->shader, spec, broken)) { *broken = 0; return 0; }   /* (the build without stays usable) */
-    pyg_error *e = vkp_get_pipeline(d, dp->shader, spec, &pipe);
-    if (e) { vkp_error_free(e); return 0; }
-    dp->pipe = pipe;
-    dp->spec0 = spec[0];
+    for (int k = 0; k < 3; k++)   /* (dps[nd] is dp: the mat-vec itself may not write over them either) */
+        for (int j = ns; rd[k] && j <= nd; j++) if (vkp_dispatch_writes_into(&dps[j], rd[k])) return 0;
+    if (!respecialize(d, dp, 1u << 11 | (r ? 1u << 12 : 0u))) return 0;
     dp->slot[1] = x;
     if (r) { dp->xout[1] = r; dp->xout_word[1] = 20; dp->xout_ro[1] = 1; }
     dp->xout[2] = w; dp->xout_word[2] = 26; dp->xout_ro[2] = 1;
     p[96 + (glu ? 8 : 7)] = (uint32_t)norm->op_params[0];   /* eps (float bits) */
-    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' recomputes rms_norm '%s': %s norm-in", glu ? dp->slot[3]->name : y->name, norm->name,
-            vkp_shader_name(dp->shader));
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' recomputes rms_norm '%s': %s norm-in", mv_name(dp), norm->name, vkp_shader_name(dp->shader));
     return 1;
 }
 
@@ -83,25 +85,10 @@ int vkp_rp_q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     int ty = (int)(dp->spec0 & 255u);
     if (!m || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || (dp->spec0 >> 11 & 1u)) return 0;
     if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1 && ty != PYG_TYPE_Q6_K) return 0;
-    for (int j = ns + 1; j < nd; j++) if (writes_into(&dps[j], m)) return 0;
-    uint32_t spec[2] = { dp->spec0 | 1u << 13, 0 };
-    /* (its workgroup size as the setup chose it) */
-    uint32_t sp[2], ex[2]; uint64_t work;
-    const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
-    int ok = sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, sp, &work, ex)
-           : sh == VKP_SH_MUL_MAT_VEC_RPE ? vkp_mv_rp_epi_setup(d, y, sh, sp, &work, ex) : vkp_mv_rp_setup(d, y, sp, &work, ex);
-    if (!ok || sp[0] != dp->spec0) return 0;
-    spec[1] = sp[1];
-    int *broken = sh == VKP_SH_MUL_MAT_VEC_RPG ? &d->mvrpg_broken : sh == VKP_SH_MUL_MAT_VEC_RPE ? &d->mvrpe_broken : &d->mvrp_broken;
-    if (!vkp_pipeline_usable(d, sh, spec, broken)) { *broken = 0; return 0; }
-    VkPipeline pipe = VK_NULL_HANDLE;
-    pyg_error *e = vkp_get_pipeline(d, sh, spec, &pipe);
-    if (e) { vkp_error_free(e); return 0; }
-    dp->pipe = pipe;
-    dp->spec0 = spec[0];
+    for (int j = ns + 1; j < nd; j++) if (vkp_dispatch_writes_into(&dps[j], m)) return 0;
+    if (!respecialize(d, dp, 1u << 13)) return 0;
     dp->q8 = 2;
     dps[ns].q8_n++;
-    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: %s q8-in", sh == VKP_SH_MUL_MAT_VEC_RPG ? dp->slot[3]->name : y->name,
-            dps[ns].slot[3]->name, vkp_shader_name(sh));
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: %s q8-in", mv_name(dp), dps[ns].slot[3]->name, vkp_shader_name(sh));
     return 1;
 }

@@ -71,6 +71,8 @@ struct pyg_graph_plan {
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);
+/* whether dispatch dp writes into t's bytes (any output it writes: not its read-only extra bindings) */
+int vkp_dispatch_writes_into(const dispatch *dp, const pyg_tensor *t);
 int vkp_plan_levels(const pyg_device *d, int nd, const range *rg, const unsigned char *rgw, const int *nrg, int *level);
 /* helpers of vk_graph.c */
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */

@@ -31,6 +31,16 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
     return n;
 }
 
+/* Whether dispatch dp writes into t's bytes: its output slot, a fused norm's slot 3, a fused add's output, extra outputs
+ * that are written (not the read-only extra bindings). */
+int vkp_dispatch_writes_into(const dispatch *dp, const pyg_tensor *t) {
+    const pyg_tensor *w[6] = { dp->slot[VKP_SLOT_DST], dp->writes_slot3 ? dp->slot[3] : NULL, dp->add_out,
+                               dp->xout_ro[0] ? NULL : dp->xout[0], dp->xout_ro[1] ? NULL : dp->xout[1],
+                               dp->xout_ro[2] ? NULL : dp->xout[2] };
+    for (int k = 0; k < 6; k++) if (w[k] && !vkp_disjoint(w[k], t)) return 1;
+    return 0;
+}
+
 /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier dispatch it
  * conflicts with (reads what that one writes, or writes what it reads or writes), and the dispatches are
  * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
