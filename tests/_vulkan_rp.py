@@ -5,8 +5,11 @@ import contextlib
 import logging
 import re
 
+import numpy as np
+
 import pyggml as pg
-from test_vulkan_kernels import VK, _decode_model, _options_logged
+from pyggml.conformance.cases import nmse
+from test_vulkan_kernels import VK, _compute, _decode_model, _options_logged, _weight
 
 
 def has_int8():
@@ -61,3 +64,21 @@ def decode_on_off(tmp_path, on, off):
             logits, kernels = run(opts)
         res.append((logits, kernels, _fewest_dispatches(records)))
     return res
+
+
+def check_gate_up_swiglu(wdt, m, k, seed, options):
+    """A wdt gate/up pair (m x k) and its swiglu with Vulkan `options`: one mul_mat_vec_rpg dispatch where the device
+    has the integer dot product, all three results against numpy within the int8 mat-vecs' threshold."""
+    rng = np.random.default_rng(seed)
+    g = pg.Graph()
+    (wg, g64), (wu, u64) = (_weight(g, rng, wdt, (m, k), name) for name in ("wg", "wu"))
+    x = g.input("x", (1, k))
+    gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
+    xv = rng.standard_normal((1, k)).astype(np.float32)
+    got, kern = _compute([gate, up, pg.swiglu(gate, up)], {"x": xv}, options, "mul_mat '")
+    if has_int8():
+        assert kern == ["mul_mat_vec_rpg"], kern
+    a, b = xv.astype(np.float64) @ g64.T, xv.astype(np.float64) @ u64.T
+    for out, ref in zip(got, (a, b, a / (1 + np.exp(-a)) * b)):
+        out = np.asarray(out).reshape(ref.shape)
+        assert nmse(out, ref) <= 5e-4, f"NMSE {nmse(out, ref):.3g}"

@@ -9,7 +9,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import debug_records, has_int8
+from _vulkan_rp import check_gate_up_swiglu, debug_records, has_int8
 from test_vulkan_kernels import (VALIDATING, VK, _compute, _decode_model, _options_logged, _rerun_under_validation,  # noqa: F401
                                  _validation_clean, _weight)
 
@@ -48,19 +48,7 @@ def test_mv_rp_k_values(wdt, m, k):
 @pytest.mark.parametrize("m,k", [(96, 512), (100, 4096), (40, 11008)])
 def test_mv_rp_k_gate_up_swiglu(wdt, m, k):
     """A q4_K or q6_K gate/up pair and its swiglu as one mul_mat_vec_rpg dispatch, all three results against numpy."""
-    rng = np.random.default_rng(m + k + 1)
-    g = pg.Graph()
-    (wg, g64), (wu, u64) = (_weight(g, rng, wdt, (m, k), name) for name in ("wg", "wu"))
-    x = g.input("x", (1, k))
-    gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
-    xv = rng.standard_normal((1, k)).astype(np.float32)
-    got, k1 = _compute([gate, up, pg.swiglu(gate, up)], {"x": xv}, RP, "mul_mat '")
-    if has_int8():
-        assert k1 == ["mul_mat_vec_rpg"], k1
-    a, b = xv.astype(np.float64) @ g64.T, xv.astype(np.float64) @ u64.T
-    for out, ref in zip(got, (a, b, a / (1 + np.exp(-a)) * b)):
-        out = np.asarray(out).reshape(ref.shape)
-        assert nmse(out, ref) <= 5e-4, f"NMSE {nmse(out, ref):.3g}"
+    check_gate_up_swiglu(wdt, m, k, m + k + 1, RP)
 
 
 @pytest.mark.parametrize("wdt", ["q4_K", "q6_K"])

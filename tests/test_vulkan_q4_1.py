@@ -9,7 +9,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import debug_records, has_int8
+from _vulkan_rp import check_gate_up_swiglu, debug_records, has_int8
 from test_vulkan_kernels import (VALIDATING, VK, _compute, _decode_model, _rerun_under_validation,  # noqa: F401
                                  _validation_clean, _weight)
 
@@ -42,21 +42,9 @@ def test_q4_1_mat_vec(m, k):
 
 
 def test_q4_1_gate_up_swiglu():
-    """A q4_1 gate/up pair and its swiglu as one mul_mat_vec_rpg dispatch, all three results against numpy."""
-    rng = np.random.default_rng(5)
-    m, k = 1536, 576
-    g = pg.Graph()
-    (wg, g64), (wu, u64) = (_weight(g, rng, "q4_1", (m, k), name) for name in ("wg", "wu"))
-    x = g.input("x", (1, k))
-    gate, up = pg.mul_mat(wg, x), pg.mul_mat(wu, x)
-    xv = rng.standard_normal((1, k)).astype(np.float32)
-    got, kern = _compute([gate, up, pg.swiglu(gate, up)], {"x": xv}, {}, "mul_mat '")
-    if has_int8():
-        assert kern == ["mul_mat_vec_rpg"], kern
-    a, b = xv.astype(np.float64) @ g64.T, xv.astype(np.float64) @ u64.T
-    for out, ref in zip(got, (a, b, a / (1 + np.exp(-a)) * b)):
-        out = np.asarray(out).reshape(ref.shape)
-        assert nmse(out, ref) <= 5e-4, f"NMSE {nmse(out, ref):.3g}"
+    """A q4_1 gate/up pair (SmolLM2's 1536 x 576) and its swiglu as one mul_mat_vec_rpg dispatch, all three results
+    against numpy."""
+    check_gate_up_swiglu("q4_1", 1536, 576, 5, {})
 
 
 # the GEMM's builds: the tiled kernel (lavapipe's default), the emulated tensor-core GEMMs (mul_mat_cm4's q4_1 weight
