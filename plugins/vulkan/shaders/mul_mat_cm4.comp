@@ -89,6 +89,8 @@ uint wat(uint i, uint o, uint sh) {
     return (o & 2u) == 0u ? (sh != 0u ? mid : lo) : (sh != 0u ? hi : mid);
 }
 uint pk(float a, float b) { return packHalf2x16(vec2(a, b)); }
+// a 4-bit quant's weight: q4_0 d (q - 8), q4_1 d q + m (dm: the block's d and, for q4_1, m)
+float w4(uint q, vec2 dm) { return TY == TY_Q4_1 ? dm.x * float(q) + dm.y : dm.x * (float(q) - 8.0); }
 
 // weight task j of the step at k0: row r = j / (BK / 32), block kb = j % (BK / 32)
 void task_a(uint j, uint k0, out uint m, out uint k, out bool ok) {
@@ -139,28 +141,16 @@ void put_a(uint k0, uint st) {
         uvec4 o[4];
         if ((infa[i] & 1u) == 0u) {
             o[0] = o[1] = o[2] = o[3] = uvec4(0u);
-        } else if (TY == TY_Q4_0) {   // bytes 2..17: element e low nibble of byte e, 16 + e its high one
-            float d = unpackHalf2x16(wat(i, 0u, sh)).x;
-            [[unroll]] for (uint w = 0u; w < 4u; w++) {
-                uint qw = wat(i, 2u + 4u * w, sh);
-                uint b0 = qw & 255u, b1 = (qw >> 8) & 255u, b2 = (qw >> 16) & 255u, b3 = qw >> 24;
-                uvec2 l = uvec2(pk(d * (float(b0 & 15u) - 8.0), d * (float(b1 & 15u) - 8.0)),
-                                pk(d * (float(b2 & 15u) - 8.0), d * (float(b3 & 15u) - 8.0)));
-                uvec2 h = uvec2(pk(d * (float(b0 >> 4) - 8.0), d * (float(b1 >> 4) - 8.0)),
-                                pk(d * (float(b2 >> 4) - 8.0), d * (float(b3 >> 4) - 8.0)));
-                // word w holds elements 4w..4w+3: half (w & 1) of 16-byte word w / 2
-                if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
-                else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
-            }
-        } else if (TY == TY_Q4_1) {   // f16 d, f16 m, then q4_0's nibbles: w = d q + m
+        } else if (TY == TY_Q4_0 || TY == TY_Q4_1) {   // q4_0: f16 d, bytes 2..17 (element e low nibble of byte e,
+            // 16 + e its high one); q4_1: f16 d, f16 m, then the same nibbles at bytes 4..19
             vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
+            uint q0 = TY == TY_Q4_1 ? 4u : 2u;
             [[unroll]] for (uint w = 0u; w < 4u; w++) {
-                uint qw = wat(i, 4u + 4u * w, sh);
+                uint qw = wat(i, q0 + 4u * w, sh);
                 uint b0 = qw & 255u, b1 = (qw >> 8) & 255u, b2 = (qw >> 16) & 255u, b3 = qw >> 24;
-                uvec2 l = uvec2(pk(dm.x * float(b0 & 15u) + dm.y, dm.x * float(b1 & 15u) + dm.y),
-                                pk(dm.x * float(b2 & 15u) + dm.y, dm.x * float(b3 & 15u) + dm.y));
-                uvec2 h = uvec2(pk(dm.x * float(b0 >> 4) + dm.y, dm.x * float(b1 >> 4) + dm.y),
-                                pk(dm.x * float(b2 >> 4) + dm.y, dm.x * float(b3 >> 4) + dm.y));
+                uvec2 l = uvec2(pk(w4(b0 & 15u, dm), w4(b1 & 15u, dm)), pk(w4(b2 & 15u, dm), w4(b3 & 15u, dm)));
+                uvec2 h = uvec2(pk(w4(b0 >> 4, dm), w4(b1 >> 4, dm)), pk(w4(b2 >> 4, dm), w4(b3 >> 4, dm)));
+                // word w holds elements 4w..4w+3: half (w & 1) of 16-byte word w / 2
                 if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
                 else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
             }

@@ -270,29 +270,20 @@ void main() {
         uint y[8];
         int sa, sb;
         float d = quant_unit(yb, u, y, sa, sb);
-        if (TY == TY_Q4_1) {   // w = dw q + mw: d dw sum(q y) + d mw sum(y)
-            float ms = d * float(sa + sb);
-            [[unroll]] for (uint r = 0u; r < R; r++) {
-                uvec4 q = wq[j * R + r];
-                int s = 0;
-                [[unroll]] for (uint k = 0u; k < 4u; k++)
-                    s += sdot4x8(q[k] & 0x0f0f0f0fu, y[k], 0) + sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, y[4u + k], 0);
-                uint sl = h + (r < RA ? r : r - RA), o = j * NS;
-                uint dwd = (r < RA ? ws[o] : ws2[o])[sl >> 1] >> (16u * (sl & 1u));
-                uint mwd = (r < RA ? ws[o + 1u] : ws2[o + 1u])[sl >> 1] >> (16u * (sl & 1u));
-                acc[r] += unpackHalf2x16(dwd).x * d * float(s) + unpackHalf2x16(mwd).x * ms;
-            }
-            continue;
-        }
-        float m8 = 8.0 * float(sa + sb);
+        float m8 = 8.0 * float(sa + sb), ms = d * float(sa + sb);
         [[unroll]] for (uint r = 0u; r < R; r++) {
             uvec4 q = wq[j * R + r];
             int s = 0;
             [[unroll]] for (uint k = 0u; k < 4u; k++)   // word k: weights 4k..4k+3 (low nibbles), 16+4k.. (high)
                 s += sdot4x8(q[k] & 0x0f0f0f0fu, y[k], 0) + sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, y[4u + k], 0);
-            uint sl = h + (r < RA ? r : r - RA);   // the row's slot among its group's 8 scales
-            float dsc = unpackHalf2x16((r < RA ? ws[j] : ws2[j])[sl >> 1] >> (16u * (sl & 1u))).x;
-            acc[r] += dsc * d * (float(s) - m8);
+            uint sl = h + (r < RA ? r : r - RA), o = j * NS;   // the row's slot among its group's 8 scales
+            float dsc = unpackHalf2x16((r < RA ? ws[o] : ws2[o])[sl >> 1] >> (16u * (sl & 1u))).x;
+            if (TY == TY_Q4_1) {   // w = dw q + mw: d dw sum(q y) + d mw sum(y)
+                uint mwd = (r < RA ? ws[o + 1u] : ws2[o + 1u])[sl >> 1] >> (16u * (sl & 1u));
+                acc[r] += dsc * d * float(s) + unpackHalf2x16(mwd).x * ms;
+            } else {               // w = dw (q - 8)
+                acc[r] += dsc * d * (float(s) - m8);
+            }
         }
     }
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
