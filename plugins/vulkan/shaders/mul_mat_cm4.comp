@@ -36,6 +36,12 @@ const uint KS = 1u + ((SPEC >> 19) & 1u);
 // (the KHR build) each step's products summed in f16 accumulators, then added into the f32 ones
 // (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
 const uint AH = (SPEC >> 23) & 1u;
+// (with AH) the f16 sums span AHS steps before they join the f32 ones (option cm_acc=f16x2, f16x4)
+const uint AHS = 1u << ((SPEC >> 27) & 3u);
+// (with AH) the join: 0 the conversion constructor and a matrix add; 1 element by element (option
+// cm_join=elements: only where the f16 and f32 accumulators put an element in the same invocation's same
+// component, which vk_matmul.c's probe establishes per device)
+const uint EW = (SPEC >> 29) & 1u;
 // f16 weights whose rows start on 16 bytes (option gemm_dq's copy): a task is 4 16-byte loads, stored as loaded
 const uint A16 = (SPEC >> 24) & 1u;
 // f16 activations in rows on 16 bytes (option gemm_b16's copy): a task is one 16-byte load, stored as loaded
@@ -49,7 +55,8 @@ const uint NSG = WM * WN * KS;
 // scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
 // shared-memory fragment loads and barriers only), 2 no products (loads, dequantization, shared stores
 // and barriers), 3 products alone on fragments loaded once (the tensor cores' rate through the extension),
-// 4 every step reads the first 256 elements of K again (the same work on a small memory footprint)
+// 4 every step reads the first 256 elements of K again (the same work on a small memory footprint), 5 as 3 with
+// the f16 sums joining the f32 ones as in the whole GEMM (the cost of the joins: with cm_acc=f16*)
 const uint DG = (SPEC >> 20) & 7u;
 #define CM_NSG NSG
 #include "coopmat.glsl"
@@ -259,6 +266,15 @@ void put_b(uint st) {
 #define MAD_AB(acc_, fa_, fb_) CM_MAD_V4(acc_, As, fa_, Bs, fb_, true)
 #endif
 
+#if defined(CM_KHR)
+// the f16 sums ph added into the f32 ones acc, and cleared
+#define JOIN_H() \
+    UNROLL_CM for (uint f = 0u; f < FM * FN; f++) { \
+        if (EW != 0u) { for (int e = 0; e < acc[f].length(); e++) acc[f][e] += float(ph[f][e]); } \
+        else acc[f] += ACC(ph[f]); \
+        ph[f] = ACC_H(0.0); }
+#endif
+
 void main() {
     uint w = wg_linear();
     if (w >= ex_u(0u)) return;
@@ -279,17 +295,22 @@ void main() {
     fetch_a(0u); fetch_b(0u);
     put_a(0u, 0u); put_b(0u);
     barrier();
-    if (DG == 3u) {   // the products alone, on fragments loaded once
+#if defined(CM_KHR)
+    ACC_H ph[FM * FN];                          // (AH) the f16 sums of the last steps
+    UNROLL_CM for (uint f = 0u; f < FM * FN; f++) ph[f] = ACC_H(0.0);
+#endif
+    if (DG == 3u || DG == 5u) {   // the products alone, on fragments loaded once
         FRAG_A fa[FM]; FRAG_B fb[FN];
         LOAD_FRAGS(0u, BG != 0u ? gb0 : 0u, 0u);
 #if defined(CM_KHR)
         if (AH != 0u) {
-            ACC_H ph[FM * FN];
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) ph[f] = ACC_H(0.0);
-            for (uint s = 0u; s < nk * KQ; s++)
-                UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
-                    ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) acc[f] = ACC(ph[f]);
+            for (uint s = 0u; s < nk; s++) {
+                UNROLL_CM for (uint q = 0u; q < KQ; q++)
+                    UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
+                        ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
+                if (DG == 5u && ((s + 1u) % AHS == 0u || s + 1u == nk)) JOIN_H();
+            }
+            if (DG == 3u) JOIN_H();
         } else
 #endif
         for (uint s = 0u; s < nk * KQ; s++)
@@ -302,9 +323,7 @@ void main() {
         bool more = s + 1u < nk && DG != 1u;
         if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
 #if defined(CM_KHR)
-        if (DG != 2u && AH != 0u) {   // this step's KQ sub-steps summed in f16, then into the f32 sums
-            ACC_H ph[FM * FN];
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) ph[f] = ACC_H(0.0);
+        if (DG != 2u && AH != 0u) {   // the KQ sub-steps of AHS steps summed in f16, then into the f32 sums
             UNROLL_CM for (uint q = 0u; q < KQ; q++) {
                 uint kk = 2u * (kq * KQ + q);
                 FRAG_A fa[FM]; FRAG_B fb[FN];
@@ -312,7 +331,7 @@ void main() {
                 UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++)
                     ph[i * FN + j] = coopMatMulAdd(fa[i], fb[j], ph[i * FN + j]);
             }
-            UNROLL_CM for (uint f = 0u; f < FM * FN; f++) acc[f] += ACC(ph[f]);
+            if ((s + 1u) % AHS == 0u || s + 1u == nk) JOIN_H();
         } else
 #endif
         if (DG != 2u) UNROLL_CM for (uint q = 0u; q < KQ; q++) {
