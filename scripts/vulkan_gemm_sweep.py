@@ -33,7 +33,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
-DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16", "cm_join": "convert",
+DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16x4",
             "gemm_dq": "0", "gemm_b16": "0", "gemm_bg": "0"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk", 5: "mmajoin"}   # device option debug_gemm_parts
 # --apis: the options of each; khr16 is the KHR build with each K step summed in f16 accumulators first
@@ -45,12 +45,9 @@ APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "k
         # khr16 with the activations converted to f16 rows first (gemm_b16; the time is both dispatches'),
         # and with both copies
         "khr16b16": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1"},
-        # khr16b16 with the f16 sums spanning 2 or 4 K steps (x2, x4), or joining the f32 ones element by
-        # element (e: cm_join=elements)
+        # khr16b16 with the f16 sums spanning 2 or 4 K steps (x2, x4: cm_acc=f16x2, f16x4)
         "khr16b16x2": {"cm_api": "khr", "cm_acc": "f16x2", "gemm_b16": "1"},
         "khr16b16x4": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1"},
-        "khr16b16e": {"cm_api": "khr", "cm_acc": "f16", "cm_join": "elements", "gemm_b16": "1"},
-        "khr16b16x4e": {"cm_api": "khr", "cm_acc": "f16x4", "cm_join": "elements", "gemm_b16": "1"},
         "khr16dqb16": {"cm_api": "khr", "cm_acc": "f16", "gemm_dq": "1", "gemm_b16": "1"},
         # khr16b16 with the activation fragments loaded from the copy in global memory (gemm_bg)
         "khr16b16bg": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1", "gemm_bg": "1"},

@@ -121,9 +121,9 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the q/k/v and gate/up mat-vecs on the repacked copies recompute the layer norm they read and share its stage
             # (rp_norm_in: nin on, nina auto = rows up to 1024, the default since the H100 run at c348471 + it; nin0 off)
             "nin": {"rp_norm_in": "on"}, "nina": {"rp_norm_in": "auto"}, "nin0": {"rp_norm_in": "off"},
-            # the prefill GEMM's f16 sums over 2 or 4 K steps (acc2, acc4), joined element by element (e)
-            "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"}, "acce": {"cm_join": "elements"},
-            "acc2e": {"cm_acc": "f16x2", "cm_join": "elements"}, "acc4e": {"cm_acc": "f16x4", "cm_join": "elements"},
+            # the prefill GEMM's f16 sums over 1, 2 or 4 K steps (acc1, acc2, acc4: cm_acc; f16x4 the default since the H100
+            # sweep at 367278b)
+            "acc1": {"cm_acc": "f16"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"},
             # the fused norms write their result's int8 blocks and the repacked mat-vecs read them (mv_q8 on matvec_rp)
             "q8rp": {"mv_q8": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
@@ -138,7 +138,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the defaults before b0da051's: mul_mat_cm3 on VK_NV_cooperative_matrix with f32 accumulators
             "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
 # the plugin's defaults (vk_options.c), restored before each variant's options
-DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16", "cm_join": "convert", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
+DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16x4", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
             "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512",
             "rp_norm_in": "auto"}

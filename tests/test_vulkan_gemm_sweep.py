@@ -59,12 +59,12 @@ def shared_limit():
 def wanted(cfg, gemm):
     """The kernel names the debug log may give for cfg: itself, or on a device with less shared memory
     than two stages need (lavapipe: 32 KiB, NVIDIA: 48 KiB), the same with one stage."""
-    # (khr: cm_api's KHR build, where the device has it; f16acc: its cm_acc=f16, the default)
-    names = {"mul_mat_cm4 " + cfg + s for s in ("", " khr", " khr f16acc")}
+    # (khr: cm_api's KHR build, where the device has it; f16acc4: its cm_acc=f16x4, the default)
+    names = {"mul_mat_cm4 " + cfg + s for s in ("", " khr", " khr f16acc4")}
     limit = shared_limit()
     if shared_bytes(cfg) > limit and ".s1" not in cfg:
         one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
-        names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc")} if shared_bytes(one) <= limit else set()
+        names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc4")} if shared_bytes(one) <= limit else set()
     return names
 
 
@@ -294,7 +294,7 @@ def test_gemm_bg(gemm, cfg, wdt, dq):
     _skip_without(gemm)
     name = "mul_mat_cm4 " + bg_name(cfg)
     tail = (" dq" if dq == "1" else "") + " b16 bg"
-    want = {name + s + tail for s in ("", " khr", " khr f16acc")}
+    want = {name + s + tail for s in ("", " khr", " khr f16acc4")}
     k = _k(wdt)
     opts = {"gemm": gemm, "gemm_v": "4", "gemm_cfg": cfg, "gemm_dq": dq, "gemm_b16": "1", "gemm_bg": "1"}
     e, kernels = _run(wdt, (2, 1, 129, k), (2, 3, 70, k), opts, seed=33)

@@ -101,7 +101,7 @@ def _options_logged(options, what):
         log.removeHandler(h)
         log.setLevel(old)
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16"), ("cm_join", "convert"), ("norm_v", "2"), ("fa_v", "0"), ("fuse_rope", "1"), ("fuse_glu", "0"),
+                           ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16x4"), ("norm_v", "2"), ("fa_v", "0"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
                            ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
                            ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "0"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
@@ -406,7 +406,7 @@ def test_gemm(wdt, gemm):
     # its 48 KiB, the k-quants through gemm_dq's f16 copy, the activations through gemm_b16's), else
     # mul_mat_cm3 (the emulation: always cm3)
     dq = " dq" if wdt.endswith("_K") else ""
-    coop = "mul_mat_cm4 128x64.k64.w2x2.s1 khr f16acc" + dq + " b16" if _has_khr() else "mul_mat_cm3"
+    coop = "mul_mat_cm4 128x64.k64.w2x2.s1 khr f16acc4" + dq + " b16" if _has_khr() else "mul_mat_cm3"
     want = {"tiled": "mul_mat", "cm_emulated": "mul_mat_cm3_emu"}.get(gemm, coop if cm else "mul_mat")
     assert kernels == [want]
 

@@ -104,7 +104,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rows = 1;   /* index of "2" */
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 0;     /* auto: 4 on VK_KHR_cooperative_matrix, else 3 (vk_matmul.c) */
-    d->opts.cm_acc = 1;     /* f16 */
+    d->opts.cm_acc = 3;     /* f16x4 */
     d->opts.fa_v = 0;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;

@@ -36,12 +36,10 @@ const uint KS = 1u + ((SPEC >> 19) & 1u);
 // (the KHR build) each step's products summed in f16 accumulators, then added into the f32 ones
 // (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
 const uint AH = (SPEC >> 23) & 1u;
-// (with AH) the f16 sums span AHS steps before they join the f32 ones (option cm_acc=f16x2, f16x4)
+// (with AH) the f16 sums span AHS steps before they join the f32 ones (option cm_acc: f16 1, f16x2 2, f16x4 4, the
+// default): each join waits for every product in flight, so joining once per step capped the products at about 100
+// TFLOPS on the H100, and once per 4 steps at about 285 (debug_gemm_parts=5, bench/results/gpu-vulkan-gemm-acc-h100-20261206T1705/)
 const uint AHS = 1u << ((SPEC >> 27) & 3u);
-// (with AH) the join: 0 the conversion constructor and a matrix add; 1 element by element (option
-// cm_join=elements: only where the f16 and f32 accumulators put an element in the same invocation's same
-// component, which vk_matmul.c's probe establishes per device)
-const uint EW = (SPEC >> 29) & 1u;
 // f16 weights whose rows start on 16 bytes (option gemm_dq's copy): a task is 4 16-byte loads, stored as loaded
 const uint A16 = (SPEC >> 24) & 1u;
 // f16 activations in rows on 16 bytes (option gemm_b16's copy): a task is one 16-byte load, stored as loaded
@@ -269,10 +267,7 @@ void put_b(uint st) {
 #if defined(CM_KHR)
 // the f16 sums ph added into the f32 ones acc, and cleared
 #define JOIN_H() \
-    UNROLL_CM for (uint f = 0u; f < FM * FN; f++) { \
-        if (EW != 0u) { for (int e = 0; e < acc[f].length(); e++) acc[f][e] += float(ph[f][e]); } \
-        else acc[f] += ACC(ph[f]); \
-        ph[f] = ACC_H(0.0); }
+    UNROLL_CM for (uint f = 0u; f < FM * FN; f++) { acc[f] += ACC(ph[f]); ph[f] = ACC_H(0.0); }
 #endif
 
 void main() {
