@@ -45,9 +45,10 @@ APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "k
         # khr16 with the activations converted to f16 rows first (gemm_b16; the time is both dispatches'),
         # and with both copies
         "khr16b16": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1"},
-        # khr16b16 with the f16 sums spanning 2 or 4 K steps (x2, x4: cm_acc=f16x2, f16x4)
+        # khr16b16 with the f16 sums spanning 2, 4 or 8 K steps (x2, x4, x8: cm_acc=f16x2, f16x4, f16x8)
         "khr16b16x2": {"cm_api": "khr", "cm_acc": "f16x2", "gemm_b16": "1"},
         "khr16b16x4": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1"},
+        "khr16b16x8": {"cm_api": "khr", "cm_acc": "f16x8", "gemm_b16": "1"},
         "khr16dqb16": {"cm_api": "khr", "cm_acc": "f16", "gemm_dq": "1", "gemm_b16": "1"},
         # khr16b16 with the activation fragments loaded from the copy in global memory (gemm_bg)
         "khr16b16bg": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1", "gemm_bg": "1"},

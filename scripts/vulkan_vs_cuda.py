@@ -121,9 +121,9 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the q/k/v and gate/up mat-vecs on the repacked copies recompute the layer norm they read and share its stage
             # (rp_norm_in: nin on, nina auto = rows up to 1024, the default since the H100 run at c348471 + it; nin0 off)
             "nin": {"rp_norm_in": "on"}, "nina": {"rp_norm_in": "auto"}, "nin0": {"rp_norm_in": "off"},
-            # the prefill GEMM's f16 sums over 1, 2 or 4 K steps (acc1, acc2, acc4: cm_acc; f16x4 the default since the H100
+            # the prefill GEMM's f16 sums over 1, 2, 4 or 8 K steps (acc1, acc2, acc4, acc8: cm_acc; f16x4 the default since the H100
             # sweep at 367278b)
-            "acc1": {"cm_acc": "f16"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"},
+            "acc1": {"cm_acc": "f16"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"}, "acc8": {"cm_acc": "f16x8"},
             # the fused norms write their result's int8 blocks and the repacked mat-vecs read them (mv_q8 on matvec_rp)
             "q8rp": {"mv_q8": "1"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},

@@ -103,7 +103,7 @@ def test_khr_options_on_a_device_without_the_extension():
         pytest.skip("no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
     dev = pg.get_device(VK)
     for key, value in (("cm_api", "nv"), ("cm_api", "auto"), ("cm_acc", "f32"), ("cm_acc", "f16"), ("cm_acc", "f16x2"),
-                       ("cm_acc", "f16x4")):
+                       ("cm_acc", "f16x8"), ("cm_acc", "f16x4")):
         dev.set_option(key, value)
     for key, bad in (("cm_acc", "f8"), ("cm_acc", "f16x3")):
         with pytest.raises(pg.PyggmlError, match=key):
@@ -115,9 +115,9 @@ def test_khr_options_on_a_device_without_the_extension():
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "f16"])
-@pytest.mark.parametrize("acc", ["f16", "f16x2", "f16x4", "f32"])
+@pytest.mark.parametrize("acc", ["f16", "f16x2", "f16x4", "f16x8", "f32"])
 def test_khr_gemm_step_sums(wdt, acc):
-    """mul_mat_cm4's KHR build with its f16 sums over 1, 2 or 4 K steps (cm_acc) before they join the f32 ones,
+    """mul_mat_cm4's KHR build with its f16 sums over 1, 2, 4 or 8 K steps (cm_acc) before they join the f32 ones,
     or f32 accumulators, against float64 numpy: K = 4320 is 67.5 steps of 64, so the last group of steps is
     partial and the last step half empty; M and N off the tiles. The kernel name says which build ran. Needs
     VK_KHR_cooperative_matrix (the H100/H200: scripts/gpu_vulkan.sh)."""
@@ -127,5 +127,5 @@ def test_khr_gemm_step_sums(wdt, acc):
     e, kernels = _run(wdt, (200, 4320), (77, 4320), {"gemm_v": "4", "cm_acc": acc, "gemm_b16": "1"}, seed=3)
     # f16 operands as every tensor-core case; the sums over up to 256 products in f16 stay within it
     assert e <= 5e-4, f"NMSE {e:.3g} with cm_acc={acc}"
-    tail = {"f32": " khr", "f16": " khr f16acc", "f16x2": " khr f16acc2", "f16x4": " khr f16acc4"}[acc]
+    tail = {"f32": " khr", "f16": " khr f16acc", "f16x2": " khr f16acc2", "f16x4": " khr f16acc4", "f16x8": " khr f16acc8"}[acc]
     assert len(kernels) == 1 and tail + " b16" in kernels[0], kernels

@@ -374,14 +374,14 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         gemm_cfg_name(&c, (int)d->opts.debug_gemm_parts, cm4_name, sizeof cm4_name);
         /* cm_api: the KHR build where the device and the build have it (auto, khr), else the NV one */
         cm_shader = emu ? VKP_SH_MUL_MAT_CM4_EMU : khr ? VKP_SH_MUL_MAT_CM4_KHR : VKP_SH_MUL_MAT_CM4;
-        static const char *const acc_names[] = { " khr", " khr f16acc", " khr f16acc2", " khr f16acc4" };
-        if (khr) strncat(cm4_name, acc_names[d->opts.cm_acc & 3], sizeof cm4_name - strlen(cm4_name) - 1);
+        static const char *const acc_names[] = { " khr", " khr f16acc", " khr f16acc2", " khr f16acc4", " khr f16acc8" };
+        if (khr) strncat(cm4_name, acc_names[d->opts.cm_acc >= 0 && d->opts.cm_acc <= 4 ? d->opts.cm_acc : 0], sizeof cm4_name - strlen(cm4_name) - 1);
         if (use_dq) strncat(cm4_name, " dq", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_dq = use_dq ? dq_bytes : 0;
         if (use_b16) strncat(cm4_name, use_bg ? " b16 bg" : " b16", sizeof cm4_name - strlen(cm4_name) - 1);
         cm4_b16 = use_b16 ? b16_bytes : 0;
         cm_spec[0] = gemm_cfg_spec(&c, wtype, (int)d->opts.debug_gemm_parts) | (uint32_t)(khr && d->opts.cm_acc) << 23 |
-                     (uint32_t)(khr && d->opts.cm_acc ? d->opts.cm_acc - 1 : 0) << 27 |   /* f16 sums over 1, 2 or 4 K steps */
+                     (uint32_t)(khr && d->opts.cm_acc ? d->opts.cm_acc - 1 : 0) << 27 |   /* f16 sums over 1, 2, 4 or 8 K steps */
                      (uint32_t)use_dq << 24 |   /* the copy's rows start on 16 bytes: 16-byte loads */
                      (uint32_t)use_b16 << 25 |  /* f16 activations, rows on 16 bytes */
                      (uint32_t)use_bg << 26;    /* their fragments loaded from global memory */
