@@ -49,6 +49,8 @@ APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "k
         "khr16b16x2": {"cm_api": "khr", "cm_acc": "f16x2", "gemm_b16": "1"},
         "khr16b16x4": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1"},
         "khr16b16x8": {"cm_api": "khr", "cm_acc": "f16x8", "gemm_b16": "1"},
+        # the default sums (x4) with the weights dequantized to f16 rows first (gemm_dq) and the activation copy
+        "khr16dqb16x4": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_dq": "1", "gemm_b16": "1"},
         "khr16dqb16": {"cm_api": "khr", "cm_acc": "f16", "gemm_dq": "1", "gemm_b16": "1"},
         # khr16b16 with the activation fragments loaded from the copy in global memory (gemm_bg)
         "khr16b16bg": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1", "gemm_bg": "1"},

@@ -125,7 +125,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # sweep at 367278b)
             "acc1": {"cm_acc": "f16"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"}, "acc8": {"cm_acc": "f16x8"},
             # the fused norms write their result's int8 blocks and the repacked mat-vecs read them (mv_q8 on matvec_rp)
-            "q8rp": {"mv_q8": "1"},
+            # (the default since the H100 run at 9a180cd: q8rp is new, q8off without it)
+            "q8rp": {"mv_q8": "1"}, "q8off": {"mv_q8": "0"},
             "bbuf": {"barrier": "buffer"}, "bsync2": {"barrier": "sync2"}, "bexec": {"barrier": "debug_exec"}, "bevent": {"barrier": "event"},
             # the four above at once: their kernels are separate shaders in a profile (flash_attn_dec
             # against flash_attn.split + .merge, mul_mat_vec3p against mul_mat_vec3, rope_store
@@ -140,7 +141,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # the plugin's defaults (vk_options.c), restored before each variant's options
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16x4", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "0", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512",
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "1", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512",
             "rp_norm_in": "auto"}
 
 

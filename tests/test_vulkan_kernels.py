@@ -104,7 +104,7 @@ def _options_logged(options, what):
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16x4"), ("norm_v", "2"), ("fa_v", "0"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
                            ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
-                           ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "0"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
+                           ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
                            ("rp_norm_in", "auto")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)

@@ -13,8 +13,9 @@
  *                below) for q4_0/q8_0 rows it covers, else as 2 (H200: tg128 1b q4_0 441 vs 378 t/s,
  *                7b 137 vs 105 against 2); 2 mul_mat_vec2.comp for N <= 4 where its layout
  *                conditions hold; 1 the earlier mul_mat_vec.comp everywhere
- *   mv_q8        0 (default) / 1: the fused norms write their result's int8 blocks, the mat-vecs reading
- *                it stage them (mul_mat_vec3q; same bytes; H100: tg128 7b q4_0 +2%, 1b -2%)
+ *   mv_q8        1 (default) / 0: the fused norms write their result's int8 blocks, the mat-vecs reading
+ *                it read them (the repacked ones as their activations, mul_mat_vec3q staging them; same bytes;
+ *                H100 at 9a180cd on matvec_rp: tg128 1b q4_0 +4%, 7b +3%)
  *   matvec_ahead 0 (default) / 1: the whole-row mat-vecs load two units before staging the row (same bytes;
  *                H100: no faster in a model)
  *   matvec_rp    1 (default) / 0: one-column q4_0 mat-vecs (leaf weights flagged WEIGHT in device buffers, K a
@@ -118,6 +119,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fuse_rope_mv = 1;
     d->opts.fold_norm = 0;
     d->opts.rp_norm_in = VKP_AUTO;
+    d->opts.mv_q8 = 1;
 }
 
 /* cm_api=khr can run: the device enabled the KHR extension and the build has the KHR shader */
