@@ -62,7 +62,9 @@ def wanted(cfg, gemm):
     # (khr: cm_api's KHR build, where the device has it; f16acc4: its cm_acc=f16x4, the default)
     names = {"mul_mat_cm4 " + cfg + s for s in ("", " khr", " khr f16acc4")}
     limit = shared_limit()
-    if shared_bytes(cfg) > limit and ".s1" not in cfg:
+    if shared_bytes(cfg) > limit and ".s1" in cfg:   # (eight subgroups' staging on one k64 stage: past lavapipe's 32 KiB)
+        return set()
+    if shared_bytes(cfg) > limit:
         one = cfg.replace(".np", "") + ".s1" + (".np" if ".np" in cfg else "")
         names = {"mul_mat_cm4 " + one + s for s in ("", " khr", " khr f16acc4")} if shared_bytes(one) <= limit else set()
     return names

@@ -31,12 +31,17 @@ static const vkp_gemm_cfg vkp_gemm_cfgs[] = {
     { 128, 128, 32, 2, 4, 1, 2, 1 }, { 128, 128, 32, 2, 2, 1, 1, 1 }, { 64, 64, 64, 2, 2, 2, 1, 1 },
     { 128, 128, 64, 2, 4, 1, 2, 1 }, { 64, 128, 64, 2, 2, 1, 2, 1 }, { 128, 64, 64, 2, 2, 1, 2, 1 },
     { 128, 128, 64, 2, 2, 1, 2, 1 },   /* (64 x 64 per subgroup: with gemm_bg, two stages fit 48 KiB) */
+    /* eight subgroups on one k64 stage (NVIDIA's 48 KiB): the auto tiles with two k-groups, 64x128 as 32x32 blocks,
+     * and 128x128 as the auto tile's 32x64 blocks */
+    { 64, 128, 64, 2, 2, 2, 1, 1 },  { 128, 64, 64, 2, 2, 2, 1, 1 },  { 64, 128, 64, 2, 4, 1, 1, 1 },
+    { 128, 128, 64, 4, 2, 1, 1, 1 },
 };
 const char *const vkp_gemm_cfg_names[] = {   /* "auto", then vkp_gemm_cfgs' names in order */
     "auto", "64x64.k32.w2x2", "64x64.k32.w2x2.np", "64x64.k64.w2x2", "64x64.k64.w2x2.ks2", "64x64.k32.w2x2.ks2",
     "32x64.k64.w1x2", "128x64.k32.w2x2", "64x128.k32.w2x2", "128x128.k32.w2x2", "128x128.k32.w2x4",
     "128x128.k32.w2x2.s1", "64x64.k64.w2x2.ks2.s1", "128x128.k64.w2x4", "64x128.k64.w2x2", "128x64.k64.w2x2",
-    "128x128.k64.w2x2", NULL,
+    "128x128.k64.w2x2", "64x128.k64.w2x2.ks2.s1", "128x64.k64.w2x2.ks2.s1", "64x128.k64.w2x4.s1", "128x128.k64.w4x2.s1",
+    NULL,
 };
 #define VKP_GEMM_CFGS ((int)(sizeof vkp_gemm_cfgs / sizeof vkp_gemm_cfgs[0]))
 
