@@ -126,7 +126,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "acc1": {"cm_acc": "f16"},
             # eight-subgroup GEMM tiles on one k64 stage (gemm_cfg)
             "cks2": {"gemm_cfg": "64x128.k64.w2x2.ks2.s1"}, "cw24": {"gemm_cfg": "64x128.k64.w2x4.s1"},
-            "cw42": {"gemm_cfg": "128x128.k64.w4x2.s1"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"}, "acc8": {"cm_acc": "f16x8"},
+            "cw42": {"gemm_cfg": "128x128.k64.w4x2.s1"}, "c13": {"gemm_cfg": "64x128.k64.w2x2"}, "acc2": {"cm_acc": "f16x2"}, "acc4": {"cm_acc": "f16x4"}, "acc8": {"cm_acc": "f16x8"},
             # the fused norms write their result's int8 blocks and the repacked mat-vecs read them (mv_q8 on matvec_rp)
             # (the default since the H100 run at 9a180cd: q8rp is new, q8off without it)
             "q8rp": {"mv_q8": "1"}, "q8off": {"mv_q8": "0"},
