@@ -33,12 +33,13 @@ const uint WN = 1u << ((SPEC >> 15) & 3u);
 const uint NST = 1u + ((SPEC >> 17) & 1u);
 const uint PF = (SPEC >> 18) & 1u;
 const uint KS = 1u + ((SPEC >> 19) & 1u);
-// (the KHR build) each step's products summed in f16 accumulators, then added into the f32 ones
-// (option cm_acc=f16: on the H200 the f32-accumulating products run at ~30 TFLOPS)
+// (the KHR build) the products summed in f16 accumulators, then added into the f32 ones (option cm_acc=f16*:
+// on the H200 the f32-accumulating products run at ~30 TFLOPS)
 const uint AH = (SPEC >> 23) & 1u;
 // (with AH) the f16 sums span AHS steps before they join the f32 ones (option cm_acc: f16 1, f16x2 2, f16x4 4 (the
-// default), f16x8 8): each join waits for every product in flight, so joining once per step capped the products at about 100
-// TFLOPS on the H100, and once per 4 steps at about 285 (debug_gemm_parts=5, bench/results/gpu-vulkan-gemm-acc-h100-20261206T1705/)
+// default), f16x8 8): each join waits for every product in flight, so joining once per step capped the products at
+// about 100 TFLOPS on the H100, and once per 4 steps at about 285 (debug_gemm_parts=5,
+// bench/results/gpu-vulkan-gemm-acc-h100-20261206T1705/)
 const uint AHS = 1u << ((SPEC >> 27) & 3u);
 // f16 weights whose rows start on 16 bytes (option gemm_dq's copy): a task is 4 16-byte loads, stored as loaded
 const uint A16 = (SPEC >> 24) & 1u;
