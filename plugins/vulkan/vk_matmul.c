@@ -55,8 +55,9 @@ static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n)
 }
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
- * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16 << 23, gemm_dq's 16-byte f16 rows << 24,
- * gemm_b16's f16 activations << 25 and gemm_bg's fragments of them from global memory << 26) */
+ * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16* << 23, gemm_dq's 16-byte f16 rows << 24,
+ * gemm_b16's f16 activations << 25, gemm_bg's fragments of them from global memory << 26 and log2 of cm_acc's steps per
+ * f16 sum << 27) */
 static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
            lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;

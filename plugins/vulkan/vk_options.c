@@ -45,8 +45,8 @@
  *                grid of 128-tiles still has 512 workgroups, about 4 per SM of a large GPU, else
  *                64 x 64), 64 or 128
  *   gemm_v       the cooperative-matrix GEMM's build: 0 (default) auto: 4 where the device and the build have
- *                VK_KHR_cooperative_matrix (mul_mat_cm4 khr, gemm_cfg auto: 64x128.k64.w2x2 / 128x64.k64.w2x2,
- *                cm_acc=f16), else 3;
+ *                VK_KHR_cooperative_matrix (mul_mat_cm4 khr, gemm_cfg auto: 64x128.k64.w2x2 / 128x64.k64.w2x2 /
+ *                64x128.k64.w2x4.s1, cm_acc=f16x4), else 3;
  *                3 mul_mat_cm3*: the pipelined kernel
  *                with its tiles stored as packed f16 in 16-byte words and the activations read as
  *                16-byte words where aligned (H200: pp512 1b q4_0 9.8k vs 8.9k t/s, 7b 1.85k vs 1.74k
