@@ -133,7 +133,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     fi
     say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" ${GPU_VK_INTERLEAVE:+--interleave} --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" $([ "${GPU_VK_INTERLEAVE:-0}" = 1 ] && echo --interleave) --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi
