@@ -84,7 +84,7 @@ def test_mv_q8_model_bytes(tmp_path):
         assert np.array_equal(np.asarray(a), np.asarray(b)), f"step {step}"
 
 
-# the repacked mat-vecs (matvec_rp) read the copy themselves (mul_mat_vec_rp.comp's q8-in: vk_norm_in.c's vkp_rp_q8_in), for
+# the repacked mat-vecs (matvec_rp) read the copy themselves (mul_mat_vec_rp.comp's q8-in: vk_norm_in.c's q8_in), for
 # the weight types whose activations they quantize per 32 as the copy is
 RP = {"norm_wg": "on", "matvec_rp": "1", "matvec_rp_k": "1", "rp_norm_in": "off", "mv_q8": "0"}
 

@@ -276,8 +276,7 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         if ((e = vkp_get_pipeline(d, dps[nd].shader, specs, &dps[nd].pipe))) return e;
         while (g->nodes[i] != next) i++;   /* the mul (and the norm) are done by this dispatch */
     } else if (rp_glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu on repacked copies (matvec_rp) */
-        if (!vkp_rp_norm_in(d, dps, nd, norm_src, &dps[nd], p))   /* (the norm before them recomputed: vk_norm_in.c) */
-            vkp_rp_q8_in(d, dps, nd, norm_src, &dps[nd]);        /* (or its int8 copy read) */
+        vkp_rp_norm_read(d, dps, nd, norm_src, &dps[nd], p);   /* (the norm before them recomputed, or its int8 copy read) */
         while (g->nodes[i] != next2) i++;
     } else if (glu_fusable(d, n, next, next2, &dps[nd], p)) {   /* gate, up, swiglu (vk_matmul.c) */
         if ((e = vkp_get_pipeline(d, dps[nd].shader, (uint32_t[2]){ dps[nd].spec0, 1 }, &dps[nd].pipe))) return e;
@@ -305,7 +304,7 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
         return e;
     } else if (dps[nd].shader == VKP_SH_MUL_MAT_VEC_RP) {   /* with what comes next for its result (vk_mv_epi.c) */
         vkp_mv_epilogue(d, g, i, done, &dps[nd], p);
-        if (!vkp_rp_norm_in(d, dps, nd, norm_src, &dps[nd], p)) vkp_rp_q8_in(d, dps, nd, norm_src, &dps[nd]);
+        vkp_rp_norm_read(d, dps, nd, norm_src, &dps[nd], p);
     }
     dps[nd].op = n->op;
     *ip = i;

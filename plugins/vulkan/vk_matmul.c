@@ -241,7 +241,7 @@ int vkp_mv3q_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64
     if (m->ne[1] > 4 || m->ne[2] != 1 || m->ne[3] != 1 || mm->src[0]->ne[2] != 1 || mm->src[0]->ne[3] != 1) return 0;
     if (!vkp_supports_op(d, mm)) return 0;
     if (d->opts.matvec_rp && m->ne[1] == 1 && vkp_repack_eligible(d, mm->src[0])) return 0;   /* (mul_mat_vec_rp reads the copy
-        itself: vk_norm_in.c's vkp_rp_q8_in) */
+        itself: vk_norm_in.c's vkp_rp_norm_read) */
     return mv3_plan(d, mm, VKP_SH_MUL_MAT_VEC3Q, &d->mv3q_broken, spec, work);
 }
 

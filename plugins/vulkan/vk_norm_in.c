@@ -1,6 +1,6 @@
 /* plugins/vulkan/vk_norm_in.c — how a repacked decode mat-vec reads a fused layer norm's result other than as the norm
- * wrote it: recomputed from the norm's inputs (vkp_rp_norm_in, option rp_norm_in) or as the norm's int8 copy
- * (vkp_rp_q8_in, option mv_q8; below).
+ * wrote it: recomputed from the norm's inputs (norm_in, option rp_norm_in) or as the norm's int8 copy (q8_in, option
+ * mv_q8; below), the first where it applies (vkp_rp_norm_read).
  *
  * Option rp_norm_in: a layer's q/k/v (mul_mat_vec_rpe) or gate/up (mul_mat_vec_rpg)
  * mat-vec on matvec_rp that reads a fused norm's result m = rms_norm(x [+ r]) * w recomputes it from x, r and w
@@ -51,7 +51,7 @@ static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
     return 1;
 }
 
-int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+static int norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
     if (d->opts.rp_norm_in == VKP_OFF || ns < 0 || ns >= nd) return 0;
     int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG;
     if (!glu && dp->shader != VKP_SH_MUL_MAT_VEC_RPE) return 0;
@@ -77,7 +77,7 @@ int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
  * write m's int8 blocks (vk_graph.c marked it q8 = 1), reads that copy at binding 1 instead of quantizing m
  * (mul_mat_vec_rp.comp's q8-in, specialization bit 13): the same bytes. The copy is m as the norm wrote it, so nothing
  * from that dispatch up to this one may write over m. The norm's Q8_OUT build is chosen once a mat-vec reads its copy. */
-int vkp_rp_q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
+static int q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     if (!d->opts.mv_q8 || ns < 0 || ns >= nd || dps[ns].q8 != 1) return 0;
     int sh = dp->shader;
     if (sh != VKP_SH_MUL_MAT_VEC_RP && sh != VKP_SH_MUL_MAT_VEC_RPE && sh != VKP_SH_MUL_MAT_VEC_RPG) return 0;
@@ -91,4 +91,8 @@ int vkp_rp_q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     dps[ns].q8_n++;
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s''s int8 copy: %s q8-in", mv_name(dp), dps[ns].slot[3]->name, vkp_shader_name(sh));
     return 1;
+}
+
+int vkp_rp_norm_read(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+    return norm_in(d, dps, nd, ns, dp, p) || q8_in(d, dps, nd, ns, dp);
 }

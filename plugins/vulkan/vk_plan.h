@@ -101,12 +101,10 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
  * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: a residual add, rms_norm and mul);
  * marks the nodes it took in done. */
 void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
-/* vk_norm_in.c: dispatch dp (mul_mat_vec_rpe or _rpg, just built) reading the result of the fused norm dispatch dps[ns]
- * recomputes it from the norm's inputs instead (rp_norm_in), so it shares the norm's stage; 1 where it does */
-int vkp_rp_norm_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p);
-/* vk_norm_in.c: dispatch dp (mul_mat_vec_rp, _rpe or _rpg) reading the result of the fused norm dispatch dps[ns] reads the
- * int8 copy that norm writes (mv_q8) instead; 1 where it does */
-int vkp_rp_q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp);
+/* vk_norm_in.c: dispatch dp (mul_mat_vec_rp, _rpe or _rpg, just built) reading the result of the fused norm dispatch
+ * dps[ns] recomputes it from the norm's inputs instead (rp_norm_in; _rpe and _rpg: it then shares the norm's stage), or
+ * else reads the int8 copy that norm writes (mv_q8); 1 where it does either */
+int vkp_rp_norm_read(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p);
 /* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
 uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
 #endif
