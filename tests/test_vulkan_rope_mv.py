@@ -58,14 +58,15 @@ ROPES = {"plain": dict(mode=pg.ROPE_NORMAL, freq_base=10000.0),
 
 @pytest.mark.parametrize("rope", sorted(ROPES))
 @pytest.mark.parametrize("itype,ctype", [("i64", "f16"), ("i32", "f32"), ("i32", "bf16")])
-def test_rope_mv_layer(rope, itype, ctype):
+@pytest.mark.parametrize("rows", ["8", "4"])
+def test_rope_mv_layer(rope, itype, ctype, rows):
     it, ct = getattr(pg, itype), getattr(pg, ctype)
     inp = np.int64 if itype == "i64" else np.int32
     feeds = [_feeds(s, inp) for s in range(3)]
     build = lambda: _layer(5, it, ct, ROPES[rope])   # noqa: E731
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
     want, _ = run_steps([cpu], build, feeds)
-    got, k1 = run_steps([VK], build, feeds, ON)
+    got, k1 = run_steps([VK], build, feeds, {**ON, "rp_rows": rows})   # (rp_rows=4: rope pairs still in one workgroup)
     base, k0 = run_steps([VK], build, feeds, OFF)
     if has_int8():
         assert k1.count("mul_mat_vec_rpe") == 3 and "mul_mat_vec_rpe" not in k0, (k1, k0)
