@@ -344,13 +344,23 @@ def profile(a, save):
                     "so wall times with profiling on are not the bench figures"}
 
 
+def _variant(v):
+    """A --variants entry: a VARIANTS name, or options written out (gemm_v=5,cm5_tile=128x256.k32.u), added to VARIANTS."""
+    if v in VARIANTS:
+        return v
+    if "=" not in v:
+        raise argparse.ArgumentTypeError(f"unknown variant {v!r}: one of {', '.join(sorted(VARIANTS))}, or key=value[,...]")
+    VARIANTS[v] = dict(kv.split("=", 1) for kv in v.split(","))
+    return v
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("bench", "profile"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--models", nargs="+", default=["synth:1b:q4_0", "synth:1b:q4_K", "synth:7b:q4_0", "synth:7b:q4_K", "synth:smollm2:q4_1"])
-    ap.add_argument("--variants", nargs="+", default=None, choices=sorted(VARIANTS),
-                    help="Vulkan option sets (default: bench new old, profile new)")
+    ap.add_argument("--variants", nargs="+", default=None, type=_variant,
+                    help="Vulkan option sets: names from VARIANTS, or key=value[,key=value...] (default: bench new old, profile new)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--n-prompt", type=int, default=512, help="bench: prompt tokens (the keys say pp512 whatever it is)")
