@@ -34,15 +34,15 @@ def _graph(m, k, seed, n=1):
 
 # (M, K): one block per invocation (K <= 8192), two (11008: 192 invocations) and three (24576); rows not a
 # multiple of 8 (the padded rows of the copy are zeros); K of a single block
-# rows: rp_rows, the workgroup's rows (4: the same sums in the same order as 8, so the same bytes)
-@pytest.mark.parametrize("rows", ["8", "4"])
+# rows: rp_rows, the workgroup's rows (4, 2: the same sums in the same order as 8, so the same bytes)
+@pytest.mark.parametrize("rows", ["8", "4", "2"])
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048), (88, 512)])
 def test_mv_rp_values(m, k, rows):
     y, feeds, ref = _graph(m, k, seed=m + k)
     got, k1 = _compute(y, feeds, {**RP, "rp_rows": rows}, "mul_mat '")
     if rows != "8":
         got8, _ = _compute(y, feeds, RP, "mul_mat '")
-        assert np.array_equal(np.asarray(got), np.asarray(got8)), "rp_rows=4 differs from 8"
+        assert np.array_equal(np.asarray(got), np.asarray(got8)), f"rp_rows={rows} differs from 8"
     base, k0 = _compute(y, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
     if has_int8():
         assert k1 == ["mul_mat_vec_rp"] and "mul_mat_vec_rp" not in k0, (k0, k1)

@@ -194,7 +194,7 @@ static int rp_plan(pyg_device *d, const pyg_tensor *mm, int shader, int *broken,
     if (!vkp_repack_eligible(d, w) || !mv_layout_ok(d, w, x, &o0)) return 0;
     uint64_t nb = (uint64_t)w->ne[0] / 32, J = (nb + 255) / 256, KW = (nb + 32 * J - 1) / (32 * J);
     uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
-    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (rows == 4 && shader != VKP_SH_MUL_MAT_VEC_RPG ? 1u << 14 : 0u),
+    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (shader != VKP_SH_MUL_MAT_VEC_RPG && rows < 8 ? (rows == 4 ? 1u : 2u) << 14 : 0u),
                        (uint32_t)(32 * KW) };
     if (J < 1 || J > 3 || 32 * KW > d->props.limits.maxComputeWorkGroupSize[0] || !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
@@ -206,14 +206,14 @@ static int rp_plan(pyg_device *d, const pyg_tensor *mm, int shader, int *broken,
 }
 
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
-    return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RP, &d->mvrp_broken, d->opts.rp_rows ? 4 : 8, spec, work, ex);
+    return rp_plan(d, mm, VKP_SH_MUL_MAT_VEC_RP, &d->mvrp_broken, 8u >> d->opts.rp_rows, spec, work, ex);
 }
 
 /* the same as `shader`, one of its builds with an epilogue (vk_mv_epi.c): mul_mat_vec_rpe, the mat-vec that ropes and/or
  * stores its result too, or mul_mat_vec_rpn, the one that adds, normalizes and scales it too */
 int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     int *broken = shader == VKP_SH_MUL_MAT_VEC_RPE ? &d->mvrpe_broken : shader == VKP_SH_MUL_MAT_VEC_RPN ? &d->mvrpn_broken : NULL;
-    return broken && rp_plan(d, mm, shader, broken, shader == VKP_SH_MUL_MAT_VEC_RPE && d->opts.rp_rows ? 4 : 8, spec, work, ex);
+    return broken && rp_plan(d, mm, shader, broken, shader == VKP_SH_MUL_MAT_VEC_RPE ? 8u >> d->opts.rp_rows : 8u, spec, work, ex);
 }
 
 /* matvec_rp=1: a = mul_mat(W_a, x), b = mul_mat(W_b, x) and sw = swiglu(a, b) (a model's gate, up and their

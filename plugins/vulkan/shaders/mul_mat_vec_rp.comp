@@ -37,12 +37,12 @@ layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K, q6_K) 
 const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
 const uint NS = TY == TY_Q4_K ? 4u : (TY == TY_Q6_K || TY == TY_Q4_1) ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
-// sums per workgroup: 8 (H100: 16 were 20% slower in a 7b decode); plain and RP_EPI builds with specialization bit 14
-// (option rp_rows=4): 4, twice the workgroups over the same rows (the scales' 16-byte word still covers 8 rows)
+// sums per workgroup: 8 (H100: 16 were 20% slower in a 7b decode); plain and RP_EPI builds 8 >> specialization bits
+// 14-15 (option rp_rows: 4 or 2), more workgroups over the same rows (the scales' 16-byte word still covers 8 rows)
 #if defined(RP_GLU) || defined(RP_NORM)
 const uint R = 8u;
 #else
-const uint R = (SPEC >> 14 & 1u) != 0u ? 4u : 8u;
+const uint R = 8u >> (SPEC >> 14 & 3u);
 #endif
 const uint NH = TY == TY_Q6_K ? J * R : 1u;      // q6_K: 8-byte high-bit words per invocation
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
