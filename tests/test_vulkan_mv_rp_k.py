@@ -28,7 +28,7 @@ def test_under_validation_layer():
 # (M, K): one unit per invocation (K <= 8192), two (11008), three (24576); rows not a multiple of 8; one super-block
 @pytest.mark.parametrize("wdt", ["q4_K", "q6_K"])
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 512), (8, 2048)])
-@pytest.mark.parametrize("rows", ["8", "4", "2"])
+@pytest.mark.parametrize("rows", ["8", "4"])
 def test_mv_rp_k_values(wdt, m, k, rows):
     rng = np.random.default_rng(m + k)
     g = pg.Graph()
@@ -38,7 +38,7 @@ def test_mv_rp_k_values(wdt, m, k, rows):
     ref = xv.astype(np.float64) @ w64.T
     got, k1 = _compute(pg.mul_mat(w, x), {"x": xv}, {**RP, "rp_rows": rows}, "mul_mat '")
     base, k0 = _compute(pg.mul_mat(w, x), {"x": xv}, OFF, "mul_mat '")
-    if rows != "8":   # (4 or 2 rows: the same sums in the same order as 8)
+    if rows != "8":   # (4 rows: the same sums in the same order as 8)
         got8, _ = _compute(pg.mul_mat(w, x), {"x": xv}, RP, "mul_mat '")
         assert np.array_equal(np.asarray(got), np.asarray(got8)), f"rp_rows={rows} differs from 8"
     if has_int8():

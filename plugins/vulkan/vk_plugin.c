@@ -68,6 +68,7 @@ static int g_init_done;
 static pyg_error *g_init_err;   /* kept: plugin_init answers the same every time */
 
 extern const uint32_t *vkp_shader_code(int shader, size_t *bytes);
+extern const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes);
 
 static pyg_error *copy_err(const pyg_error *e) {
     return e ? vkp_err(e->code, "%s", e->msg + 8) : NULL;
@@ -369,7 +370,7 @@ static const char *const k_matvec_rows[] = { "1", "2", "4", NULL };   /* 1 << in
 static const char *const k_gemm[] = { "auto", "tiled", "coopmat", "cm_emulated", NULL };   /* VKP_GEMM_* */
 static const char *const k_cm_api[] = { "auto", "nv", "khr", NULL };   /* VKP_CM_API_* */
 static const char *const k_cm_acc[] = { "f32", "f16", "f16x2", "f16x4", "f16x8", NULL };   /* index: vkp_options.cm_acc */
-static const char *const k_rp_rows[] = { "8", "4", "2", NULL };   /* index: vkp_options.rp_rows */
+static const char *const k_rp_rows[] = { "8", "4", NULL };   /* index: vkp_options.rp_rows */
 static const char *const k_copy[] = { "auto", "0", "1", NULL };   /* index: vkp_options.gemm_dq, gemm_b16 (VKP_COPY_*) */
 static const char *const k_gemm_tile[] = { "auto", "64", "128", NULL };
 static const char *const k_fa[] = { "auto", "scalar", "coopmat", "cm_emulated", NULL };     /* the same indices */
@@ -410,7 +411,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_INT(vkp_options, norm_v, 1, 2, "workgroup-per-row norm+mul (norm_wg): 2 the register kernel (default), 1 the earlier one"),
     PYG_OPTION_CHOICE(vkp_options, cm_api, k_cm_api, "the extension of mul_mat_cm4's tensor-core products (gemm_v=4): auto (khr where the device and the build have it, else nv), nv (VK_NV_cooperative_matrix), khr (VK_KHR_cooperative_matrix; refused without it)"),
     PYG_OPTION_CHOICE(vkp_options, cm_acc, k_cm_acc, "mul_mat_cm4's KHR build (cm_api): products summed in f16 accumulators over 4 K steps (f16x4, the default: 256 products at 64-element steps), 8 (f16x8), 2 (f16x2) or 1 (f16), then added into the f32 ones; or f32 accumulators throughout (on the H200 about 30 TFLOPS). H100, q4_0 GEMMs at N = 512: f16x4 64-113 TFLOPS against 56-84 with f16, NMSE against float64 2.91e-5 against 2.88e-5"),
-    PYG_OPTION_CHOICE(vkp_options, rp_rows, k_rp_rows, "rows per workgroup of the repacked one-column mat-vecs mul_mat_vec_rp and mul_mat_vec_rpe (q/k/v with their rope and cache store): 8 (default), 4 or 2, more workgroups over the same rows (gate/up's mul_mat_vec_rpg has 4 of each weight already)"),
+    PYG_OPTION_CHOICE(vkp_options, rp_rows, k_rp_rows, "rows per workgroup of the repacked one-column mat-vecs mul_mat_vec_rp and mul_mat_vec_rpe (q/k/v with their rope and cache store): 8 (default) or 4, twice the workgroups over the same rows (gate/up's mul_mat_vec_rpg has 4 of each weight already)"),
     PYG_OPTION_BOOL(vkp_options, mv_q8, "the fused layer norms (norm_mul_reg's vec4 path, rows a multiple of 256) write their result's int8 blocks of 32 too, and the q4_0/q8_0 mat-vecs reading that result (q4_K too with matvec_q4_K) stage the copy instead of quantizing it, mul_mat_vec3q: the same bytes as mul_mat_vec3w; with matvec_rp the repacked q4_0/q4_1/q6_K mat-vecs read the copy as their activations (q8-in), the same bytes (default 1: H100 at 9a180cd, 4 interleaved rounds, tg128 1b / 7b q4_0 797 / 286 t/s against 767 / 277 with 0; with matvec >= 6, where fuse_norm_mv and rp_norm_in do not apply)"),
     PYG_OPTION_BOOL(vkp_options, matvec_ahead, "the whole-row mat-vecs (mul_mat_vec3w/3n/3s) issue two units' weight loads before staging the activation row, not one: at K = 4096 every weight of an invocation is in flight at once (the same sums in the same order, so the same bytes; default 0: no faster in a model on an H100)"),
     PYG_OPTION_BOOL(vkp_options, matvec_rp, "one-column q4_0 mat-vecs (decode) on a copy of the weights repacked once per weight and device (quants of a row in 16-byte words, the scales of 8 rows together; remade when the host writes the weights' buffer): mul_mat_vec_rp, the CUDA plugin's structure (activations in registers, weights streamed); the copy doubles those weights' device memory (default 1: H100 at 9ac7d4c, tg128 7b q4_0 265 against 250 t/s, 1b 750 against 739; 0 saves the copies' memory)"),
@@ -455,7 +456,7 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], V
         }
     if (d->n_pipes == VKP_MAX_PIPELINES) { err = vkp_err(PYG_ERR_INTERNAL, "pipeline cache full"); goto done; }
     size_t bytes;
-    const uint32_t *code = vkp_shader_code(shader, &bytes);
+    const uint32_t *code = vkp_shader_code_spec(shader, spec, &bytes);
     VkShaderModuleCreateInfo mi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code };
     VkShaderModule mod;
     VkResult r = d->fn.vkCreateShaderModule(d->dev, &mi, NULL, &mod);

@@ -134,6 +134,12 @@ VKP_SPV(mul_mat_vec_rpg)
 VKP_SPV(mul_mat_vec_rpe)
 #include "mul_mat_vec_rpe.spv.h"
 ;
+VKP_SPV(mul_mat_vec_rp4)
+#include "mul_mat_vec_rp4.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe4)
+#include "mul_mat_vec_rpe4.spv.h"
+;
 VKP_SPV(mul_mat_vec_rpn)
 #include "mul_mat_vec_rpn.spv.h"
 ;
@@ -249,6 +255,16 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 }
 
 /* the shader's file name (profile labels) */
+/* the module a pipeline of shader with specialization spec is made from: mul_mat_vec_rp / _rpe with specialization bit 14
+ * (option rp_rows=4) from their 4-row builds, so that the choice stays one shader id to the plan; else shader's */
+const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes) {
+    if ((shader == VKP_SH_MUL_MAT_VEC_RP || shader == VKP_SH_MUL_MAT_VEC_RPE) && (spec[0] >> 14 & 1u)) {
+        if (shader == VKP_SH_MUL_MAT_VEC_RP) { *bytes = sizeof spv_mul_mat_vec_rp4; return spv_mul_mat_vec_rp4; }
+        *bytes = sizeof spv_mul_mat_vec_rpe4; return spv_mul_mat_vec_rpe4;
+    }
+    return vkp_shader_code(shader, bytes);
+}
+
 const char *vkp_shader_name(int shader) {
     static const char *names[VKP_SH_COUNT] = {
         [VKP_SH_ELEMENTWISE] = "elementwise", [VKP_SH_NORM] = "norm", [VKP_SH_SOFT_MAX] = "soft_max",

@@ -21,7 +21,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
             $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h \
             $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h \
-            $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h
+            $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
+            $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
@@ -68,6 +69,9 @@ $(eval $(call VK_VARIANT_RULE,norm_mul_reg_add_q8,norm_mul_reg.comp,-DFUSED_ADD 
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg,mul_mat_vec_rp.comp,-DRP_GLU))
 # the same for one weight, with the rope and/or the KV-cache write of its result (option fuse_rope_mv)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe,mul_mat_vec_rp.comp,-DRP_EPI))
+# the plain and the rope/store builds with 4 rows per workgroup (option rp_rows=4)
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp4,mul_mat_vec_rp.comp,-DRP_ROWS=4u))
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4,mul_mat_vec_rp.comp,-DRP_EPI -DRP_ROWS=4u))
 # the same with the residual add, rms_norm and mul after it (option fold_norm)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn,mul_mat_vec_rp.comp,-DRP_NORM))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)

@@ -37,13 +37,14 @@ layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K, q6_K) 
 const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
 const uint NS = TY == TY_Q4_K ? 4u : (TY == TY_Q6_K || TY == TY_Q4_1) ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
-// sums per workgroup: 8 (H100: 16 were 20% slower in a 7b decode); plain and RP_EPI builds 8 >> specialization bits
-// 14-15 (option rp_rows: 4 or 2), more workgroups over the same rows (the scales' 16-byte word still covers 8 rows)
-#if defined(RP_GLU) || defined(RP_NORM)
-const uint R = 8u;
-#else
-const uint R = 8u >> (SPEC >> 14 & 3u);
+// sums per workgroup: 8 (H100: 16 were 20% slower in a 7b decode); the plain and RP_EPI builds with RP_ROWS=4u
+// (mul_mat_vec_rp4 / _rpe4, option rp_rows=4): 4, twice the workgroups over the same rows (the scales' 16-byte word
+// still covers 8). A literal, not a specialization: R derived from one made the NVIDIA driver's 8-row code 15% slower
+// in a 7b decode and its float sums differ by an ulp from the RP_EPI build's.
+#ifndef RP_ROWS
+#define RP_ROWS 8u
 #endif
+const uint R = RP_ROWS;
 const uint NH = TY == TY_Q6_K ? J * R : 1u;      // q6_K: 8-byte high-bit words per invocation
 layout(std430, binding = 0) readonly buffer Rq { uvec4 rq[]; };
 layout(std430, binding = 0) readonly buffer Rh { uvec2 rh[]; };   // q6_K's high-bit plane
