@@ -39,7 +39,10 @@ def _graph(m, k, seed, n=1):
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048), (88, 512)])
 def test_mv_rp_values(m, k, rows):
     y, feeds, ref = _graph(m, k, seed=m + k)
-    got, k1 = _compute(y, feeds, {**RP, "rp_rows": rows}, "mul_mat '")
+    with debug_records() as rec:
+        got, k1 = _compute(y, feeds, {**RP, "rp_rows": rows}, "mul_mat '")
+    if has_int8():   # (the plan's line names the 4-row build's choice)
+        assert any("4 rows a workgroup" in r for r in rec) == (rows == "4"), [r for r in rec if "mul_mat '" in r]
     if rows != "8":
         got8, _ = _compute(y, feeds, RP, "mul_mat '")
         assert np.array_equal(np.asarray(got), np.asarray(got8)), f"rp_rows={rows} differs from 8"
