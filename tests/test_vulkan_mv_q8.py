@@ -101,13 +101,14 @@ def test_rp_q8_same_bytes(wdt, k, add, readers):
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q4_1"])
-def test_rp_q8_model_bytes(tmp_path, wdt):
+@pytest.mark.parametrize("wdt,extra", [("q4_0", {}), ("q4_1", {}), ("q4_0", {"rp_lit": "1", "rp_rows": "4"})])
+def test_rp_q8_model_bytes(tmp_path, wdt, extra):
     """A small synthetic LLaMA's prefill and decode logits with mv_q8=1 are mv_q8=0's byte for byte on the repacked
-    mat-vecs, its q/k/v (mul_mat_vec_rpe), gate/up (mul_mat_vec_rpg) and q6_K output reading the norms' int8 copies."""
+    mat-vecs, its q/k/v (mul_mat_vec_rpe), gate/up (mul_mat_vec_rpg) and q6_K output reading the norms' int8 copies
+    (also on the q4_0 builds with literal blocks per invocation and 4 rows a workgroup: rp_lit, rp_rows)."""
     run = _decode_model(tmp_path, wdt, 19)
     ref, k0 = run(RP)
-    got, k1 = run({**RP, "mv_q8": "1"})
+    got, k1 = run({**RP, "mv_q8": "1", **extra})
     if _has_int8():
         want = {"mul_mat_vec_rpe q8-in", "mul_mat_vec_rpg q8-in", "mul_mat_vec_rp q8-in"}
         assert want <= k1 and not any("q8-in" in x for x in k0), (k0, k1)

@@ -34,18 +34,21 @@ def _graph(m, k, seed, n=1):
 
 # (M, K): one block per invocation (K <= 8192), two (11008: 192 invocations) and three (24576); rows not a
 # multiple of 8 (the padded rows of the copy are zeros); K of a single block
-# rows: rp_rows, the workgroup's rows (4: the same sums in the same order as 8, so the same bytes)
-@pytest.mark.parametrize("rows", ["8", "4"])
+# rows: rp_rows, the workgroup's rows (4: the same sums in the same order as 8, so the same bytes); lit: rp_lit, the
+# builds with q4_0 and the blocks per invocation as literals (K up to 16384), the same arithmetic
+@pytest.mark.parametrize("rows,lit", [("8", "0"), ("4", "0"), ("8", "1"), ("4", "1")])
 @pytest.mark.parametrize("m,k", [(64, 256), (100, 4096), (40, 11008), (24, 24576), (13, 32), (8, 2048), (88, 512)])
-def test_mv_rp_values(m, k, rows):
+def test_mv_rp_values(m, k, rows, lit):
     y, feeds, ref = _graph(m, k, seed=m + k)
     with debug_records() as rec:
-        got, k1 = _compute(y, feeds, {**RP, "rp_rows": rows}, "mul_mat '")
-    if has_int8():   # (the plan's line names the 4-row build's choice)
-        assert any("4 rows a workgroup" in r for r in rec) == (rows == "4"), [r for r in rec if "mul_mat '" in r]
-    if rows != "8":
+        got, k1 = _compute(y, feeds, {**RP, "rp_rows": rows, "rp_lit": lit}, "mul_mat '")
+    if has_int8():   # (the plan's line names the 4-row and the literal builds' choices)
+        lines = [r for r in rec if "mul_mat '" in r]
+        assert any("4 rows a workgroup" in r for r in lines) == (rows == "4"), lines
+        assert any("literal build" in r for r in lines) == (lit == "1" and k <= 16384), lines
+    if (rows, lit) != ("8", "0"):
         got8, _ = _compute(y, feeds, RP, "mul_mat '")
-        assert np.array_equal(np.asarray(got), np.asarray(got8)), f"rp_rows={rows} differs from 8"
+        assert np.array_equal(np.asarray(got), np.asarray(got8)), f"rp_rows={rows} rp_lit={lit} differs from the defaults"
     base, k0 = _compute(y, feeds, {"fuse_norm_mv": "off"}, "mul_mat '")
     if has_int8():
         assert k1 == ["mul_mat_vec_rp"] and "mul_mat_vec_rp" not in k0, (k0, k1)
@@ -134,6 +137,9 @@ def test_mv_rp_gate_up_swiglu(m, k):
         assert k1 == ["mul_mat_vec_rpg"] and "mul_mat_vec_rpg" not in k0, (k0, k1)
     for a, b in zip(got, ref):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10
+    lit, _ = _compute(outs, feeds, {**RP, "rp_lit": "1"}, "mul_mat '")   # (rp_lit: the q4_0 builds, the same bytes)
+    for a, b in zip(lit, got):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_mv_rp_threads():

@@ -84,13 +84,13 @@ def test_norm_in_gate_up(wdt, add):
         assert nmse(np.asarray(a[0]), np.asarray(b[0])) <= 5e-4            # the same int8 arithmetic, scaled at the end
 
 
-@pytest.mark.parametrize("wdt,rows", [("q4_0", "8"), ("q4_K", "8"), ("q4_0", "4")])
-def test_norm_in_model(tmp_path, wdt, rows):
+@pytest.mark.parametrize("wdt,rows,lit", [("q4_0", "8", "0"), ("q4_K", "8", "0"), ("q4_0", "4", "0"), ("q4_0", "4", "1")])
+def test_norm_in_model(tmp_path, wdt, rows, lit):
     """A synthetic LLaMA decodes with rp_norm_in=on to within the int8 mat-vecs' threshold of rp_norm_in=off, its
     q/k/v and gate/up recomputing their layer norms, with two barriers fewer per layer (rp_rows=4: q/k/v's
     workgroups of 4 rows recomputing it too)."""
     run = _decode_model(tmp_path, wdt, 31)
-    opts = {"matvec_rp_k": "1", "rp_rows": rows}
+    opts = {"matvec_rp_k": "1", "rp_rows": rows, "rp_lit": lit}
     with debug_records() as rec_off:
         ref, _ = run({**OFF, **opts})
     with debug_records() as rec_on:

@@ -58,15 +58,16 @@ ROPES = {"plain": dict(mode=pg.ROPE_NORMAL, freq_base=10000.0),
 
 @pytest.mark.parametrize("rope", sorted(ROPES))
 @pytest.mark.parametrize("itype,ctype", [("i64", "f16"), ("i32", "f32"), ("i32", "bf16")])
-@pytest.mark.parametrize("rows", ["8", "4"])
-def test_rope_mv_layer(rope, itype, ctype, rows):
+@pytest.mark.parametrize("rows,lit", [("8", "0"), ("4", "0"), ("8", "1"), ("4", "1")])
+def test_rope_mv_layer(rope, itype, ctype, rows, lit):
     it, ct = getattr(pg, itype), getattr(pg, ctype)
     inp = np.int64 if itype == "i64" else np.int32
     feeds = [_feeds(s, inp) for s in range(3)]
     build = lambda: _layer(5, it, ct, ROPES[rope])   # noqa: E731
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
     want, _ = run_steps([cpu], build, feeds)
-    got, k1 = run_steps([VK], build, feeds, {**ON, "rp_rows": rows})   # (rp_rows=4: rope pairs still in one workgroup)
+    got, k1 = run_steps([VK], build, feeds, {**ON, "rp_rows": rows, "rp_lit": lit})   # (rp_rows=4: rope pairs still in one
+    # workgroup; rp_lit=1: the q4_0 builds with literal blocks per invocation)
     base, k0 = run_steps([VK], build, feeds, OFF)
     if has_int8():
         assert k1.count("mul_mat_vec_rpe") == 3 and "mul_mat_vec_rpe" not in k0, (k1, k0)

@@ -152,8 +152,8 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         if (vkp_mv_rp_setup(d, n, sp, &work, ex) && (dp->rp = vkp_repack_get(d, s0, n->name))) {   /* matvec_rp (vk_repack.c) */
             shader = VKP_SH_MUL_MAT_VEC_RP;
             spec = sp[0]; spec1 = sp[1];
-            vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %lld N 1%s): mul_mat_vec_rp", n->name, pyg_type_get_traits(s0->type)->name,
-                    (long long)s0->ne[1], sp[0] >> 14 & 1u ? ", 4 rows a workgroup" : "");
+            vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (%s, M %lld N 1%s%s): mul_mat_vec_rp", n->name, pyg_type_get_traits(s0->type)->name,
+                    (long long)s0->ne[1], sp[0] >> 14 & 1u ? ", 4 rows a workgroup" : "", sp[0] >> 15 & 1u ? ", literal build" : "");
             break;
         }
         uint64_t copies[4];

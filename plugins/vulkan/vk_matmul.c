@@ -194,8 +194,9 @@ static int rp_plan(pyg_device *d, const pyg_tensor *mm, int shader, int *broken,
     if (!vkp_repack_eligible(d, w) || !mv_layout_ok(d, w, x, &o0)) return 0;
     uint64_t nb = (uint64_t)w->ne[0] / 32, J = (nb + 255) / 256, KW = (nb + 32 * J - 1) / (32 * J);
     uint64_t Mp = ((uint64_t)w->ne[1] + 7) / 8 * 8;
-    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (shader != VKP_SH_MUL_MAT_VEC_RPG && rows == 4 ? 1u << 14 : 0u),
-                       (uint32_t)(32 * KW) };
+    int lit = d->opts.rp_lit && w->type == PYG_TYPE_Q4_0 && J <= 2 && shader != VKP_SH_MUL_MAT_VEC_RPN;   /* (the _q0j* builds) */
+    uint32_t sp[2] = { (uint32_t)w->type | (uint32_t)J << 8 | (shader != VKP_SH_MUL_MAT_VEC_RPG && rows == 4 ? 1u << 14 : 0u) |
+                       (lit ? 1u << 15 : 0u), (uint32_t)(32 * KW) };
     if (J < 1 || J > 3 || 32 * KW > d->props.limits.maxComputeWorkGroupSize[0] || !vkp_pipeline_usable(d, shader, sp, broken)) return 0;
     spec[0] = sp[0];
     spec[1] = sp[1];

@@ -140,6 +140,36 @@ VKP_SPV(mul_mat_vec_rp4)
 VKP_SPV(mul_mat_vec_rpe4)
 #include "mul_mat_vec_rpe4.spv.h"
 ;
+VKP_SPV(mul_mat_vec_rp_q0j1)
+#include "mul_mat_vec_rp_q0j1.spv.h"
+;
+VKP_SPV(mul_mat_vec_rp4_q0j1)
+#include "mul_mat_vec_rp4_q0j1.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe_q0j1)
+#include "mul_mat_vec_rpe_q0j1.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe4_q0j1)
+#include "mul_mat_vec_rpe4_q0j1.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpg_q0j1)
+#include "mul_mat_vec_rpg_q0j1.spv.h"
+;
+VKP_SPV(mul_mat_vec_rp_q0j2)
+#include "mul_mat_vec_rp_q0j2.spv.h"
+;
+VKP_SPV(mul_mat_vec_rp4_q0j2)
+#include "mul_mat_vec_rp4_q0j2.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe_q0j2)
+#include "mul_mat_vec_rpe_q0j2.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe4_q0j2)
+#include "mul_mat_vec_rpe4_q0j2.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpg_q0j2)
+#include "mul_mat_vec_rpg_q0j2.spv.h"
+;
 VKP_SPV(mul_mat_vec_rpn)
 #include "mul_mat_vec_rpn.spv.h"
 ;
@@ -255,9 +285,27 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 }
 
 /* the shader's file name (profile labels) */
-/* the module a pipeline of shader with specialization spec is made from: mul_mat_vec_rp / _rpe with specialization bit 14
- * (option rp_rows=4) from their 4-row builds, so that the choice stays one shader id to the plan; else shader's */
+/* the module a pipeline of shader with specialization spec is made from, so that these choices stay one shader id to the
+ * plan: with specialization bit 15 (option rp_lit) mul_mat_vec_rp / _rpe / _rpg from their q4_0 builds with J literal;
+ * mul_mat_vec_rp / _rpe with bit 14 (option rp_rows=4) from their 4-row builds; else shader's */
 const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes) {
+#define VKP_LIT(name) { *bytes = sizeof spv_##name; return spv_##name; }
+    if (spec[0] >> 15 & 1u) {   /* option rp_lit: q4_0 with J = 1 or 2 as literals (vk_matmul.c's rp_plan sets it for those alone) */
+        int j2 = (spec[0] >> 8 & 7u) == 2u, r4 = spec[0] >> 14 & 1u;
+        switch (shader) {
+        case VKP_SH_MUL_MAT_VEC_RP:
+            if (r4) { if (j2) VKP_LIT(mul_mat_vec_rp4_q0j2) else VKP_LIT(mul_mat_vec_rp4_q0j1) }
+            if (j2) VKP_LIT(mul_mat_vec_rp_q0j2) else VKP_LIT(mul_mat_vec_rp_q0j1)
+        case VKP_SH_MUL_MAT_VEC_RPE:
+            if (r4) { if (j2) VKP_LIT(mul_mat_vec_rpe4_q0j2) else VKP_LIT(mul_mat_vec_rpe4_q0j1) }
+            if (j2) VKP_LIT(mul_mat_vec_rpe_q0j2) else VKP_LIT(mul_mat_vec_rpe_q0j1)
+        case VKP_SH_MUL_MAT_VEC_RPG:
+            if (j2) VKP_LIT(mul_mat_vec_rpg_q0j2) else VKP_LIT(mul_mat_vec_rpg_q0j1)
+        default:
+            break;
+        }
+    }
+#undef VKP_LIT
     if ((shader == VKP_SH_MUL_MAT_VEC_RP || shader == VKP_SH_MUL_MAT_VEC_RPE) && (spec[0] >> 14 & 1u)) {
         if (shader == VKP_SH_MUL_MAT_VEC_RP) { *bytes = sizeof spv_mul_mat_vec_rp4; return spv_mul_mat_vec_rp4; }
         *bytes = sizeof spv_mul_mat_vec_rpe4; return spv_mul_mat_vec_rpe4;

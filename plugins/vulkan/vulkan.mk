@@ -12,6 +12,8 @@ VK_BUILD := build/vulkan
 VK_LIB := $(PLUGIN_DIR)/libpyggml-vulkan.so
 VK_SRCS := $(wildcard $(VK_DIR)/*.c)
 VK_SHADERS := $(wildcard $(VK_DIR)/shaders/*.comp)
+# mul_mat_vec_rp.comp for q4_0 with 1 or 2 blocks per invocation as literals (option rp_lit; rules below)
+RP_LIT_BUILDS := $(foreach j,1 2,mul_mat_vec_rp_q0j$(j) mul_mat_vec_rp4_q0j$(j) mul_mat_vec_rpe_q0j$(j) mul_mat_vec_rpe4_q0j$(j) mul_mat_vec_rpg_q0j$(j))
 VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm2.spv.h $(VK_BUILD)/mul_mat_cm2_emu.spv.h $(VK_BUILD)/mul_mat_cm2_128.spv.h \
@@ -22,7 +24,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h \
             $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h \
             $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
-            $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h
+            $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
+            $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h)
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
@@ -72,6 +75,12 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe,mul_mat_vec_rp.comp,-DRP_EPI))
 # the plain and the rope/store builds with 4 rows per workgroup (option rp_rows=4)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp4,mul_mat_vec_rp.comp,-DRP_ROWS=4u))
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4,mul_mat_vec_rp.comp,-DRP_EPI -DRP_ROWS=4u))
+# q4_0 with 1 or 2 blocks per invocation as literals (option rp_lit): plain, 4-row, rope/store, its 4-row and gate/up
+$(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u)))
+$(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp4_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_ROWS=4u)))
+$(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_EPI)))
+$(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_EPI -DRP_ROWS=4u)))
+$(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_GLU)))
 # the same with the residual add, rms_norm and mul after it (option fold_norm)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn,mul_mat_vec_rp.comp,-DRP_NORM))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)

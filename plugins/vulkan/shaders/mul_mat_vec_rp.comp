@@ -34,8 +34,16 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
 layout(constant_id = 0) const uint SPEC = 0u;   // src0 type (q4_0, q4_K, q6_K) | blocks per invocation J << 8
+// RP_LIT=J (the _q0j1 / _q0j2 builds, option rp_lit): q4_0 with J blocks per invocation as literals, not derived from
+// the specialization, so that glslc sizes the private arrays and unrolls their loops here (specialization-sized arrays
+// and loops stay dynamic in the module: the 8-row build with R derived from it was 15% slower on the H100)
+#ifdef RP_LIT
+const uint TY = TY_Q4_0;
+const uint J = RP_LIT;
+#else
 const uint TY = SPEC & 255u;
 const uint J = (SPEC >> 8) & 7u;
+#endif
 const uint NS = TY == TY_Q4_K ? 4u : (TY == TY_Q6_K || TY == TY_Q4_1) ? 2u : 1u;   // 16-byte scale words per unit and 8 rows
 // sums per workgroup: 8 (H100: 16 were 20% slower in a 7b decode); the plain and RP_EPI builds with RP_ROWS=4u
 // (mul_mat_vec_rp4 / _rpe4, option rp_rows=4): 4, twice the workgroups over the same rows (the scales' 16-byte word
