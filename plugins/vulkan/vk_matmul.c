@@ -399,6 +399,10 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                      (uint32_t)use_b16 << 25 |  /* f16 activations, rows on 16 bytes */
                      (uint32_t)use_bg << 26;    /* their fragments loaded from global memory */
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
+        if (d->opts.gemm_lit && khr && !emu && vkp_cm4_lit_has(cm_spec[0], cm_spec[1])) {   /* the literal build (vk_shaders.c) */
+            cm_spec[0] |= 1u << 31;
+            strncat(cm4_name, " lit", sizeof cm4_name - strlen(cm4_name) - 1);
+        }
         cm_shared = gemm_cfg_shared_bg(&c, use_bg);
         tile_m = c.bm;
         tile_n = c.bn;

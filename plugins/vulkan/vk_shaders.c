@@ -215,6 +215,19 @@ VKP_SPV(mul_mat_cm4_emu)
 VKP_SPV(mul_mat_cm4_khr)   /* {0} where the build had no glslang 13 (scripts/glslang_khr.py): no code */
 #include "mul_mat_cm4_khr.spv.h"
 ;
+/* option gemm_lit: mul_mat_cm4's KHR build with a specialization and workgroup size as literals, per entry of
+ * vulkan.mk's CM4_LITS (each {0} where the build had no glslang 13) */
+typedef struct { uint32_t spec, wg; const uint32_t *code; size_t bytes; } vkp_cm4_lit;
+#include "cm4_lit.h"
+
+/* the literal build of mul_mat_cm4_khr for specialization spec (bit 31 clear) and wg invocations, or NULL */
+static const vkp_cm4_lit *cm4_lit_find(uint32_t spec, uint32_t wg) {
+    for (size_t i = 0; i < sizeof vkp_cm4_lits / sizeof vkp_cm4_lits[0]; i++)
+        if (vkp_cm4_lits[i].spec == spec && vkp_cm4_lits[i].wg == wg && vkp_cm4_lits[i].bytes > sizeof(uint32_t)) return &vkp_cm4_lits[i];
+    return NULL;
+}
+
+int vkp_cm4_lit_has(uint32_t spec, uint32_t wg) { return cm4_lit_find(spec, wg) != NULL; }
 
 const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #define VKP_CASE(id, name) case id: *bytes = sizeof spv_##name; return spv_##name;
@@ -286,9 +299,12 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 
 /* the shader's file name (profile labels) */
 /* the module a pipeline of shader with specialization spec is made from, so that these choices stay one shader id to the
- * plan: with specialization bit 15 (option rp_lit) mul_mat_vec_rp / _rpe / _rpg from their q4_0 builds with J literal;
+ * plan: mul_mat_cm4_khr with specialization bit 31 (option gemm_lit) from its literal build for the rest of the
+ * specialization; with specialization bit 15 (option rp_lit) mul_mat_vec_rp / _rpe / _rpg from their q4_0 builds with J literal;
  * mul_mat_vec_rp / _rpe with bit 14 (option rp_rows=4) from their 4-row builds; else shader's */
 const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes) {
+    const vkp_cm4_lit *lit = shader == VKP_SH_MUL_MAT_CM4_KHR && (spec[0] >> 31) ? cm4_lit_find(spec[0] & ~(1u << 31), spec[1]) : NULL;
+    if (lit) { *bytes = lit->bytes; return lit->code; }   /* option gemm_lit (vk_matmul.c sets bit 31 where one matches) */
 #define VKP_LIT(name) { *bytes = sizeof spv_##name; return spv_##name; }
     if (spec[0] >> 15 & 1u) {   /* option rp_lit: q4_0 with J = 1 or 2 as literals (vk_matmul.c's rp_plan sets it for those alone) */
         int j2 = (spec[0] >> 8 & 7u) == 2u, r4 = spec[0] >> 14 & 1u;

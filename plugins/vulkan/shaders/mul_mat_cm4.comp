@@ -22,8 +22,13 @@
 // version (coopmat.glsl) for the tests on lavapipe.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
+#ifdef CM4_LIT   // a literal build (option gemm_lit; vulkan.mk's CM4_LITS): the specialization and the workgroup fixed here
+layout(local_size_x = CM4_WG) in;
+const uint SPEC = CM4_LIT;
+#else
 layout(local_size_x = 128, local_size_x_id = 1) in;   // NSG subgroups (the host passes NSG x the subgroup size)
 layout(constant_id = 0) const uint SPEC = 0u;
+#endif
 const uint TY = SPEC & 255u;
 const uint BM = 32u << ((SPEC >> 8) & 3u);
 const uint BN = 32u << ((SPEC >> 10) & 3u);
