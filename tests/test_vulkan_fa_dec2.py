@@ -103,3 +103,19 @@ def test_fa_v_auto(H, Hk):
     assert set(kernels) == {want}, kernels
     for got in runs:
         assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
+
+
+def test_fa_lit():
+    """fa_lit=1: a node with D = 128 and one query head per KV head runs flash_attn_dec2's literal build
+    (flash_attn_dec2_d128g1) where the subgroups are 32 wide (NVIDIA), with the bytes of the specialized module; on
+    other widths the option changes nothing."""
+    from _vulkan_rp import debug_records
+    args = (128, 4, 4, 1, 2200, 0.0, "f16")
+    with debug_records() as rec:
+        lit, ref, k1 = _attend(*args, {"fa_v": "4", "fa_lit": "1"}, seed=7)
+    base, _, k0 = _attend(*args, {"fa_v": "4", "fa_lit": "0"}, seed=7)
+    used = any("flash_attn_dec2's literal build" in r for r in rec)
+    assert k1 == k0 and used == (_subgroup() == 32 and k1 == ["flash_attn_dec2"] * len(k1)), (k0, k1, used)
+    for a, b in zip(lit, base):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert nmse(lit[0], ref) <= 5e-4

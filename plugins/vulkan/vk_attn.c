@@ -100,7 +100,10 @@ int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *s
     uint64_t shared = (NSG * G * (D + 2) + 2 * 1024 + G + 1) * 4;
     if (shared > d->props.limits.maxComputeSharedMemorySize) return 0;
     uint32_t sp[2] = { (uint32_t)D, (uint32_t)(G | U << 8 | (uint64_t)SG << 16) };
+    int lit = d->opts.fa_lit && sp[0] == 128u && sp[1] == VKP_FA2_LIT_SPEC;   /* flash_attn_dec2_d128g1 (vk_shaders.c) */
+    if (lit) sp[1] |= 1u << 31;
     if (!vkp_pipeline_usable(d, VKP_SH_FLASH_ATTN_DEC2, sp, &d->fa_dec2_broken)) return 0;
+    if (lit) vkp_log(PYG_LOG_DEBUG, "flash_attn '%s': flash_attn_dec2's literal build", n->name);
     uint64_t nkv = (uint64_t)k->ne[1], rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), rgs = rows / G;
     uint64_t ns = ((uint64_t)d->opts.fa_dec_wgs + rgs - 1) / rgs, most = (nkv + 31) / 32;
     if (ns > most) ns = most;

@@ -101,6 +101,7 @@ typedef struct vkp_options {
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
     int64_t fa_dec_wgs;             /* fa_v=4: about this many workgroups over a node's row groups (splits of at least 32 cells) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: products summed in f16 over 1, 2, 4 or 8 K steps (1, 2, 3 = default, 4) before the f32 sums, 0 f32 accumulators */
+    int64_t fa_lit;                 /* flash_attn_dec2 from its literal build where it has the node's specialization */
     int64_t gemm_lit;               /* mul_mat_cm4_khr from its literal builds where one has the GEMM's specialization */
     int64_t rp_lit;                 /* q4_0 mul_mat_vec_rp / _rpe / _rpg with 1 or 2 blocks per invocation from builds where those are literals */
     int64_t rp_rows;                /* mul_mat_vec_rp / _rpe rows per workgroup: 8 >> rp_rows (index of vk_plugin.c's k_rp_rows; 4: the _rp4 / _rpe4 builds) */
@@ -364,6 +365,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 enum { VKP_COPY_AUTO, VKP_COPY_OFF, VKP_COPY_ON };   /* options gemm_dq (auto: the k-quants) and gemm_b16: auto, 0, 1 */
+#define VKP_FA2_LIT_SPEC 0x200401u   /* flash_attn_dec2_d128g1's (D = 128 aside): G = 1, U = 4, 32-wide subgroups (vulkan.mk) */
 int vkp_cm4_lit_has(uint32_t spec, uint32_t wg);   /* option gemm_lit: a literal mul_mat_cm4_khr build for it (vk_shaders.c) */
 extern const char *const vkp_gemm_cfg_names[];   /* option gemm_cfg's values (vk_matmul.c) */
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm2.comp or flash_attn_cm.comp (shader, spec, work, ex filled) */

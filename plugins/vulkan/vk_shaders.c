@@ -217,6 +217,9 @@ VKP_SPV(mul_mat_cm4_khr)   /* {0} where the build had no glslang 13 (scripts/gls
 ;
 /* option gemm_lit: mul_mat_cm4's KHR build with a specialization and workgroup size as literals, per entry of
  * vulkan.mk's CM4_LITS (each {0} where the build had no glslang 13) */
+VKP_SPV(flash_attn_dec2_d128g1)   /* option fa_lit */
+#include "flash_attn_dec2_d128g1.spv.h"
+;
 typedef struct { uint32_t spec, wg; const uint32_t *code; size_t bytes; } vkp_cm4_lit;
 #include "cm4_lit.h"
 
@@ -299,12 +302,17 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 
 /* the shader's file name (profile labels) */
 /* the module a pipeline of shader with specialization spec is made from, so that these choices stay one shader id to the
- * plan: mul_mat_cm4_khr with specialization bit 31 (option gemm_lit) from its literal build for the rest of the
+ * plan: flash_attn_dec2 with bit 31 of its second specialization word (option fa_lit) from flash_attn_dec2_d128g1;
+ * mul_mat_cm4_khr with specialization bit 31 (option gemm_lit) from its literal build for the rest of the
  * specialization; with specialization bit 15 (option rp_lit) mul_mat_vec_rp / _rpe / _rpg from their q4_0 builds with J literal;
  * mul_mat_vec_rp / _rpe with bit 14 (option rp_rows=4) from their 4-row builds; else shader's */
 const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes) {
     const vkp_cm4_lit *lit = shader == VKP_SH_MUL_MAT_CM4_KHR && (spec[0] >> 31) ? cm4_lit_find(spec[0] & ~(1u << 31), spec[1]) : NULL;
     if (lit) { *bytes = lit->bytes; return lit->code; }   /* option gemm_lit (vk_matmul.c sets bit 31 where one matches) */
+    if (shader == VKP_SH_FLASH_ATTN_DEC2 && spec[0] == 128u && spec[1] == (VKP_FA2_LIT_SPEC | 1u << 31)) {   /* option fa_lit */
+        *bytes = sizeof spv_flash_attn_dec2_d128g1;
+        return spv_flash_attn_dec2_d128g1;
+    }
 #define VKP_LIT(name) { *bytes = sizeof spv_##name; return spv_##name; }
     if (spec[0] >> 15 & 1u) {   /* option rp_lit: q4_0 with J = 1 or 2 as literals (vk_matmul.c's rp_plan sets it for those alone) */
         int j2 = (spec[0] >> 8 & 7u) == 2u, r4 = spec[0] >> 14 & 1u;

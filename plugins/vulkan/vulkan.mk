@@ -31,7 +31,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h \
             $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
             $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
-            $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(CM4_LIT_H)
+            $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H)
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
@@ -93,6 +93,9 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn,mul_mat_vec_rp.comp,-DRP_NORM))
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
 # rope.comp writing its result's cache rows too (option fuse_rope=1)
 $(eval $(call VK_VARIANT_RULE,rope_store,rope.comp,-DROPE_STORE))
+# flash_attn_dec2.comp with D = 128, one query head per KV head, 4 rows in flight and 32-wide subgroups as literals
+# (option fa_lit)
+$(eval $(call VK_VARIANT_RULE,flash_attn_dec2_d128g1,flash_attn_dec2.comp,-DFA2_LIT=0x200401u -DFA2_D=128u))
 # flash_attn.comp's FA_V2 build (option fa_v=2)
 $(eval $(call VK_VARIANT_RULE,flash_attn2,flash_attn.comp,-DFA_V2))
 

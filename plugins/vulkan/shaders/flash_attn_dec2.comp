@@ -20,8 +20,13 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128) in;
+#ifdef FA2_LIT   // a literal build (option fa_lit: flash_attn_dec2_d128g1, a 7b's heads on a 32-wide subgroup)
+const uint D = FA2_D;
+const uint SPEC = FA2_LIT;
+#else
 layout(constant_id = 0) const uint D = 128u;
 layout(constant_id = 1) const uint SPEC = 0x200401u;
+#endif
 const uint G = SPEC & 255u;                          // query heads per KV head (1..8)
 const uint U = (SPEC >> 8) & 255u;                   // rows in flight per lane (1..4)
 const uint SG = SPEC >> 16;                          // subgroup size
