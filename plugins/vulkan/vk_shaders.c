@@ -215,11 +215,11 @@ VKP_SPV(mul_mat_cm4_emu)
 VKP_SPV(mul_mat_cm4_khr)   /* {0} where the build had no glslang 13 (scripts/glslang_khr.py): no code */
 #include "mul_mat_cm4_khr.spv.h"
 ;
-/* option gemm_lit: mul_mat_cm4's KHR build with a specialization and workgroup size as literals, per entry of
- * vulkan.mk's CM4_LITS (each {0} where the build had no glslang 13) */
 VKP_SPV(flash_attn_dec2_d128g1)   /* option fa_lit */
 #include "flash_attn_dec2_d128g1.spv.h"
 ;
+/* option gemm_lit: mul_mat_cm4's KHR build with a specialization and workgroup size as literals, per entry of
+ * vulkan.mk's CM4_LITS (each {0} where the build had no glslang 13) */
 typedef struct { uint32_t spec, wg; const uint32_t *code; size_t bytes; } vkp_cm4_lit;
 #include "cm4_lit.h"
 
@@ -300,7 +300,6 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
 #undef VKP_CASE
 }
 
-/* the shader's file name (profile labels) */
 /* the module a pipeline of shader with specialization spec is made from, so that these choices stay one shader id to the
  * plan: flash_attn_dec2 with bit 31 of its second specialization word (option fa_lit) from flash_attn_dec2_d128g1;
  * mul_mat_cm4_khr with specialization bit 31 (option gemm_lit) from its literal build for the rest of the
@@ -337,6 +336,7 @@ const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t 
     return vkp_shader_code(shader, bytes);
 }
 
+/* the shader's file name (profile labels) */
 const char *vkp_shader_name(int shader) {
     static const char *names[VKP_SH_COUNT] = {
         [VKP_SH_ELEMENTWISE] = "elementwise", [VKP_SH_NORM] = "norm", [VKP_SH_SOFT_MAX] = "soft_max",
