@@ -312,26 +312,22 @@ const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t 
         *bytes = sizeof spv_flash_attn_dec2_d128g1;
         return spv_flash_attn_dec2_d128g1;
     }
-#define VKP_LIT(name) { *bytes = sizeof spv_##name; return spv_##name; }
-    if (spec[0] >> 15 & 1u) {   /* option rp_lit: q4_0 with J = 1 or 2 as literals (vk_matmul.c's rp_plan sets it for those alone) */
-        int j2 = (spec[0] >> 8 & 7u) == 2u, r4 = spec[0] >> 14 & 1u;
-        switch (shader) {
-        case VKP_SH_MUL_MAT_VEC_RP:
-            if (r4) { if (j2) VKP_LIT(mul_mat_vec_rp4_q0j2) else VKP_LIT(mul_mat_vec_rp4_q0j1) }
-            if (j2) VKP_LIT(mul_mat_vec_rp_q0j2) else VKP_LIT(mul_mat_vec_rp_q0j1)
-        case VKP_SH_MUL_MAT_VEC_RPE:
-            if (r4) { if (j2) VKP_LIT(mul_mat_vec_rpe4_q0j2) else VKP_LIT(mul_mat_vec_rpe4_q0j1) }
-            if (j2) VKP_LIT(mul_mat_vec_rpe_q0j2) else VKP_LIT(mul_mat_vec_rpe_q0j1)
-        case VKP_SH_MUL_MAT_VEC_RPG:
-            if (j2) VKP_LIT(mul_mat_vec_rpg_q0j2) else VKP_LIT(mul_mat_vec_rpg_q0j1)
-        default:
-            break;
-        }
-    }
-#undef VKP_LIT
-    if ((shader == VKP_SH_MUL_MAT_VEC_RP || shader == VKP_SH_MUL_MAT_VEC_RPE) && (spec[0] >> 14 & 1u)) {
-        if (shader == VKP_SH_MUL_MAT_VEC_RP) { *bytes = sizeof spv_mul_mat_vec_rp4; return spv_mul_mat_vec_rp4; }
-        *bytes = sizeof spv_mul_mat_vec_rpe4; return spv_mul_mat_vec_rpe4;
+    /* mul_mat_vec_rp, _rpe, _rpg by rows (bit 14: 4) and blocks per invocation (bit 15: J literal, from bits 8-10);
+     * an empty entry: the shader's own module */
+#define VKP_MOD(name) { spv_##name, sizeof spv_##name }
+    static const struct { const uint32_t *code; size_t bytes; } rp_mods[3][2][3] = {   /* [rp, rpe, rpg][8, 4 rows][J: spec, 1, 2] */
+        { { { 0 }, VKP_MOD(mul_mat_vec_rp_q0j1), VKP_MOD(mul_mat_vec_rp_q0j2) },
+          { VKP_MOD(mul_mat_vec_rp4), VKP_MOD(mul_mat_vec_rp4_q0j1), VKP_MOD(mul_mat_vec_rp4_q0j2) } },
+        { { { 0 }, VKP_MOD(mul_mat_vec_rpe_q0j1), VKP_MOD(mul_mat_vec_rpe_q0j2) },
+          { VKP_MOD(mul_mat_vec_rpe4), VKP_MOD(mul_mat_vec_rpe4_q0j1), VKP_MOD(mul_mat_vec_rpe4_q0j2) } },
+        { { { 0 }, VKP_MOD(mul_mat_vec_rpg_q0j1), VKP_MOD(mul_mat_vec_rpg_q0j2) }, { { 0 } } },   /* (_rpg: 4 + 4 rows always) */
+    };
+#undef VKP_MOD
+    int kind = shader == VKP_SH_MUL_MAT_VEC_RP ? 0 : shader == VKP_SH_MUL_MAT_VEC_RPE ? 1 : shader == VKP_SH_MUL_MAT_VEC_RPG ? 2 : -1;
+    uint32_t j = spec[0] >> 15 & 1u ? spec[0] >> 8 & 7u : 0u;   /* (rp_plan sets bit 15 for J = 1 or 2 alone) */
+    if (kind >= 0 && j <= 2u) {
+        const uint32_t *code = rp_mods[kind][spec[0] >> 14 & 1u][j].code;
+        if (code) { *bytes = rp_mods[kind][spec[0] >> 14 & 1u][j].bytes; return code; }
     }
     return vkp_shader_code(shader, bytes);
 }
