@@ -50,8 +50,9 @@
 # effects: use GPU_VK_INTERLEAVE=1 for an A/B of tg128, and not for pp512 ratios against CUDA: CUDA's pp512 between
 # Vulkan runs is as slow as the first of its consecutive reps, about half the later ones (H100, 1b q4_0, every run of
 # 2026-12-06: 44-60k interleaved, first reps 38-51k, later reps 84-90k t/s; e.g. gpu-vulkan-rprows-h100-20261206T1948/
-# against gpu-vulkan-cm5-h100-20261206T1926/pp-20261206T1915/), which flatters Vulkan's ratio (0.60x against 0.39x). Next (four opt-in builds tested on lavapipe for the same bytes, not yet
-# run on a GPU: rp_rows=4, rp_lit, fa_lit, gemm_lit), one call on the plugin built at <sha>:
+# against gpu-vulkan-cm5-h100-20261206T1926/pp-20261206T1915/), which flatters Vulkan's ratio (0.60x against 0.39x).
+# Next (four opt-in builds tested on lavapipe for the same bytes, not yet run on a GPU: rp_rows=4, rp_lit, fa_lit,
+# gemm_lit), one call on the plugin built at <sha>:
 #   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_gemm_lit.py tests/test_vulkan_mv_rp.py tests/test_vulkan_fa_dec2.py" \
 #   GPU_VK_PROFILE=0 GPU_VK_INTERLEAVE=1 GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_REPS=3 GPU_VK_VARIANTS="new \
 #   rp_rows=4 rp_rows=4,rp_lit=1 fa_lit=1 gemm_lit=1 rp_rows=4,rp_lit=1,fa_lit=1,gemm_lit=1" bash scripts/gpu_vulkan.sh
