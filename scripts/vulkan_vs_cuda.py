@@ -345,12 +345,16 @@ def profile(a, save):
 
 
 def _variant(v):
-    """A --variants entry: a VARIANTS name, or options written out (gemm_v=5,cm5_tile=128x256.k32.u), added to VARIANTS."""
+    """A --variants entry: a VARIANTS name, or options written out (rp_rows=4,rp_lit=1), added to VARIANTS."""
     if v in VARIANTS:
         return v
     if "=" not in v:
         raise argparse.ArgumentTypeError(f"unknown variant {v!r}: one of {', '.join(sorted(VARIANTS))}, or key=value[,...]")
-    VARIANTS[v] = dict(kv.split("=", 1) for kv in v.split(","))
+    parts = v.split(",")
+    bad = [kv for kv in parts if "=" not in kv or not kv.split("=", 1)[0]]
+    if bad:
+        raise argparse.ArgumentTypeError(f"variant {v!r}: {', '.join(map(repr, bad))} is not key=value")
+    VARIANTS[v] = dict(kv.split("=", 1) for kv in parts)
     return v
 
 
