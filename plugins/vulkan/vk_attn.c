@@ -103,7 +103,8 @@ int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *s
     int lit = d->opts.fa_lit && sp[0] == 128u && sp[1] == VKP_FA2_LIT_SPEC;   /* flash_attn_dec2_d128g1 (vk_shaders.c) */
     if (lit) sp[1] |= 1u << 31;
     if (!vkp_pipeline_usable(d, VKP_SH_FLASH_ATTN_DEC2, sp, &d->fa_dec2_broken)) return 0;
-    if (lit) vkp_log(PYG_LOG_DEBUG, "flash_attn '%s': flash_attn_dec2's literal build", n->name);
+    if (lit)   /* (worded so that it does not begin as the kernel lines do, "flash_attn '<name>'", which the tests collect) */
+        vkp_log(PYG_LOG_DEBUG, "flash_attn_dec2's literal build for '%s'", n->name);
     uint64_t nkv = (uint64_t)k->ne[1], rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), rgs = rows / G;
     uint64_t ns = ((uint64_t)d->opts.fa_dec_wgs + rgs - 1) / rgs, most = (nkv + 31) / 32;
     if (ns > most) ns = most;
