@@ -38,6 +38,8 @@
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
+# GPU_VK_STATS=1 (first the driver's statistics of every pipeline the GPU_VK_PROFILE_MODELS compile: registers,
+# spills, as VK_KHR_pipeline_executable_properties gives them; scripts/vulkan_pipeline_stats.py),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
 # round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
@@ -117,6 +119,11 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
         say "dispatch floor: chains of scale / mat-vec nodes"
         timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} 2>&1 | tee "$WORK/floor.log"
+        pack
+    fi
+    if [ "${GPU_VK_STATS:-0}" != 0 ]; then   # the driver's statistics of the pipelines the models compile (registers, spills)
+        say "pipeline statistics: scripts/vulkan_pipeline_stats.py ($PROF_MODELS)"
+        timeout 120 $PY scripts/vulkan_pipeline_stats.py --out "$WORK" --models $PROF_MODELS 2>&1 | tee "$WORK/stats.log" | tail -60
         pack
     fi
     if [ "${GPU_VK_BANDWIDTH:-0}" != 0 ]; then   # what bandwidth a Vulkan kernel reaches: argmax, a big mat-vec, torch

@@ -93,7 +93,23 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     int khr_cm = has_ext(ext, n, VKP_KHR_CM_EXT);
     int int_dot = has_ext(ext, n, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     int sync2 = has_ext(ext, n, VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME);
+    int exec_props = has_ext(ext, n, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     free(ext);
+    d->exec_props = 0;
+    if (exec_props) {   /* option pipeline_stats: the driver's statistics of each pipeline it compiles (vk_pipe_stats.c) */
+        VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR };
+        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &pf };
+        feat2(d->phys, &fi);
+        if (pf.pipelineExecutableInfo) {
+            en->exec_props = (VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR){
+                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR, .pNext = *pnext,
+                .pipelineExecutableInfo = VK_TRUE };
+            *pnext = &en->exec_props;
+            en->exts[en->n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+            d->exec_props = 1;
+        }
+    }
     if (int_dot) {
         VkPhysicalDeviceShaderIntegerDotProductFeatures idf = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES };

@@ -111,6 +111,7 @@ typedef struct vkp_options {
     int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first: VKP_COPY_* */
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
+    int64_t pipeline_stats;         /* log the driver's statistics of the pipelines compiled after it is set (vk_pipe_stats.c) */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
     int64_t mv_q8;                  /* the fused norms write their result's int8 blocks; the mat-vecs reading it copy them (mul_mat_vec3q) */
     int64_t matvec_ahead;           /* the whole-row mat-vecs load two units before staging the row, not one */
@@ -156,6 +157,9 @@ struct pyg_device {
     int float16;                    /* shaderFloat16 enabled */
     int int_dot;                    /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product) */
     int sync2;                      /* VK_KHR_synchronization2 enabled (option barrier=sync2) */
+    int exec_props;                 /* VK_KHR_pipeline_executable_properties enabled (option pipeline_stats; vk_pipe_stats.c) */
+    PFN_vkGetPipelineExecutablePropertiesKHR exec_props_fn;
+    PFN_vkGetPipelineExecutableStatisticsKHR exec_stats_fn;
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
     int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
@@ -319,6 +323,9 @@ void vkp_prof_add_gpu(int op, int label, uint64_t ns, uint64_t bytes);   /* byte
 int vkp_prof_label(const char *name);       /* interned per-shader label id (-1: table full) */
 const char *vkp_prof_label_name(int label); /* its name ("?" for -1) */
 const char *vkp_shader_name(int shader);    /* vk_shaders.c */
+/* option pipeline_stats (vk_pipe_stats.c): the flags a pipeline is created with, and the log of its statistics after */
+VkPipelineCreateFlags vkp_pipe_stats_flags(const pyg_device *d);
+void vkp_pipe_stats_log(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline pipe);
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)
 
@@ -327,8 +334,9 @@ typedef struct vkp_caps_enable {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot;
     VkPhysicalDeviceSynchronization2FeaturesKHR sync2;
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_props;
     struct vkp_cm_khr_features { VkStructureType sType; void *pNext; VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess; } cm_khr;
-    const char *exts[5]; uint32_t n_exts;
+    const char *exts[6]; uint32_t n_exts;
 } vkp_caps_enable;
 int vkp_cm_khr_usable(const pyg_device *d);   /* vk_options.c */
 const uint32_t *vkp_shader_code(int shader, size_t *bytes);   /* vk_shaders.c: NULL where the build has none */

