@@ -20,11 +20,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-LINE = re.compile(r"^pipeline (\S+) \(spec (0x[0-9a-f]+), (0x[0-9a-f]+)\) (.*?), subgroup (\d+): (.*)$")
+LINE = re.compile(r"^(?:vulkan: )?pipeline (\S+) \(spec (0x[0-9a-f]+), (0x[0-9a-f]+)\) (.*?), subgroup (\d+): (.*)$")
 
 
 def parse(line):
-    """The fields of one plugin line, or None: shader, spec, executable, subgroup size, {statistic: value text}."""
+    """The fields of one plugin line (as pyggml's log gives it, "vulkan: pipeline ..."), or None: shader, spec, executable, subgroup size, {statistic: value text}."""
     m = LINE.match(line)
     if not m:
         return None

@@ -26,12 +26,13 @@ def vps():
 
 
 def test_parse_reads_the_plugin_line(vps):
-    line = ("pipeline mul_mat_vec_rp (spec 0x100, 0x80) Compute Shader, subgroup 32: Register Count=40, "
+    line = ("vulkan: pipeline mul_mat_vec_rp (spec 0x100, 0x80) Compute Shader, subgroup 32: Register Count=40, "
             "Local Memory Size=0, Shared Memory Size=2304")
     p = vps.parse(line)
     assert p == {"shader": "mul_mat_vec_rp", "spec": ["0x100", "0x80"], "executable": "Compute Shader", "subgroup": 32,
                  "stats": {"Register Count": "40", "Local Memory Size": "0", "Shared Memory Size": "2304"}}
-    assert vps.parse("plan for graph 3: 12 dispatches") is None
+    assert vps.parse(line[len("vulkan: "):]) == p   # (the plugin's own text, without the host's prefix)
+    assert vps.parse("vulkan: plan for graph 3: 12 dispatches") is None
 
 
 _CHILD = r"""
@@ -48,7 +49,7 @@ out = pg.Scheduler([sys.argv[1]]).compute(pg.add(a, b), {"a": np.ones((4, 64), n
 from pyggml._plugin import drain_log
 drain_log()
 assert np.all(np.asarray(out) == 3.0)
-print("\n".join(l for l in lines if l.startswith("pipeline ")))
+print("\n".join(l for l in lines if l.startswith("vulkan: pipeline ")))
 """
 
 

@@ -273,6 +273,7 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     for (int i = 0; i < plan->n_events; i++) d->fn.vkDestroyEvent(d->dev, plan->events[i], NULL);
     free(plan->events);
+    vkp_soft_destroy(d, plan);
     for (int i = 0; i < plan->n_rps; i++) vkp_repack_release(plan->rps[i]);
     free(plan->rps);
     free(plan->ops);
@@ -477,6 +478,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
     }
 
+    const int soft = vkp_soft_plan(d, dps, nd);   /* soft_sync (vk_soft.c) */
+    void *pmap = NULL;   /* (host-visible parameter blocks: soft_sync writes its words again after recording) */
+    if (soft && (e = vkp_soft_setup(d, plan, nd))) goto fail;
+
     /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
      * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
      * dependent read of it a trip over the bus), else one host-visible buffer */
@@ -487,9 +492,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             plan->pbuf = plan->pobj->buf;
             if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail;
         } else {
-            void *map;
-            if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
-            memcpy(map, params, (size_t)((uint64_t)nd * pstride));
+            if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &pmap))) goto fail;
+            memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
         }
     }
 
@@ -516,6 +520,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
                 nfill++;
             }
+        if (soft) {   /* soft_sync's stage counters and stall flag */
+            d->fn.vkCmdFillBuffer(plan->cb, plan->ybuf, 0, VK_WHOLE_SIZE, 0);
+            nfill++;
+        }
         if (nfill) {
             VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
@@ -571,6 +579,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 goto fail;
             }
         }
+        unsigned char *hard = soft ? calloc((size_t)nstage + 1, 1) : NULL;   /* soft_sync: stages that keep their barrier */
+        if (soft && !hard) {
+            free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
+            e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
+        }
+        if (soft) vkp_soft_words(dps, nd, level, nstage, params, pstride, hard);
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
@@ -588,8 +602,9 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 if (w > 0) sl += (size_t)w;
             }
             if (k > 0 && level[i] != level[order[k - 1]]) {
-                if (!d->opts.debug_drop_barriers && (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
-                    free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
+                if (!d->opts.debug_drop_barriers && (!hard || hard[level[i]]) &&
+                    (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
+                    free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets); free(hard);
                     goto fail;
                 }
                 stage0 = k;
@@ -608,13 +623,18 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         if (plan->qpool && nd > 0)
             vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[nd - 1]], stage_line);
-        free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
+        free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(hard);
         vkp_full_barrier(d, plan->cb);
+        if (soft) vkp_soft_record_end(d, plan);
         for (int i = 0; i < plan->n_events; i++)   /* (after the full barrier: no wait on them is in progress) */
             d->fn.vkCmdResetEvent(plan->cb, plan->events[i], VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
+    }
+    if (soft) {   /* the parameter blocks again, with soft_sync's words */
+        if (plan->pobj) { if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail; }
+        else memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
     }
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
@@ -652,7 +672,8 @@ pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (plan->n_dispatch == 0) return NULL;
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     if (plan->qpool) profile_collect(plan);
-    pyg_error *e = plan->n_rps ? vkp_repack_ensure(plan->rps, plan->n_rps, s) : NULL;   /* stale copies made again first */
+    pyg_error *e = vkp_soft_check(plan);   /* (soft_sync: an earlier run of it whose wait gave up) */
+    if (!e && plan->n_rps) e = vkp_repack_ensure(plan->rps, plan->n_rps, s);   /* stale copies made again first */
     if (!e) e = vkp_submit(s, plan->cb);
     if (plan->qpool && !e) { plan->ts_sem = s->timeline; plan->ts_val = s->value; }
     if (VKP_PROF) { vkp_prof.plan_computes++; vkp_prof.compute_ns += vkp_now_ns() - t0; }

@@ -51,7 +51,7 @@ void vkp_pipe_stats_log(pyg_device *d, int shader, const uint32_t spec[2], VkPip
                     vkp_shader_name(shader), spec[0], spec[1], props[x].name, (int)r);
             continue;
         }
-        char line[2048];
+        char line[1700];   /* (vkp_log's line holds 2047 bytes) */
         size_t at = 0;
         line[0] = 0;
         for (uint32_t i = 0; i < ns && at + 2 < sizeof line; i++) {

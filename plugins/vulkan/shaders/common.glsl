@@ -216,3 +216,43 @@ float alibi_slope(float max_bias, uint h, uint n_head) {
     float m1 = exp2(-(max_bias / 2.0) / float(nl2));
     return h < nl2 ? pow(m0, float(h + 1u)) : pow(m1, float(2u * (h - nl2) + 1u));
 }
+
+// Option soft_sync (vk_soft.c): a plan stage that follows the stage before it without a pipeline barrier. Its
+// workgroups wait here until that stage's workgroups have all counted themselves done on the plan's counter (binding
+// 10), as the CUDA plugin's kernels wait for the kernel before them under programmatic dependent launch; what they
+// read of the earlier stages' results goes through coherent bindings (a line an L1 cache kept from before would be
+// stale: no barrier invalidates it). Words 2 and 3 of the parameter block: the counter to wait on (0: none) and the
+// workgroups to wait for; word 18: the counter this dispatch's workgroups count themselves on (0: none). Every
+// shader's main is the one below, its own renamed vkp_body. A shader built with VKP_LATE_WAIT calls vkp_stage_wait
+// itself, in uniform control flow, after it issued the loads of what no dispatch writes (its weights), so that their
+// latency overlaps the stage before. A wait polls at most 1024 x 4096 times (llvmpipe ends a loop after 65535
+// iterations), then sets word 0 of the counters and goes on: the host reports it as an error (no hang).
+layout(std430, binding = 10) coherent buffer StageSync { uint stage_ctr[]; };
+layout(std430, binding = 10) coherent volatile buffer StageSyncV { uint stage_ctr_v[]; };
+void vkp_stage_wait() {
+    uint wait_on = pw(2u);
+    if (wait_on == 0u) return;
+    if (gl_LocalInvocationIndex == 0u) {
+        uint target = pw(3u);
+        bool done = stage_ctr_v[wait_on] >= target;
+        for (uint round = 0u; round < 1024u && !done; round++)
+            for (uint n = 0u; n < 4096u && !done; n++) done = stage_ctr_v[wait_on] >= target;
+        if (!done) atomicOr(stage_ctr[0], 1u);
+    }
+    barrier();
+    memoryBarrierBuffer();   // the earlier stages' writes before this workgroup's reads
+}
+void vkp_body();
+void main() {
+#ifndef VKP_LATE_WAIT
+    vkp_stage_wait();
+#endif
+    vkp_body();
+    uint signal_on = pw(18u);
+    if (signal_on != 0u) {
+        memoryBarrierBuffer();   // this workgroup's writes before its count
+        barrier();
+        if (gl_LocalInvocationIndex == 0u) atomicAdd(stage_ctr[signal_on], 1u);
+    }
+}
+#define main vkp_body

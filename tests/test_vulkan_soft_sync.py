@@ -1,0 +1,72 @@
+"""Device option soft_sync (plugins/vulkan/vk_soft.c): decode stages of the repacked mat-vecs and the fused norms
+follow the stage before without a pipeline barrier, waiting in the shader on the plan's stage counters. The results
+must be the bytes the barriers give (lavapipe runs dispatches one after another, so there its waits find the count
+complete at once; the GPU script runs the same tests on the NVIDIA driver, where the stages overlap), with fewer
+barriers in the decode plan; prefill plans with cooperative-matrix kernels and runs under the validation layer keep
+every barrier."""
+import re
+
+import numpy as np
+import pytest
+
+import pyggml as pg
+from _vulkan_rp import debug_records, has_int8
+from test_vulkan_kernels import VALIDATING, VK, _decode_model
+
+pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
+
+
+def _plans(records):
+    """(dispatches, barriers) of each plan the plugin logged"""
+    return [(int(m.group(1)), int(m.group(2))) for m in (re.search(r"plan for graph \d+: (\d+) dispatches, (\d+) barriers", r)
+                                                         for r in records) if m]
+
+
+@pytest.mark.parametrize("wdt", ["q4_0", "q4_K"])
+def test_soft_sync_same_bytes(wdt, tmp_path):
+    run = _decode_model(tmp_path, wdt, 21)
+    got = {}
+    for v in ("1", "0"):
+        with debug_records() as rec:
+            got[v] = (run({"soft_sync": v}), _plans(rec))
+    (on, k_on), plans_on = got["1"]
+    (off, k_off), plans_off = got["0"]
+    assert k_on == k_off
+    for a, b in zip(on, off):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    dec_on, dec_off = min(plans_on), min(plans_off)   # (the decode plan: the fewest dispatches)
+    assert dec_on[0] == dec_off[0], (plans_on, plans_off)
+    if has_int8() and not VALIDATING:   # the repacked mat-vecs and fused norms run there: their stages go without
+        assert dec_on[1] < dec_off[1], (dec_on, dec_off)
+    else:                               # under the validation layer the option is not applied
+        assert dec_on[1] == dec_off[1], (dec_on, dec_off)
+
+
+@pytest.mark.skipif(VK is None or "llvmpipe" in pg.get_device(VK).description,
+                    reason="a GPU's stages overlap; lavapipe runs dispatches one after another (the test above covers it)")
+def test_soft_sync_wide_model_bytes(tmp_path):
+    """On a GPU, where the waiting stages really run beside the stages they wait for: a model with 2048-wide rows and
+    four layers decodes 24 steps, three times, to the bytes the barriers give."""
+    import pyggml.models as models
+    from pyggml.synth import write_synth_model
+    path = str(tmp_path / "wide.gguf")
+    write_synth_model(path, dict(n_embd=2048, n_layer=4, n_head=16, n_head_kv=4, n_ff=5632, n_vocab=8192), "q4_0",
+                      seed=5, progress=False)
+    dev = pg.get_device(VK)
+    runs = {}
+    try:
+        for v in ("0", "1", "1", "1"):
+            dev.set_option("soft_sync", v)
+            m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
+            try:
+                out = [np.asarray(m.prefill(list(range(1, 9)))).tobytes()]
+                out += [np.asarray(m.decode(t)).tobytes() for t in range(10, 34)]
+            finally:
+                m.close()
+            runs.setdefault(v, []).append(out)
+    finally:
+        dev.set_option("soft_sync", "0")
+    ref = runs["0"][0]
+    for k, out in enumerate(runs["1"]):
+        bad = [i for i, (a, b) in enumerate(zip(out, ref)) if a != b]
+        assert not bad, f"soft_sync run {k}: steps {bad} differ from the barriers' bytes"
