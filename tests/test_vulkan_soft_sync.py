@@ -70,3 +70,31 @@ def test_soft_sync_wide_model_bytes(tmp_path):
     for k, out in enumerate(runs["1"]):
         bad = [i for i, (a, b) in enumerate(zip(out, ref)) if a != b]
         assert not bad, f"soft_sync run {k}: steps {bad} differ from the barriers' bytes"
+
+
+def _chain(options):
+    """y2 = W2 (W1 x): two repacked mat-vecs, the second in a stage of its own after the first (soft_sync's boundary)."""
+    from test_vulkan_kernels import _weight
+    rng = np.random.default_rng(3)
+    g = pg.Graph()
+    (w1, a), (w2, b) = (_weight(g, rng, "q4_0", (256, 256), n) for n in ("w1", "w2"))
+    x = g.input("x", (1, 256))
+    y = pg.mul_mat(w2, pg.mul_mat(w1, x))
+    dev = pg.get_device(VK)
+    try:
+        for k, v in options.items():
+            dev.set_option(k, v)
+        return pg.Scheduler([VK]).compute(y, {"x": rng.standard_normal((1, 256)).astype(np.float32)})
+    finally:
+        for k in options:
+            dev.set_option(k, "0")
+
+
+@pytest.mark.skipif(VALIDATING or not has_int8(), reason="soft_sync applies to the repacked mat-vecs, outside the validation layer")
+def test_soft_sync_wait_that_gives_up_is_an_error():
+    """A wait that is never met (debug_soft_stall: one workgroup more than the stage before has) gives up after its polls
+    and the compute fails with an error naming soft_sync: no hang, no silent result. The device goes on afterwards."""
+    with pytest.raises(pg.PyggmlError, match="soft_sync"):
+        _chain({"soft_sync": "1", "debug_soft_stall": "1"})
+    good = np.asarray(_chain({"soft_sync": "1"}))
+    assert good.tobytes() == np.asarray(_chain({})).tobytes()

@@ -584,7 +584,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
             e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
         }
-        if (soft) vkp_soft_words(dps, nd, level, nstage, params, pstride, hard);
+        if (soft) vkp_soft_words(d, dps, nd, level, nstage, params, pstride, hard);
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;

@@ -113,6 +113,7 @@ typedef struct vkp_options {
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
     int64_t soft_sync;              /* decode stages that follow without a barrier, waiting in the shader (vk_soft.c) */
+    int64_t debug_soft_stall;       /* test switch: soft_sync's waits wait for one workgroup more than there is (they give up) */
     int64_t pipeline_stats;         /* log the driver's statistics of the pipelines compiled after it is set (vk_pipe_stats.c) */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
     int64_t mv_q8;                  /* the fused norms write their result's int8 blocks; the mat-vecs reading it copy them (mul_mat_vec3q) */

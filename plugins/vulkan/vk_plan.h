@@ -91,8 +91,8 @@ void vkp_rope_extras(const pyg_tensor *n, uint32_t ex[3]);
  * levels; *hard[k]: whether stage k needs the barrier before it), the end-of-run flag copy, the stall checks */
 int vkp_soft_plan(const pyg_device *d, const dispatch *dps, int nd);
 pyg_error *vkp_soft_setup(pyg_device *d, pyg_graph_plan *plan, int nd);
-void vkp_soft_words(const dispatch *dps, int nd, const int *level, int nstage, uint32_t *params, uint64_t pstride,
-                    unsigned char *hard);
+void vkp_soft_words(const pyg_device *d, const dispatch *dps, int nd, const int *level, int nstage, uint32_t *params,
+                    uint64_t pstride, unsigned char *hard);
 void vkp_soft_record_end(pyg_device *d, pyg_graph_plan *plan);
 pyg_error *vkp_soft_check(pyg_graph_plan *plan);
 void vkp_soft_destroy(pyg_device *d, pyg_graph_plan *plan);

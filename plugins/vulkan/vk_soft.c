@@ -66,8 +66,8 @@ pyg_error *vkp_soft_setup(pyg_device *d, pyg_graph_plan *plan, int nd) {
 /* Every dispatch counts its workgroups on counter level + 1. Stage k > 0 goes without the barrier before it where
  * each of its dispatches can wait (soft_ok): they wait on counter k for every workgroup of stage k - 1 (whose own
  * dispatches waited for the stage before them, or followed a barrier: so all earlier stages are done too). */
-void vkp_soft_words(const dispatch *dps, int nd, const int *level, int nstage, uint32_t *params, uint64_t pstride,
-                    unsigned char *hard) {
+void vkp_soft_words(const pyg_device *d, const dispatch *dps, int nd, const int *level, int nstage, uint32_t *params,
+                    uint64_t pstride, unsigned char *hard) {
     uint64_t *tot = calloc((size_t)nstage + 1, sizeof *tot);
     for (int k = 0; k <= nstage; k++) hard[k] = k > 0;
     if (!tot) return;   /* (every stage keeps its barrier, and no dispatch waits) */
@@ -82,7 +82,8 @@ void vkp_soft_words(const dispatch *dps, int nd, const int *level, int nstage, u
         uint32_t *p = (uint32_t *)((char *)params + (size_t)i * pstride);
         int k = level[i];
         p[2] = k > 0 && !hard[k] ? (uint32_t)k : 0;
-        p[3] = k > 0 && !hard[k] ? (uint32_t)tot[k - 1] : 0;
+        p[3] = k > 0 && !hard[k] ? (uint32_t)tot[k - 1] + (d->opts.debug_soft_stall ? 1u : 0u) : 0;   /* (the test
+                                                                                                      switch: never met) */
         p[18] = (uint32_t)k + 1;
     }
     free(tot);
