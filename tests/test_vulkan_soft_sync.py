@@ -22,14 +22,14 @@ def _plans(records):
                                                          for r in records) if m]
 
 
-@pytest.mark.parametrize("wdt", ["q4_0", "q4_K"])
-def test_soft_sync_same_bytes(wdt, tmp_path):
+@pytest.mark.parametrize("wdt,level", [("q4_0", "1"), ("q4_K", "1"), ("q4_0", "2")])
+def test_soft_sync_same_bytes(wdt, level, tmp_path):
     run = _decode_model(tmp_path, wdt, 21)
     got = {}
-    for v in ("1", "0"):
+    for v in (level, "0"):
         with debug_records() as rec:
             got[v] = (run({"soft_sync": v}), _plans(rec))
-    (on, k_on), plans_on = got["1"]
+    (on, k_on), plans_on = got[level]
     (off, k_off), plans_off = got["0"]
     assert k_on == k_off
     for a, b in zip(on, off):
@@ -46,7 +46,8 @@ def test_soft_sync_same_bytes(wdt, tmp_path):
                     reason="a GPU's stages overlap; lavapipe runs dispatches one after another (the test above covers it)")
 def test_soft_sync_wide_model_bytes(tmp_path):
     """On a GPU, where the waiting stages really run beside the stages they wait for: a model with 2048-wide rows and
-    four layers decodes 24 steps, three times, to the bytes the barriers give."""
+    four layers decodes 24 steps, with soft_sync=1 once and =2 (the attention's stages too) twice, to the bytes the
+    barriers give."""
     import pyggml.models as models
     from pyggml.synth import write_synth_model
     path = str(tmp_path / "wide.gguf")
@@ -55,7 +56,7 @@ def test_soft_sync_wide_model_bytes(tmp_path):
     dev = pg.get_device(VK)
     runs = {}
     try:
-        for v in ("0", "1", "1", "1"):
+        for v in ("0", "1", "2", "2"):
             dev.set_option("soft_sync", v)
             m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
             try:
@@ -67,7 +68,7 @@ def test_soft_sync_wide_model_bytes(tmp_path):
     finally:
         dev.set_option("soft_sync", "0")
     ref = runs["0"][0]
-    for k, out in enumerate(runs["1"]):
+    for k, out in enumerate(runs["1"] + runs["2"]):
         bad = [i for i, (a, b) in enumerate(zip(out, ref)) if a != b]
         assert not bad, f"soft_sync run {k}: steps {bad} differ from the barriers' bytes"
 

@@ -4,7 +4,8 @@
  * plan's counter for that stage (common.glsl's main: binding 10, words 2, 3 and 18 of the parameter block), then read
  * what the earlier stages wrote through coherent bindings. That is the CUDA plugin's programmatic dependent launch
  * (mmv_rp.cuh: the weight loads before grid_wait) in Vulkan: the weights' latency overlaps the stage before, where a
- * barrier drains it first.
+ * barrier drains it first. With soft_sync=2 the decode attention (flash_attn_dec, _dec2) waits too, at its start (no weights
+ * to load), so the stage before it goes without a barrier as well.
  *
  * What it rests on, beyond the Vulkan specification: the device starts the workgroups of one queue's dispatches in
  * submission order, so a waiting workgroup never holds back one it waits for (NVIDIA's hardware does; lavapipe runs
@@ -19,9 +20,15 @@
 #include <stdlib.h>
 #include "vk_plan.h"
 
-/* shaders whose waits come before their reads of earlier stages' results and read those coherently */
-static int soft_ok(const dispatch *dp, const uint32_t *p) {
+/* shaders whose waits come before their reads of earlier stages' results and read those coherently (the decode
+ * attention: q, K and V; its mask through common.glsl's binding, so only where no dispatch of the plan writes it) */
+static int soft_ok(int soft, const dispatch *dp, const uint32_t *p, const dispatch *dps, int nd) {
     switch (dp->shader) {
+    case VKP_SH_FLASH_ATTN_DEC: case VKP_SH_FLASH_ATTN_DEC2:
+        if (soft < 2) return 0;   /* (soft_sync=2 only) */
+        for (int j = 0; j < nd && dp->slot[3]; j++)
+            if (vkp_dispatch_writes_into(&dps[j], dp->slot[3])) return 0;
+        return dp->fa_fold != 0;   /* (the merge folded in: no second dispatch) */
     case VKP_SH_MUL_MAT_VEC_RP: case VKP_SH_MUL_MAT_VEC_RPG: case VKP_SH_MUL_MAT_VEC_RPE:
         return dp->xout[2] == NULL || dp->xout_ro[2];   /* (not fold_norm's mul_mat_vec_rpn outputs; norm-in is read coherently) */
     case VKP_SH_NORM_MUL_REG: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_Q8: case VKP_SH_NORM_MUL_REG_ADD_Q8:
@@ -75,7 +82,7 @@ void vkp_soft_words(const pyg_device *d, const dispatch *dps, int nd, const int 
     for (int k = 1; k < nstage; k++) {
         int ok = tot[k - 1] > 0 && tot[k - 1] < UINT32_MAX;
         for (int i = 0; i < nd && ok; i++)
-            if (level[i] == k) ok = soft_ok(&dps[i], (const uint32_t *)((const char *)params + (size_t)i * pstride));
+            if (level[i] == k) ok = soft_ok((int)d->opts.soft_sync, &dps[i], (const uint32_t *)((const char *)params + (size_t)i * pstride), dps, nd);
         hard[k] = (unsigned char)!ok;
     }
     for (int i = 0; i < nd; i++) {
