@@ -59,6 +59,12 @@
 #   GPU_VK_PROFILE=0 GPU_VK_INTERLEAVE=1 GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_REPS=3 GPU_VK_VARIANTS="new \
 #   rp_rows=4 rp_rows=4,rp_lit=1 fa_lit=1 gemm_lit=1 rp_rows=4,rp_lit=1,fa_lit=1,gemm_lit=1" bash scripts/gpu_vulkan.sh
 # then pp512 of the winners with consecutive reps (GPU_VK_INTERLEAVE unset).
+# Run on 2026-12-07 (H100, gpu-vulkan-lits-h100-20261206T2354/): none of the four pays; all stay off. Then
+# (gpu-vulkan-barriers-h100-20261207T0027/): with debug_drop_barriers=1 the decode runs at 1.28x / 1.17x of CUDA (1b / 7b):
+# the stages' dependency is the gap. Next, soft_sync (the CUDA plugin's programmatic dependent launch in Vulkan):
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_FILES="tests/test_vulkan_soft_sync.py tests/test_vulkan_mv_rp.py" GPU_VK_TEST_K="" \
+#   GPU_VK_PROFILE=0 GPU_VK_INTERLEAVE=1 GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" \
+#   GPU_VK_VARIANTS="new soft_sync=1 soft_sync=2" GPU_VK_REPS=3 bash scripts/gpu_vulkan.sh
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
