@@ -2,7 +2,6 @@
 lines. Where the device has VK_KHR_pipeline_executable_properties (the NVIDIA driver), a fresh process with the option
 on logs the driver's statistics of each pipeline it compiles; where it has not (lavapipe in CI), setting the option is
 refused by name and the device goes on as before."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,18 +10,15 @@ import numpy as np
 import pytest
 
 import pyggml as pg
+from _scripts import load_script
 
 VK = next((str(d) for d in pg.devices() if d.plugin.name == "vulkan"), None)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PATH = os.path.join(ROOT, "scripts", "vulkan_pipeline_stats.py")
 
 
 @pytest.fixture(scope="module")
 def vps():
-    spec = importlib.util.spec_from_file_location("vulkan_pipeline_stats_under_test", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("vulkan_pipeline_stats")
 
 
 def test_parse_reads_the_plugin_line(vps):

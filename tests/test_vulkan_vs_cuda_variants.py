@@ -1,19 +1,13 @@
 """scripts/vulkan_vs_cuda.py --variants: named option sets, options written out, and what it says of a malformed one."""
 import argparse
-import importlib.util
-import os
 
 import pytest
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "scripts", "vulkan_vs_cuda.py")
+from _scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def vvc():
-    spec = importlib.util.spec_from_file_location("vulkan_vs_cuda_under_test", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("vulkan_vs_cuda")
 
 
 def test_named_variant_is_kept(vvc):
