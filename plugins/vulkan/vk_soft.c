@@ -29,7 +29,12 @@ static int soft_ok(int soft, const dispatch *dp, const uint32_t *p, const dispat
         for (int j = 0; j < nd && dp->slot[3]; j++)
             if (vkp_dispatch_writes_into(&dps[j], dp->slot[3])) return 0;
         return dp->fa_fold != 0;   /* (the merge folded in: no second dispatch) */
-    case VKP_SH_MUL_MAT_VEC_RP: case VKP_SH_MUL_MAT_VEC_RPG: case VKP_SH_MUL_MAT_VEC_RPE:
+    case VKP_SH_MUL_MAT_VEC_RPE:   /* its rope positions and cache index through common.glsl's bindings: inputs only */
+        for (int j = 0; j < nd; j++)
+            for (int k = 2; k <= 3; k++)
+                if (dp->slot[k] && vkp_dispatch_writes_into(&dps[j], dp->slot[k])) return 0;
+        /* fall through */
+    case VKP_SH_MUL_MAT_VEC_RP: case VKP_SH_MUL_MAT_VEC_RPG:
         return dp->xout[2] == NULL || dp->xout_ro[2];   /* (not fold_norm's mul_mat_vec_rpn outputs; norm-in is read coherently) */
     case VKP_SH_NORM_MUL_REG: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_Q8: case VKP_SH_NORM_MUL_REG_ADD_Q8:
         return p[96 + 1] != 0;   /* its vec4 path (the scalar one reads through common.glsl's bindings) */
