@@ -13,6 +13,7 @@
  * The integer dot product (VK_KHR_shader_integer_dot_product's shaderIntegerDotProduct: OpSDot on
  * packed 4 x int8 words, which mul_mat_vec3i reads through GL_EXT_spirv_intrinsics) is enabled
  * where the device has it (NVIDIA, lavapipe); d->int_dot says so. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vk_internal.h"
@@ -77,6 +78,28 @@ static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name)
     return 0;
 }
 
+/* One extension's feature structure f (size bytes, its sType set; the feature the VkBool32 `at` bytes in) probed; where
+ * the device has the feature, f is left asking for it alone, joins vkCreateDevice's chain (*pnext) and the extension is
+ * enabled. Returns whether it was. */
+static int chain_feature(PFN_vkGetPhysicalDeviceFeatures2 feat2, VkPhysicalDevice phys, void *f, size_t size, size_t at,
+                         const char *ext, vkp_caps_enable *en, void **pnext) {
+    VkBaseOutStructure *b = f;
+    VkStructureType st = b->sType;
+    memset(f, 0, size);
+    b->sType = st;
+    VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = f };
+    feat2(phys, &fi);
+    VkBool32 *feature = (VkBool32 *)((char *)f + at), on = *feature;
+    memset(f, 0, size);
+    b->sType = st;
+    if (!on) return 0;
+    *feature = VK_TRUE;
+    b->pNext = *pnext;
+    *pnext = f;
+    en->exts[en->n_exts++] = ext;
+    return 1;
+}
+
 void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance inst, vkp_caps_enable *en, void **pnext) {
     memset(en, 0, sizeof *en);
     d->coopmat = d->coopmat_khr = d->coopmat_khr_layer = d->int_dot = 0;
@@ -95,48 +118,19 @@ void vkp_caps_probe(pyg_device *d, PFN_vkGetInstanceProcAddr gipa, VkInstance in
     int sync2 = has_ext(ext, n, VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME);
     int exec_props = has_ext(ext, n, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     free(ext);
-    d->exec_props = 0;
-    if (exec_props) {   /* option pipeline_stats: the driver's statistics of each pipeline it compiles (vk_pipe_stats.c) */
-        VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pf = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR };
-        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &pf };
-        feat2(d->phys, &fi);
-        if (pf.pipelineExecutableInfo) {
-            en->exec_props = (VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR){
-                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR, .pNext = *pnext,
-                .pipelineExecutableInfo = VK_TRUE };
-            *pnext = &en->exec_props;
-            en->exts[en->n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
-            d->exec_props = 1;
-        }
-    }
-    if (int_dot) {
-        VkPhysicalDeviceShaderIntegerDotProductFeatures idf = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES };
-        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &idf };
-        feat2(d->phys, &fi);
-        if (idf.shaderIntegerDotProduct) {
-            en->idot = (VkPhysicalDeviceShaderIntegerDotProductFeatures){
-                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .pNext = *pnext,
-                .shaderIntegerDotProduct = VK_TRUE };
-            *pnext = &en->idot;
-            en->exts[en->n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
-            d->int_dot = 1;
-        }
-    }
-    d->sync2 = 0;
-    if (sync2) {   /* option barrier=sync2: stage barriers that name storage accesses only */
-        VkPhysicalDeviceSynchronization2FeaturesKHR sf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SYNCHRONIZATION_2_FEATURES_KHR };
-        VkPhysicalDeviceFeatures2 fi = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &sf };
-        feat2(d->phys, &fi);
-        if (sf.synchronization2) {
-            en->sync2 = (VkPhysicalDeviceSynchronization2FeaturesKHR){
-                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SYNCHRONIZATION_2_FEATURES_KHR, .pNext = *pnext, .synchronization2 = VK_TRUE };
-            *pnext = &en->sync2;
-            en->exts[en->n_exts++] = VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME;
-            d->sync2 = 1;
-        }
-    }
+    /* option pipeline_stats: the driver's statistics of each pipeline it compiles (vk_pipe_stats.c) */
+    en->exec_props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+    d->exec_props = exec_props && chain_feature(feat2, d->phys, &en->exec_props, sizeof en->exec_props,
+        offsetof(VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR, pipelineExecutableInfo),
+        VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME, en, pnext);
+    en->idot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+    d->int_dot = int_dot && chain_feature(feat2, d->phys, &en->idot, sizeof en->idot,
+        offsetof(VkPhysicalDeviceShaderIntegerDotProductFeatures, shaderIntegerDotProduct),
+        VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME, en, pnext);
+    /* option barrier=sync2: stage barriers that name storage accesses only */
+    en->sync2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SYNCHRONIZATION_2_FEATURES_KHR;
+    d->sync2 = sync2 && chain_feature(feat2, d->phys, &en->sync2, sizeof en->sync2,
+        offsetof(VkPhysicalDeviceSynchronization2FeaturesKHR, synchronization2), VK_KHR_SYNCHRONIZATION_2_EXTENSION_NAME, en, pnext);
     if (!nv_cm) {
         vkp_log(PYG_LOG_DEBUG, "%s: no VK_NV_cooperative_matrix: tiled GEMM", d->props.deviceName);
         return;
