@@ -479,21 +479,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     }
 
     const int soft = vkp_soft_plan(d, dps, nd);   /* soft_sync (vk_soft.c) */
-    void *pmap = NULL;   /* (host-visible parameter blocks: soft_sync writes its words again after recording) */
     if (soft && (e = vkp_soft_setup(d, plan, nd))) goto fail;
 
-    /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
-     * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
-     * dependent read of it a trip over the bus), else one host-visible buffer */
+    /* parameter blocks: device-local memory where params_dev is on (auto: GPUs; on the H200 a host-visible block
+     * cost a trivial dispatch 10 us: every dependent read of it a trip over the bus), else one host-visible buffer;
+     * written once, after recording (soft_sync's words come from the stages) */
+    void *pmap = NULL;
     {
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
         if (vkp_auto_on(d, d->opts.params_dev)) {
             if ((e = vkp_api_buffer_alloc(d, psize, 0, &plan->pobj))) goto fail;
             plan->pbuf = plan->pobj->buf;
-            if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail;
-        } else {
-            if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &pmap))) goto fail;
-            memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
+        } else if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &pmap))) {
+            goto fail;
         }
     }
 
@@ -632,10 +630,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
     }
-    if (soft) {   /* the parameter blocks again, with soft_sync's words */
-        if (plan->pobj) { if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail; }
-        else memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
-    }
+    if (plan->pobj) { if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail; }   /* the blocks */
+    else memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
     free(dps); free(params); free(done);

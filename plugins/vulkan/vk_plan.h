@@ -66,7 +66,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
     /* soft_sync (vk_soft.c): the stage counters (device-local, binding 10; word 0 the stall flag), the flag's
      * host-visible copy, and the device's list of such plans (the stall check after host waits) */
-    VkBuffer ybuf, yhost; VkDeviceMemory ymem, yhost_mem; volatile uint32_t *yflag; uint64_t ysize;
+    VkBuffer ybuf, yhost; VkDeviceMemory ymem, yhost_mem; volatile uint32_t *yflag;
     struct pyg_graph_plan *soft_next;
 };
 

@@ -61,8 +61,7 @@ int vkp_soft_plan(const pyg_device *d, const dispatch *dps, int nd) {
 /* the counters (a word per stage and the flag: stages <= dispatches) and a host-visible word for the flag */
 pyg_error *vkp_soft_setup(pyg_device *d, pyg_graph_plan *plan, int nd) {
     void *map = NULL;
-    plan->ysize = ((uint64_t)nd + 2) * 4;
-    pyg_error *e = vkp_raw_device_buffer(d, plan->ysize, &plan->ybuf, &plan->ymem, &map);
+    pyg_error *e = vkp_raw_device_buffer(d, ((uint64_t)nd + 2) * 4, &plan->ybuf, &plan->ymem, &map);
     if (!e) e = vkp_raw_host_buffer(d, 16, &plan->yhost, &plan->yhost_mem, &map);
     if (e) return e;
     plan->yflag = (volatile uint32_t *)map;
