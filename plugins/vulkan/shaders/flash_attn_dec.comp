@@ -15,14 +15,7 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128u;
 layout(constant_id = 1) const uint DV = 128u;
-// (coherent: soft_sync, common.glsl; q at binding 0 through ldq)
-layout(std430, binding = 0) coherent readonly buffer Q0w { uint q0w[]; };
-layout(std430, binding = 0) coherent readonly buffer Q0h { uint16_t q0h[]; };
-float ldq(uint o, uint ty) {
-    if (ty == TY_F16) return unpackHalf2x16(uint(q0h[o >> 1])).x;
-    if (ty == TY_BF16) return uintBitsToFloat(uint(q0h[o >> 1]) << 16);
-    return uintBitsToFloat(q0w[o >> 2]);
-}
+#include "coherent_q.glsl"   // (q, K and V coherent: soft_sync, common.glsl)
 layout(std430, binding = 1) coherent readonly buffer S1v { uvec4 s1v[]; };
 layout(std430, binding = 2) coherent readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 6) coherent buffer Scratch { float sc[]; };

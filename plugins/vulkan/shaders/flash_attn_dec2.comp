@@ -34,14 +34,7 @@ const uint NSG = 128u / SG;
 const uint LPR = D / 8u, RPW = SG / LPR, WSTEP = U * RPW, BSTEP = NSG * WSTEP;
 const float LOG2E = 1.4426950408889634;
 const uint MAXGS = 1024u;                            // heads x splits of a row group (host-checked)
-// (coherent: soft_sync, common.glsl; q at binding 0 through ldq)
-layout(std430, binding = 0) coherent readonly buffer Q0w { uint q0w[]; };
-layout(std430, binding = 0) coherent readonly buffer Q0h { uint16_t q0h[]; };
-float ldq(uint o, uint ty) {
-    if (ty == TY_F16) return unpackHalf2x16(uint(q0h[o >> 1])).x;
-    if (ty == TY_BF16) return uintBitsToFloat(uint(q0h[o >> 1]) << 16);
-    return uintBitsToFloat(q0w[o >> 2]);
-}
+#include "coherent_q.glsl"   // (q, K and V coherent: soft_sync, common.glsl)
 layout(std430, binding = 1) coherent readonly buffer S1v { uvec4 s1v[]; };
 layout(std430, binding = 2) coherent readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 6) coherent buffer Scratch { float sc[]; };
