@@ -594,6 +594,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (plan->qpool && k > 0 && level[i] != level[order[k - 1]]) {
                 vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[k - 1]], stage_line);
                 sl = 0; stage_line[0] = 0;
+                if (hard && !hard[level[i]] && !d->opts.debug_drop_barriers)   /* (soft_sync: this stage waits in its shaders) */
+                    sl = (size_t)snprintf(stage_line, sizeof stage_line, "(no barrier)");
             }
             if (plan->qpool && sl + 1 < sizeof stage_line) {
                 int w = snprintf(stage_line + sl, sizeof stage_line - sl, "%s%s", sl ? " " : "", vkp_prof_label_name(profile_label(&dps[i])));
