@@ -42,6 +42,33 @@ def test_soft_sync_same_bytes(wdt, level, tmp_path):
         assert dec_on[1] == dec_off[1], (dec_on, dec_off)
 
 
+@pytest.mark.parametrize("level", ["1", "2"])
+def test_soft_sync_gpu_kernels_same_bytes(level, tmp_path):
+    """The kernels a GPU's decode runs, forced on lavapipe: the register norm (norm_wg=on) beside the mat-vecs that
+    recompute it, and the split decode attention with its merge folded in (fa_split=on over 256 cells). With
+    soft_sync=2 every stage of the decode plan goes without a barrier (get_rows' too: the norm reads it coherently),
+    with 1 the attention's keep theirs; the bytes are the barriers'."""
+    run = _decode_model(tmp_path, "q4_0", 23, n_ctx=512)
+    gpu = {"norm_wg": "on", "fa_split": "on"}
+    got = {}
+    for v in (level, "0"):
+        with debug_records() as rec:
+            got[v] = (run({**gpu, "soft_sync": v}), _plans(rec), [r for r in rec if r.startswith("vulkan: flash_attn '")])
+    (on, _), plans_on, fa_on = got[level]
+    (off, _), plans_off, _ = got["0"]
+    for a, b in zip(on, off):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    dec = [f for f in fa_on if "n_q 1," in f]
+    assert dec and all(f.endswith(("flash_attn_dec", "flash_attn_dec2")) for f in dec), fa_on
+    dec_on, dec_off = min(plans_on), min(plans_off)
+    assert dec_on[0] == dec_off[0] and dec_off[1] > 0, (plans_on, plans_off)
+    if has_int8() and not VALIDATING:
+        n_layer = 2
+        assert dec_on[1] == (0 if level == "2" else n_layer), (level, dec_on, dec_off)
+    else:
+        assert dec_on[1] == dec_off[1], (dec_on, dec_off)
+
+
 @pytest.mark.skipif(VK is None or "llvmpipe" in pg.get_device(VK).description,
                     reason="a GPU's stages overlap; lavapipe runs dispatches one after another (the test above covers it)")
 def test_soft_sync_wide_model_bytes(tmp_path):
