@@ -40,6 +40,8 @@
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
 # GPU_VK_STATS=1 (first the driver's statistics of every pipeline the GPU_VK_PROFILE_MODELS compile: registers,
 # spills, as VK_KHR_pipeline_executable_properties gives them; scripts/vulkan_pipeline_stats.py),
+# GPU_VK_CMPROBE=1 (first .gl/vk_cm_probe, built here by `make build/vk_cm_probe` and carried: the tensor cores' rate through
+# VK_KHR_cooperative_matrix for f16 -> f32, f16 -> f16, int8 -> int32 and int8 scaled into f32 sums, each checked),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
 # round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
@@ -132,6 +134,11 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     if [ "${GPU_VK_STATS:-0}" != 0 ]; then   # the driver's statistics of the pipelines the models compile (registers, spills)
         say "pipeline statistics: scripts/vulkan_pipeline_stats.py ($PROF_MODELS)"
         timeout 120 $PY scripts/vulkan_pipeline_stats.py --out "$WORK" --models $PROF_MODELS 2>&1 | tee "$WORK/stats.log" | tail -60
+        pack
+    fi
+    if [ "${GPU_VK_CMPROBE:-0}" != 0 ] && [ -x .gl/vk_cm_probe ]; then   # the tensor cores' rate per operand type (KHR)
+        say "cooperative-matrix probe: .gl/vk_cm_probe (scripts/vk_cm_probe.c)"
+        timeout 60 .gl/vk_cm_probe 2>&1 | tee "$WORK/cm_probe.log"
         pack
     fi
     if [ "${GPU_VK_BANDWIDTH:-0}" != 0 ]; then   # what bandwidth a Vulkan kernel reaches: argmax, a big mat-vec, torch

@@ -135,5 +135,17 @@ $(VK_LIB): $(VK_SRCS) $(VK_DIR)/vk_internal.h $(VK_SPV_H) $(PYG_HEADERS) plugins
 
 PLUGINS += $(VK_LIB)
 
+# scripts/vk_cm_probe: the tensor cores' rate through VK_KHR_cooperative_matrix per operand type (not part of `all`)
+$(VK_BUILD)/vk_cm_probe_%.spv.h: scripts/vk_cm_probe.comp scripts/glslang_khr.py | deps
+	@mkdir -p $(VK_BUILD)
+	$(VK_GLSLC) -E -DV=$* -o $(VK_BUILD)/vk_cm_probe_$*.pp.comp $<
+	$(PYTHON) scripts/glslang_khr.py $(VK_BUILD)/vk_cm_probe_$*.pp.comp $@
+$(VK_BUILD)/vk_cm_probe_spv.h: $(foreach v,0 1 2 3,$(VK_BUILD)/vk_cm_probe_$(v).spv.h)
+	@{ for v in 0 1 2 3; do echo "static const uint32_t probe_spv$$v[] ="; echo "#include \"vk_cm_probe_$$v.spv.h\""; echo ';'; done; \
+	  echo 'static const uint32_t *const probe_spv[4] = { probe_spv0, probe_spv1, probe_spv2, probe_spv3 };'; \
+	  echo 'static const size_t probe_spv_size[4] = { sizeof probe_spv0, sizeof probe_spv1, sizeof probe_spv2, sizeof probe_spv3 };'; } > $@
+build/vk_cm_probe: scripts/vk_cm_probe.c $(VK_BUILD)/vk_cm_probe_spv.h
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -I$(VK_BUILD) -o $@ $< -ldl -lm
+
 endif
 endif

@@ -1,0 +1,264 @@
+/* scripts/vk_cm_probe.c — how fast the tensor cores run through VK_KHR_cooperative_matrix for each operand type,
+ * and whether int8 products can be scaled element by element into f32 sums (what a GEMM on q4_0 x int8 blocks needs):
+ * the four builds of scripts/vk_cm_probe.comp (f16 -> f32, f16 -> f16, int8 -> int32, int8 -> int32 scaled into
+ * f32), each timed with timestamp queries over a few runs (median TFLOPS or TOPS) and checked against the host's own
+ * arithmetic on the same data. Also lists the device's cooperative-matrix shapes and types.
+ *
+ *   make build/vk_cm_probe && build/vk_cm_probe [device-substring]      (exit status 1 if a build's check fails)
+ *
+ * Needs only libvulkan.so.1 at run time (dlopen), so the binary built here runs on the GPU machine. */
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "vk_cm_probe_spv.h"   /* probe_spv[4], probe_spv_size[4] (the Makefile's rule) */
+
+/* VK_KHR_cooperative_matrix (Vulkan 1.3.255) is newer than Debian 12's headers: its names and structures as the
+ * registry gives them (as plugins/vulkan/vk_caps.c) */
+#define CM_EXT "VK_KHR_cooperative_matrix"
+typedef struct { VkStructureType sType; void *pNext; VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess; } cm_features;
+typedef struct { VkStructureType sType; void *pNext; uint32_t MSize, NSize, KSize; int32_t AType, BType, CType, ResultType;
+                 VkBool32 saturatingAccumulation; int32_t scope; } cm_props;
+typedef VkResult (VKAPI_PTR *cm_props_fn)(VkPhysicalDevice, uint32_t *, cm_props *);
+
+#define NS 8          /* the shader's copies of the fragments */
+#define FW 32         /* 16-byte words per fragment */
+#define WGS 4096      /* workgroups of each timed run */
+
+static PFN_vkGetInstanceProcAddr gipa;
+#define IFN(name) PFN_##name name = (PFN_##name)gipa(inst, #name)
+
+static void die(const char *what, VkResult r) { fprintf(stderr, "vk_cm_probe: %s failed (%d)\n", what, (int)r); exit(2); }
+#define CK(call) do { VkResult r_ = (call); if (r_ != VK_SUCCESS) die(#call, r_); } while (0)
+
+static float h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, x;
+    if (e == 0) { float f = ldexpf((float)m, -24); return s ? -f : f; }
+    x = s | ((e + 112) << 23) | (m << 13);
+    float f; memcpy(&f, &x, 4); return f;
+}
+static uint16_t f2h_small(int q4) {   /* q4 / 4 for |q4| <= 8: exact in f16 */
+    if (q4 == 0) return 0;
+    float f = (float)q4 / 4.0f; uint32_t x; memcpy(&x, &f, 4);
+    return (uint16_t)(((x >> 16) & 0x8000) | ((((x >> 23) & 255) - 112) << 10) | ((x >> 13) & 1023));
+}
+
+/* element k of row r of A fragment f of copy c, or of column col of B fragment f (as double) */
+static double elem(const uint8_t *in, int v, int c, int frag, int rc, int k) {
+    const uint8_t *p = in + ((size_t)(c * 4 + frag) * FW) * 16 + (size_t)rc * 32;
+    if (v <= 1) { uint16_t h; memcpy(&h, p + 2 * k, 2); return h2f(h); }
+    return (double)(int8_t)p[k];
+}
+static double scl(const uint8_t *in, int c, int x) {
+    float f; memcpy(&f, in + (size_t)NS * 4 * FW * 16 + ((size_t)c * 64 + x) * 4, 4); return f;
+}
+
+int main(int argc, char **argv) {
+    void *lib = dlopen("libvulkan.so.1", RTLD_NOW);
+    if (!lib) { fprintf(stderr, "vk_cm_probe: no libvulkan.so.1 (%s)\n", dlerror()); return 2; }
+    gipa = (PFN_vkGetInstanceProcAddr)dlsym(lib, "vkGetInstanceProcAddr");
+    VkInstance inst = VK_NULL_HANDLE;
+    PFN_vkCreateInstance vkCreateInstance = (PFN_vkCreateInstance)gipa(NULL, "vkCreateInstance");
+    VkApplicationInfo app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .apiVersion = VK_API_VERSION_1_3 };
+    VkInstanceCreateInfo ici = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app };
+    CK(vkCreateInstance(&ici, NULL, &inst));
+    IFN(vkEnumeratePhysicalDevices); IFN(vkGetPhysicalDeviceProperties); IFN(vkGetPhysicalDeviceQueueFamilyProperties);
+    IFN(vkCreateDevice); IFN(vkGetDeviceProcAddr); IFN(vkGetPhysicalDeviceMemoryProperties);
+    IFN(vkEnumerateDeviceExtensionProperties);
+    cm_props_fn cmprops = (cm_props_fn)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    uint32_t n = 0;
+    CK(vkEnumeratePhysicalDevices(inst, &n, NULL));
+    VkPhysicalDevice pds[16], pd = VK_NULL_HANDLE;
+    if (n > 16) n = 16;
+    CK(vkEnumeratePhysicalDevices(inst, &n, pds));
+    VkPhysicalDeviceProperties props;
+    for (uint32_t i = 0; i < n && !pd; i++) {
+        vkGetPhysicalDeviceProperties(pds[i], &props);
+        uint32_t ne = 0;
+        vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, NULL);
+        VkExtensionProperties *ex = calloc(ne, sizeof *ex);
+        vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, ex);
+        int has = 0;
+        for (uint32_t j = 0; j < ne; j++) has |= !strcmp(ex[j].extensionName, CM_EXT);
+        free(ex);
+        if (has && (argc < 2 || strstr(props.deviceName, argv[1]))) pd = pds[i];
+    }
+    if (!pd || !cmprops) { fprintf(stderr, "vk_cm_probe: no device with VK_KHR_cooperative_matrix%s%s\n", argc > 1 ? " named like " : "", argc > 1 ? argv[1] : ""); return 2; }
+    printf("device: %s (driver %u.%u)\n", props.deviceName, props.driverVersion >> 22, (props.driverVersion >> 14) & 255);
+    uint32_t ncm = 0;
+    cmprops(pd, &ncm, NULL);
+    cm_props *cm = calloc(ncm, sizeof *cm);
+    for (uint32_t i = 0; i < ncm; i++) cm[i].sType = (VkStructureType)1000506001;
+    cmprops(pd, &ncm, cm);
+    for (uint32_t i = 0; i < ncm; i++)
+        printf("shape %ux%ux%u A %d B %d C %d R %d scope %d\n", cm[i].MSize, cm[i].NSize, cm[i].KSize, cm[i].AType, cm[i].BType,
+               cm[i].CType, cm[i].ResultType, cm[i].scope);
+    free(cm);
+
+    uint32_t nq = 0, qf = UINT32_MAX;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, NULL);
+    VkQueueFamilyProperties qp[32];
+    if (nq > 32) nq = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qp);
+    for (uint32_t i = 0; i < nq && qf == UINT32_MAX; i++) if (qp[i].queueFlags & VK_QUEUE_COMPUTE_BIT) qf = i;
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = qf, .queueCount = 1, .pQueuePriorities = &prio };
+    cm_features cmf = { .sType = (VkStructureType)1000506000, .cooperativeMatrix = VK_TRUE };
+    VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf,
+        .shaderFloat16 = VK_TRUE, .shaderInt8 = VK_TRUE, .vulkanMemoryModel = VK_TRUE };
+    VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
+    const char *exts[] = { CM_EXT };
+    VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
+        .pQueueCreateInfos = &qci, .enabledExtensionCount = 1, .ppEnabledExtensionNames = exts };
+    VkDevice dev;
+    CK(vkCreateDevice(pd, &dci, NULL, &dev));
+    PFN_vkGetDeviceProcAddr gdpa = vkGetDeviceProcAddr;
+#define DFN(name) PFN_##name name = (PFN_##name)gdpa(dev, #name)
+    DFN(vkGetDeviceQueue); DFN(vkCreateBuffer); DFN(vkGetBufferMemoryRequirements); DFN(vkAllocateMemory);
+    DFN(vkBindBufferMemory); DFN(vkMapMemory); DFN(vkCreateShaderModule); DFN(vkCreateDescriptorSetLayout);
+    DFN(vkCreatePipelineLayout); DFN(vkCreateComputePipelines); DFN(vkCreateDescriptorPool); DFN(vkAllocateDescriptorSets);
+    DFN(vkUpdateDescriptorSets); DFN(vkCreateCommandPool); DFN(vkAllocateCommandBuffers); DFN(vkBeginCommandBuffer);
+    DFN(vkCmdBindPipeline); DFN(vkCmdBindDescriptorSets); DFN(vkCmdPushConstants); DFN(vkCmdDispatch); DFN(vkEndCommandBuffer);
+    DFN(vkQueueSubmit); DFN(vkQueueWaitIdle); DFN(vkCreateQueryPool); DFN(vkCmdResetQueryPool); DFN(vkCmdWriteTimestamp);
+    DFN(vkGetQueryPoolResults); DFN(vkResetCommandBuffer);
+    VkQueue q;
+    vkGetDeviceQueue(dev, qf, 0, &q);
+
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    VkBuffer buf[2]; void *map[2];
+    const VkDeviceSize size[2] = { (VkDeviceSize)(NS * 4 * FW + NS * 16) * 16, (VkDeviceSize)WGS * 16 * 256 * 4 };
+    for (int b = 0; b < 2; b++) {
+        VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size[b], .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT };
+        CK(vkCreateBuffer(dev, &bi, NULL, &buf[b]));
+        VkMemoryRequirements mr;
+        vkGetBufferMemoryRequirements(dev, buf[b], &mr);
+        uint32_t want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, mt = UINT32_MAX;
+        for (uint32_t i = 0; i < mp.memoryTypeCount && mt == UINT32_MAX; i++)
+            if ((mr.memoryTypeBits >> i & 1) && (mp.memoryTypes[i].propertyFlags & want) == want) mt = i;
+        VkMemoryAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = mr.size, .memoryTypeIndex = mt };
+        VkDeviceMemory mem;
+        CK(vkAllocateMemory(dev, &ai, NULL, &mem));
+        CK(vkBindBufferMemory(dev, buf[b], mem, 0));
+        CK(vkMapMemory(dev, mem, 0, size[b], 0, &map[b]));
+    }
+    VkDescriptorSetLayoutBinding lb[2] = {
+        { 0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL },
+        { 1, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL } };
+    VkDescriptorSetLayoutCreateInfo dli = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 2, .pBindings = lb };
+    VkDescriptorSetLayout dsl;
+    CK(vkCreateDescriptorSetLayout(dev, &dli, NULL, &dsl));
+    VkPushConstantRange pcr = { VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 };
+    VkPipelineLayoutCreateInfo pli = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1, .pSetLayouts = &dsl,
+        .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr };
+    VkPipelineLayout pl;
+    CK(vkCreatePipelineLayout(dev, &pli, NULL, &pl));
+    VkDescriptorPoolSize ps = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 };
+    VkDescriptorPoolCreateInfo dpi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps };
+    VkDescriptorPool dp;
+    CK(vkCreateDescriptorPool(dev, &dpi, NULL, &dp));
+    VkDescriptorSetAllocateInfo dsa = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = dp, .descriptorSetCount = 1, .pSetLayouts = &dsl };
+    VkDescriptorSet ds;
+    CK(vkAllocateDescriptorSets(dev, &dsa, &ds));
+    VkDescriptorBufferInfo dbi[2] = { { buf[0], 0, VK_WHOLE_SIZE }, { buf[1], 0, VK_WHOLE_SIZE } };
+    VkWriteDescriptorSet w[2];
+    for (int b = 0; b < 2; b++)
+        w[b] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = ds, .dstBinding = (uint32_t)b,
+            .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &dbi[b] };
+    vkUpdateDescriptorSets(dev, 2, w, 0, NULL);
+    VkCommandPoolCreateInfo cpi = { .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, .queueFamilyIndex = qf };
+    VkCommandPool cp;
+    CK(vkCreateCommandPool(dev, &cpi, NULL, &cp));
+    VkCommandBufferAllocateInfo cai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = cp, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
+    VkCommandBuffer cb;
+    CK(vkAllocateCommandBuffers(dev, &cai, &cb));
+    VkQueryPoolCreateInfo qpi = { .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2 };
+    VkQueryPool qpool;
+    CK(vkCreateQueryPool(dev, &qpi, NULL, &qpool));
+
+    static const char *names[4] = { "f16 x f16 -> f32 (16x16x16)", "f16 x f16 -> f16 (16x16x16)", "int8 x int8 -> int32 (16x16x32)",
+                                    "int8 x int8 -> int32, scaled into f32 (16x16x32)" };
+    int bad = 0;
+    uint8_t *in = map[0];
+    srand(7);
+    for (int v = 0; v < 4; v++) {
+        /* the data: f16 values q / 4 (q in -8..8) or int8 -8..7 (A) and -127..127 (B); scales 2^-k */
+        for (int c = 0; c < NS; c++)
+            for (int f = 0; f < 4; f++)
+                for (int e = 0; e < 512; e++) {
+                    uint8_t *p = in + ((size_t)(c * 4 + f) * FW) * 16;
+                    if (v <= 1) { if (e < 256) { uint16_t h = f2h_small(rand() % 17 - 8); memcpy(p + 2 * e, &h, 2); } }
+                    else p[e] = (uint8_t)(int8_t)(f < 2 ? rand() % 16 - 8 : rand() % 255 - 127);
+                }
+        for (int i = 0; i < NS * 64; i++) { float s = ldexpf(1.0f + (float)(rand() % 8) / 8.0f, -(rand() % 6)); memcpy(in + (size_t)NS * 4 * FW * 16 + 4 * (size_t)i, &s, 4); }
+        VkShaderModuleCreateInfo smi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = probe_spv_size[v], .pCode = probe_spv[v] };
+        VkShaderModule sm;
+        CK(vkCreateShaderModule(dev, &smi, NULL, &sm));
+        VkComputePipelineCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .layout = pl,
+            .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = sm, .pName = "main" } };
+        VkPipeline pipe;
+        CK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe));
+        double best[7]; int nrun = 0;
+        uint32_t iter = 64, wgs = WGS;
+        for (int run = -2; run < 7; run++) {   /* two to size the run, then seven timed; the last with the check's counts */
+            uint32_t it = run == 6 ? 24 : iter, g = run == 6 ? 8 : wgs;
+            VkCommandBufferBeginInfo bb = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
+            CK(vkResetCommandBuffer(cb, 0));
+            CK(vkBeginCommandBuffer(cb, &bb));
+            vkCmdResetQueryPool(cb, qpool, 0, 2);
+            vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+            vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &ds, 0, NULL);
+            vkCmdPushConstants(cb, pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4, &it);
+            vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, qpool, 0);
+            vkCmdDispatch(cb, g, 1, 1);
+            vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qpool, 1);
+            CK(vkEndCommandBuffer(cb));
+            VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb };
+            CK(vkQueueSubmit(q, 1, &si, VK_NULL_HANDLE));
+            CK(vkQueueWaitIdle(q));
+            uint64_t ts[2];
+            CK(vkGetQueryPoolResults(dev, qpool, 0, 2, sizeof ts, ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+            double sec = (double)(ts[1] - ts[0]) * props.limits.timestampPeriod * 1e-9;
+            if (run < 0) {   /* aim at about 40 ms */
+                double want = iter * 0.040 / (sec > 1e-6 ? sec : 1e-6);
+                iter = want > 1e6 ? 1000000u : want < 64 ? 64u : (uint32_t)want;
+            } else if (run < 6) {
+                double ops = (double)g * 4 * 4 * it * 2.0 * 16 * 16 * (v <= 1 ? 16 : 32);
+                best[nrun++] = ops / sec * 1e-12;
+            }
+        }
+        for (int i = 0; i < nrun; i++) for (int j = i + 1; j < nrun; j++) if (best[j] < best[i]) { double t = best[i]; best[i] = best[j]; best[j] = t; }
+        /* the check: every workgroup's subgroup s, tile (fm, fn) after 24 steps, copy c = (step + s) % NS */
+        const float *out = map[1];
+        double maxerr = 0;
+        for (int g = 0; g < 8; g++)
+            for (int s = 0; s < 4; s++)
+                for (int fm = 0; fm < 2; fm++)
+                    for (int fn = 0; fn < 2; fn++)
+                        for (int r = 0; r < 16; r++)
+                            for (int col = 0; col < 16; col++) {
+                                double ref = 0;
+                                for (int st = 0; st < 24; st++) {
+                                    int c = (st + s) % NS;
+                                    double dot = 0;
+                                    for (int k = 0; k < (v <= 1 ? 16 : 32); k++) dot += elem(in, v, c, fm, r, k) * elem(in, v, c, 2 + fn, col, k);
+                                    ref += v == 3 ? dot * scl(in, c, fm * 16 + r) * scl(in, c, 32 + fn * 16 + col) : dot;
+                                }
+                                double got = out[((size_t)(g * 4 + s) * 4 + fm * 2 + fn) * 256 + r * 16 + col];
+                                double err = fabs(got - ref) / (fabs(ref) > 1 ? fabs(ref) : 1);
+                                if (err > maxerr) maxerr = err;
+                            }
+        /* f16 sums of values q / 4 over 24 x 16 terms: within f16 rounding; the f32 and int32 ones exact; the scaled
+         * int8 sums within float rounding */
+        int ok = maxerr <= (v == 3 ? 1e-5 : v == 1 ? 1e-2 : 0);
+        bad |= !ok;
+        printf("%-48s %8.1f T/s median of %d (min %.1f, max %.1f), %u steps x %u workgroups; check: max rel. error %.3g %s\n",
+               names[v], best[nrun / 2], nrun, best[0], best[nrun - 1], iter, wgs, maxerr, ok ? "ok" : "WRONG");
+        fflush(stdout);
+    }
+    return bad;
+}
