@@ -63,12 +63,12 @@
 # then pp512 of the winners with consecutive reps (GPU_VK_INTERLEAVE unset).
 # Run on 2026-12-07 (H100, gpu-vulkan-lits-h100-20261206T2354/): none of the four pays; all stay off. Then
 # (gpu-vulkan-barriers-h100-20261207T0027/): with debug_drop_barriers=1 the decode runs at 1.28x / 1.17x of CUDA (1b / 7b):
-# the stages' dependency is the gap. Next, soft_sync (the CUDA plugin's programmatic dependent launch in Vulkan):
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_STATS=1 GPU_VK_TEST_FILES="tests/test_vulkan_soft_sync.py tests/test_vulkan_mv_rp.py \
-#   tests/test_vulkan_pipeline_stats.py" GPU_VK_TEST_K="" GPU_VK_PROFILE=0 GPU_VK_INTERLEAVE=1 \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new soft_sync=1 soft_sync=2" GPU_VK_REPS=3 bash scripts/gpu_vulkan.sh
-# (session 44 prepared it and got no machine to run it: soft_sync and the pipeline statistics are untimed; the
-# wide-model test in test_vulkan_soft_sync.py is the first check, the bytes where stages really overlap)
+# the stages' dependency is the gap. soft_sync (in-shader waits on stage counters: the CUDA plugin's programmatic
+# dependent launch in Vulkan) gave the barriers' bytes on the H100 and no speed, and its coherent reads cost the default
+# path ~17% (gpu-vulkan-softsync-h100-20261207T0426/): removed. The same call's GPU_VK_CMPROBE=1: f16 products at
+# ~243 TFLOPS with f32 or f16 sums, int8 at ~481 TOPS, int8 scaled element by element into f32 sums ~154 (a q4_0 x int8
+# GEMM's per-block scaling costs more than the int8 rate gains). Next (prefill): GPU_VK_STATS=1's registers and spills
+# of mul_mat_cm4_khr against the probe's ~243 TFLOPS ceiling.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -580,10 +580,10 @@ def test_add_rms_norm_mul_fusion(rows, n0, wg):
     assert plans[-1].startswith("1 dispatches"), plans
 
 
-def _decode_model(tmp_path, wdt, seed, n_ctx=64):
+def _decode_model(tmp_path, wdt, seed):
     """A small synthetic LLaMA (n_embd 512, n_ff 1536: K multiples of 256) in wdt, and a function of
     device options giving its logits (a 5-token prefill, four decode steps) and the kernels its
-    mul_mat nodes ran. (n_ctx above 64: the decode attends 256 cells, which the KV split takes.)"""
+    mul_mat nodes ran."""
     import pyggml.models as models
     from pyggml.synth import write_synth_model
     path = str(tmp_path / f"m-{wdt}.gguf")
@@ -592,7 +592,7 @@ def _decode_model(tmp_path, wdt, seed, n_ctx=64):
 
     def logits(options):
         with _options_logged(options, "mul_mat '") as kernels:
-            m = models.load(path, devices=[VK, "cpu"], n_ctx=n_ctx, progress=False)
+            m = models.load(path, devices=[VK, "cpu"], n_ctx=64, progress=False)
             try:
                 got = [m.prefill([1, 2, 3, 4, 5])] + [m.decode(tok) for tok in (7, 8, 9, 10)]
             finally:

@@ -2,7 +2,7 @@
  * dispatches). Bindings: 0..4 the tensor slots, except where the dispatch reads a copy instead (binding 0: its weight's
  * repacked copy, or gemm_dq's f16 copy in the plan's scratch; binding 1: gemm_b16's or mv_q8's copy; binding 2:
  * mul_mat_vec_rpg's second repacked copy); 5 its parameter block; 6 its region of the plan's scratch or a fused add's
- * output; 7 mv_q8's int8 copy or an extra output, 8 and 9 extra outputs; 10 soft_sync's stage counters. Where nothing is bound, the dummy buffer is,
+ * output; 7 mv_q8's int8 copy or an extra output, 8 and 9 extra outputs. Where nothing is bound, the dummy buffer is,
  * except that mul_mat_vec_rpe / _rpn, whose modules write bindings 6..9, get an output they write anyway there. */
 #include <stdlib.h>
 #include "vk_plan.h"
@@ -71,8 +71,6 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
         bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
                                                         : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         for (int x = VKP_BIND_X8; x < VKP_NSET; x++) bi[i * VKP_NSET + x] = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        if (plan->ybuf)   /* soft_sync's stage counters (vk_soft.c) */
-            bi[i * VKP_NSET + VKP_BIND_SYNC] = (VkDescriptorBufferInfo){ plan->ybuf, 0, VK_WHOLE_SIZE };
         for (int k = 0; k < 2; k++) {   /* the mat-vec's weights: their repacked copies (mul_mat_vec_rpg: the second at binding 2) */
             const struct vkp_repack *r = k ? dps[i].rp2 : dps[i].rp;
             uint64_t rsz = 0;

@@ -273,7 +273,6 @@ void vkp_plan_destroy(pyg_graph_plan *plan) {
     if (plan->qpool) d->fn.vkDestroyQueryPool(d->dev, plan->qpool, NULL);
     for (int i = 0; i < plan->n_events; i++) d->fn.vkDestroyEvent(d->dev, plan->events[i], NULL);
     free(plan->events);
-    vkp_soft_destroy(d, plan);
     for (int i = 0; i < plan->n_rps; i++) vkp_repack_release(plan->rps[i]);
     free(plan->rps);
     free(plan->ops);
@@ -478,20 +477,19 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         if ((e = vkp_raw_device_buffer(d, scratch_total, &plan->sbuf, &plan->smem, &smap))) goto fail;
     }
 
-    const int soft = vkp_soft_plan(d, dps, nd);   /* soft_sync (vk_soft.c) */
-    if (soft && (e = vkp_soft_setup(d, plan, nd))) goto fail;
-
-    /* parameter blocks: device-local memory where params_dev is on (auto: GPUs; on the H200 a host-visible block
-     * cost a trivial dispatch 10 us: every dependent read of it a trip over the bus), else one host-visible buffer;
-     * written once, after recording (soft_sync's words come from the stages) */
-    void *pmap = NULL;
+    /* parameter blocks, written once: device-local memory where params_dev is on (auto: GPUs),
+     * uploaded here (on the H200 a host-visible block cost a trivial dispatch 10 us: every
+     * dependent read of it a trip over the bus), else one host-visible buffer */
     {
         uint64_t psize = (uint64_t)(nd > 0 ? nd : 1) * pstride;
         if (vkp_auto_on(d, d->opts.params_dev)) {
             if ((e = vkp_api_buffer_alloc(d, psize, 0, &plan->pobj))) goto fail;
             plan->pbuf = plan->pobj->buf;
-        } else if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &pmap))) {
-            goto fail;
+            if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail;
+        } else {
+            void *map;
+            if ((e = vkp_raw_host_buffer(d, psize, &plan->pbuf, &plan->pmem, &map))) goto fail;
+            memcpy(map, params, (size_t)((uint64_t)nd * pstride));
         }
     }
 
@@ -518,10 +516,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
                 nfill++;
             }
-        if (soft) {   /* soft_sync's stage counters and stall flag */
-            d->fn.vkCmdFillBuffer(plan->cb, plan->ybuf, 0, VK_WHOLE_SIZE, 0);
-            nfill++;
-        }
         if (nfill) {
             VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };
@@ -577,12 +571,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 goto fail;
             }
         }
-        unsigned char *hard = soft ? calloc((size_t)nstage + 1, 1) : NULL;   /* soft_sync: stages that keep their barrier */
-        if (soft && !hard) {
-            free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
-            e = vkp_err(PYG_ERR_OUT_OF_MEMORY, "plan"); goto fail;
-        }
-        if (soft) vkp_soft_words(d, dps, nd, level, nstage, params, pstride, hard);
         for (int i = 0; i < nd; i++) cnt[level[i] + 1]++;   /* stable counting sort by stage */
         for (int l = 0; l < nstage; l++) cnt[l + 1] += cnt[l];
         for (int i = 0; i < nd; i++) order[cnt[level[i]]++] = i;
@@ -594,17 +582,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if (plan->qpool && k > 0 && level[i] != level[order[k - 1]]) {
                 vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[k - 1]], stage_line);
                 sl = 0; stage_line[0] = 0;
-                if (hard && !hard[level[i]] && !d->opts.debug_drop_barriers)   /* (soft_sync: this stage waits in its shaders) */
-                    sl = (size_t)snprintf(stage_line, sizeof stage_line, "(no barrier)");
             }
             if (plan->qpool && sl + 1 < sizeof stage_line) {
                 int w = snprintf(stage_line + sl, sizeof stage_line - sl, "%s%s", sl ? " " : "", vkp_prof_label_name(profile_label(&dps[i])));
                 if (w > 0) sl += (size_t)w;
             }
             if (k > 0 && level[i] != level[order[k - 1]]) {
-                if (!d->opts.debug_drop_barriers && (!hard || hard[level[i]]) &&
-                    (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
-                    free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets); free(hard);
+                if (!d->opts.debug_drop_barriers && (e = vkp_stage_barrier(d, plan, rg, rgw, nrg, RPD, order, stage0, k))) {
+                    free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(sets);
                     goto fail;
                 }
                 stage0 = k;
@@ -623,17 +608,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         if (plan->qpool && nd > 0)
             vkp_log(PYG_LOG_DEBUG, "plan for graph %llu, stage %d: %s", (unsigned long long)g->id, level[order[nd - 1]], stage_line);
-        free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt); free(hard);
+        free(rg); free(rgw); free(nrg); free(level); free(order); free(cnt);
         vkp_full_barrier(d, plan->cb);
-        if (soft) vkp_soft_record_end(d, plan);
         for (int i = 0; i < plan->n_events; i++)   /* (after the full barrier: no wait on them is in progress) */
             d->fn.vkCmdResetEvent(plan->cb, plan->events[i], VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
         r = d->fn.vkEndCommandBuffer(plan->cb);
         free(sets);
         if (r != VK_SUCCESS) { e = vkp_vk_err(r, "vkEndCommandBuffer"); goto fail; }
     }
-    if (plan->pobj) { if ((e = vkp_api_buffer_write(plan->pobj, 0, params, (uint64_t)nd * pstride))) goto fail; }   /* the blocks */
-    else memcpy(pmap, params, (size_t)((uint64_t)nd * pstride));
     vkp_log(PYG_LOG_DEBUG, "plan for graph %llu: %d dispatches, %d barriers, parameters in %s memory", (unsigned long long)g->id,
             plan->n_dispatch, plan->n_barriers, plan->pobj ? "device-local" : "host-visible");
     free(dps); free(params); free(done);
@@ -670,8 +652,7 @@ pyg_error *vkp_plan_compute(pyg_graph_plan *plan, pyg_stream *s) {
     if (plan->n_dispatch == 0) return NULL;
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     if (plan->qpool) profile_collect(plan);
-    pyg_error *e = vkp_soft_check(plan);   /* (soft_sync: an earlier run of it whose wait gave up) */
-    if (!e && plan->n_rps) e = vkp_repack_ensure(plan->rps, plan->n_rps, s);   /* stale copies made again first */
+    pyg_error *e = plan->n_rps ? vkp_repack_ensure(plan->rps, plan->n_rps, s) : NULL;   /* stale copies made again first */
     if (!e) e = vkp_submit(s, plan->cb);
     if (plan->qpool && !e) { plan->ts_sem = s->timeline; plan->ts_val = s->value; }
     if (VKP_PROF) { vkp_prof.plan_computes++; vkp_prof.compute_ns += vkp_now_ns() - t0; }

@@ -60,8 +60,7 @@ enum {
 #define VKP_NBIND 5
 #define VKP_BIND_SCRATCH 6  /* plan scratch (flash attention's KV-split partials), a fused add's output; dummy elsewhere */
 #define VKP_BIND_Q8 7       /* mv_q8: the fused norm's int8 blocks of its result, written for the mat-vecs; dummy elsewhere */
-#define VKP_NSET (VKP_NBIND + 6)   /* bindings per descriptor set: tensors, parameters, scratch, the int8 copy, two extra outputs, soft_sync's counters */
-#define VKP_BIND_SYNC 10    /* soft_sync: the plan's stage counters (vk_soft.c); dummy elsewhere */
+#define VKP_NSET (VKP_NBIND + 5)   /* bindings per descriptor set: tensors, parameters, scratch, the int8 copy, two extra outputs */
 #define VKP_BIND_X8 8       /* extra outputs of fused dispatches (vk_norm_fold.c); dummy elsewhere */
 
 typedef struct vkp_pipeline {
@@ -112,8 +111,6 @@ typedef struct vkp_options {
     int64_t gemm_b16;               /* a mul_mat_cm4 GEMM's f32 activations converted to f16 rows in the plan's scratch first: VKP_COPY_* */
     int64_t gemm_dq;                /* quantized weights of a mul_mat_cm4 GEMM dequantized to f16 in the plan's scratch first (dequant.comp): VKP_COPY_* */
     int64_t fa_cm;                  /* prefill flash attention on the tensor cores: 2 flash_attn_cm2.comp where its layout holds (default), 1 flash_attn_cm.comp */
-    int64_t soft_sync;              /* decode stages that follow without a barrier, waiting in the shader (vk_soft.c) */
-    int64_t debug_soft_stall;       /* test switch: soft_sync's waits wait for one workgroup more than there is (they give up) */
     int64_t pipeline_stats;         /* log the driver's statistics of the pipelines compiled after it is set (vk_pipe_stats.c) */
     int64_t debug_gemm_parts;       /* measurement switch: mul_mat_cm4 runs a part of its step alone (0: whole; results wrong otherwise) */
     int64_t mv_q8;                  /* the fused norms write their result's int8 blocks; the mat-vecs reading it copy them (mul_mat_vec3q) */
@@ -142,8 +139,6 @@ struct pyg_device {
     vkp_device_fns fn;
     pthread_mutex_t queue_lock;     /* vkQueueSubmit is externally synchronized */
     pthread_mutex_t lock;           /* pipeline cache, internal stream, accounting */
-    pthread_mutex_t soft_lock;      /* soft_sync: the live plans with stage counters (vk_soft.c) */
-    struct pyg_graph_plan *soft_plans; int n_soft;
     int32_t device_type;
     int subgroup_arith;             /* subgroup add usable in compute shaders (and option subgroups=1) */
     int subgroup_hw;                /* the device has it (subgroup_arith without the option) */
@@ -331,7 +326,6 @@ const char *vkp_shader_name(int shader);    /* vk_shaders.c */
 /* option pipeline_stats (vk_pipe_stats.c): the flags a pipeline is created with, and the log of its statistics after */
 VkPipelineCreateFlags vkp_pipe_stats_flags(const pyg_device *d);
 void vkp_pipe_stats_log(pyg_device *d, int shader, const uint32_t spec[2], VkPipeline pipe);
-pyg_error *vkp_soft_poll(pyg_device *d);   /* soft_sync (vk_soft.c): a live plan's wait that gave up, after a host wait */
 pyg_error *vkp_prof_report(void);
 #define VKP_PROF (vkp_prof_on > 0)
 

@@ -64,10 +64,6 @@ struct pyg_graph_plan {
     VkSemaphore ts_sem; uint64_t ts_val;   /* the submission whose timestamps are not read yet */
     VkEvent *events; int n_events;  /* barrier=event: one per stage boundary, reset at the end of each run */
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
-    /* soft_sync (vk_soft.c): the stage counters (device-local, binding 10; word 0 the stall flag), the flag's
-     * host-visible copy, and the device's list of such plans (the stall check after host waits) */
-    VkBuffer ybuf, yhost; VkDeviceMemory ymem, yhost_mem; volatile uint32_t *yflag;
-    struct pyg_graph_plan *soft_next;
 };
 
 #define VKP_RPD (VKP_NBIND + 7)   /* byte ranges per dispatch at most: slots, add_out, xout, up to three scratch regions */
@@ -86,16 +82,6 @@ uint64_t vkp_dev_align(const pyg_device *d);            /* where a binding may s
 pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p);
 /* a ROPE node's extras: log2(freq_base) and the YaRN correction dims lo, hi (as floats' bits) */
 void vkp_rope_extras(const pyg_tensor *n, uint32_t ex[3]);
-
-/* vk_soft.c (option soft_sync): whether the plan qualifies, its counters, each dispatch's stage words (after the
- * levels; *hard[k]: whether stage k needs the barrier before it), the end-of-run flag copy, the stall checks */
-int vkp_soft_plan(const pyg_device *d, const dispatch *dps, int nd);
-pyg_error *vkp_soft_setup(pyg_device *d, pyg_graph_plan *plan, int nd);
-void vkp_soft_words(const pyg_device *d, const dispatch *dps, int nd, const int *level, int nstage, uint32_t *params,
-                    uint64_t pstride, unsigned char *hard);
-void vkp_soft_record_end(pyg_device *d, pyg_graph_plan *plan);
-pyg_error *vkp_soft_check(pyg_graph_plan *plan);
-void vkp_soft_destroy(pyg_device *d, pyg_graph_plan *plan);
 
 /* vk_descriptors.c: the plan's descriptor pool (plan->dpool) and one set per dispatch, bound as the dispatches say;
  * *out: the sets (the caller frees the array; the pool owns them) */

@@ -222,7 +222,6 @@ static pyg_error *device_open(pyg_device *d) {
     d->ts_period = d->props.limits.timestampPeriod;
     pthread_mutex_init(&d->queue_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_mutex_init(&d->soft_lock, NULL);
 
     g_ifn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
     d->heap_size = 0;
@@ -428,8 +427,6 @@ static const pyg_option_def k_options[] = {
     PYG_OPTION_BOOL(vkp_options, fold_norm, "a one-column mat-vec on matvec_rp and the residual add, rms_norm and weight multiply after it (a layer's o and down projections) as one dispatch, mul_mat_vec_rpn: its last workgroup normalizes the row, and the norm's stage goes away (default 0: H100 at 2e2104a, rounds interleaved, tg128 7b q4_0 256.0 against 270.8 t/s without, 1b even; the last workgroup's tail and every workgroup's count cost about what the stage did)"),
     PYG_OPTION_INT(vkp_options, debug_mv_parts, 0, 2, "measurement switch for mul_mat_vec3w (matvec=6), results wrong by design: 1 the activation row is neither read nor quantized (zeros staged), 2 no weight loads (zeros dotted) (default 0: the whole mat-vec)"),
     PYG_OPTION_INT(vkp_options, debug_gemm_parts, 0, 5, "measurement switch for mul_mat_cm4 (gemm_v=4), results wrong by design: 1 no global loads after the first step, 2 no products, 3 products alone on fragments loaded once, 4 every step reads the first 256 elements of K, 5 as 3 with the f16 sums joining the f32 ones as often as in the whole GEMM (default 0: the whole GEMM)"),
-    PYG_OPTION_INT(vkp_options, soft_sync, 0, 2, "1: in decode plans, a stage of the repacked mat-vecs or the fused norms follows the stage before it without a pipeline barrier: its workgroups load their weights, then wait in the shader for the stage before to count itself done, as CUDA's programmatic dependent launch lets the weight loads overlap the kernel before (vk_soft.c; it relies on the device starting consecutive dispatches' workgroups in order, as NVIDIA's does; not applied under the validation layer; a wait that gives up is an error, not a hang); 2: the decode attention's stages too (flash_attn_dec, _dec2: they wait at their start) (default 0)"),
-    PYG_OPTION_BOOL(vkp_options, debug_soft_stall, "test switch: soft_sync's waits wait for one workgroup more than the stage before has, so they give up and the compute fails with soft_sync's error (default 0)"),
     PYG_OPTION_BOOL(vkp_options, pipeline_stats, "log the driver's statistics of each pipeline compiled after it is set (VK_KHR_pipeline_executable_properties: registers, shared memory, spills, as the driver names them), one INFO line per pipeline executable; refused where the device lacks the extension (default 0)"),
     PYG_OPTION_CHOICE(vkp_options, gemm, k_gemm, "prefill GEMM: auto (cooperative matrices where the device has them), tiled, coopmat, cm_emulated (tests)"),
 };

@@ -88,8 +88,7 @@ static pyg_error *wait_value(pyg_device *d, VkSemaphore sem, uint64_t value) {
     uint64_t t0 = VKP_PROF ? vkp_now_ns() : 0;
     VkResult r = d->fn.vkWaitSemaphores(d->dev, &wi, UINT64_MAX);
     if (VKP_PROF) { vkp_prof.waits++; vkp_prof.wait_ns += vkp_now_ns() - t0; }
-    if (r != VK_SUCCESS) return vkp_vk_err(r, "waiting for queued work (vkWaitSemaphores)");
-    return vkp_soft_poll(d);   /* (soft_sync: a wait in the work just done that gave up) */
+    return r == VK_SUCCESS ? NULL : vkp_vk_err(r, "waiting for queued work (vkWaitSemaphores)");
 }
 
 static uint64_t completed(pyg_stream *s) {

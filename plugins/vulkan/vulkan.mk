@@ -34,7 +34,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H)
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
-$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/coherent_q.glsl
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
 
@@ -45,7 +45,7 @@ $(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl 
 
 # builds of one shader with glslc defines: name, source (under shaders/), defines
 define VK_VARIANT_RULE
-$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/coherent_q.glsl
+$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O $(3) -mfmt=c -o $$@ $$<
 endef

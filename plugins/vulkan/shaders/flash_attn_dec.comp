@@ -15,9 +15,8 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128u;
 layout(constant_id = 1) const uint DV = 128u;
-#include "coherent_q.glsl"   // (q, K and V coherent: soft_sync, common.glsl)
-layout(std430, binding = 1) coherent readonly buffer S1v { uvec4 s1v[]; };
-layout(std430, binding = 2) coherent readonly buffer S2v { uvec4 s2v[]; };
+layout(std430, binding = 1) readonly buffer S1v { uvec4 s1v[]; };
+layout(std430, binding = 2) readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 6) coherent buffer Scratch { float sc[]; };
 layout(std430, binding = 6) coherent buffer ScratchU { uint scu[]; };
 #define MAXD 256u
@@ -42,7 +41,7 @@ void main() {
     uint hk = h / (H / t_ne(1u, 2u)), hv = h / (H / t_ne(2u, 2u));
     uint bk = b % t_ne(1u, 3u), bv = b % t_ne(2u, 3u);
     uint qrow = t_row(0u, iq, h, b);
-    for (uint d = t; d < D; d += 128u) qs[d] = ldq(qrow + d * t_nb(0u, 0u), t_type(0u));
+    for (uint d = t; d < D; d += 128u) qs[d] = ldf(0u, qrow + d * t_nb(0u, 0u), t_type(0u));
     float scale = op_f(0u), softcap = op_f(2u);
     if (softcap != 0.0) scale /= softcap;
     bool has_mask = ex_u(1u) != 0u;

@@ -34,9 +34,8 @@ const uint NSG = 128u / SG;
 const uint LPR = D / 8u, RPW = SG / LPR, WSTEP = U * RPW, BSTEP = NSG * WSTEP;
 const float LOG2E = 1.4426950408889634;
 const uint MAXGS = 1024u;                            // heads x splits of a row group (host-checked)
-#include "coherent_q.glsl"   // (q, K and V coherent: soft_sync, common.glsl)
-layout(std430, binding = 1) coherent readonly buffer S1v { uvec4 s1v[]; };
-layout(std430, binding = 2) coherent readonly buffer S2v { uvec4 s2v[]; };
+layout(std430, binding = 1) readonly buffer S1v { uvec4 s1v[]; };
+layout(std430, binding = 2) readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 6) coherent buffer Scratch { float sc[]; };
 layout(std430, binding = 6) coherent buffer ScratchU { uint scu[]; };
 shared float s_m[NSG * G], s_l[NSG * G];
@@ -76,7 +75,7 @@ void main() {
     float q[G * 8u], slope[G];                       // this lane's 8 dims of each head's query, times the scale
     [[unroll]] for (uint g = 0u; g < G; g++) {
         uint h = hk * G + g, qrow = t_row(0u, iq, h, b);
-        [[unroll]] for (uint e = 0u; e < 8u; e++) q[g * 8u + e] = ldq(qrow + (col * 8u + e) * t_nb(0u, 0u), t_type(0u)) * scale;
+        [[unroll]] for (uint e = 0u; e < 8u; e++) q[g * 8u + e] = ldf(0u, qrow + (col * 8u + e) * t_nb(0u, 0u), t_type(0u)) * scale;
         slope[g] = alibi_slope(op_f(1u), h, H);
     }
     float m[G], l[G], acc[G * 8u];

@@ -27,9 +27,6 @@
 // count sums the partials in workgroup order, and over the whole row writes n = a / rms (binding 8, extras 20..;
 // ex[2] bit 0, else n and the product share their bytes) and n * w (w: slot 3; binding 9, extras 26..), eps the
 // norm's parameter at word 80. The norm's stage goes away; its arithmetic is norm_mul_reg's, summed in another order.
-// soft_sync (common.glsl): the wait for the stage before comes after the weight loads (they read the repacked copy,
-// which no dispatch writes), and the activations (bindings 1, 8 and 9) are read through coherent bindings
-#define VKP_LATE_WAIT
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -85,7 +82,7 @@ layout(std430, binding = 6) buffer O6 { uint o6[]; };
 layout(std430, binding = 7) buffer C7w { uint c7w[]; };
 layout(std430, binding = 7) buffer C7h { uint16_t c7h[]; };
 #endif
-layout(std430, binding = 1) coherent readonly buffer S1v { vec4 s1v[]; };
+layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
 #if defined(RP_GLU) || defined(RP_EPI)
 // norm-in (specialization bit 11, option rp_norm_in; vk_norm_in.c): the activations are a fused norm's result
 // m = rms_norm(x [+ r]) * w, recomputed here from its inputs so that the dispatch runs beside the norm's, not a stage
@@ -93,8 +90,8 @@ layout(std430, binding = 1) coherent readonly buffer S1v { vec4 s1v[]; };
 // extra word NEPS. Each invocation quantizes (x + r) * w for its units and sums (x + r)^2 over them; the workgroup,
 // whose invocations cover the row once, meets the squares with its row sums and scales those by 1 / rms.
 const uint NIN = (SPEC >> 11) & 1u, NIR = (SPEC >> 12) & 1u;
-layout(std430, binding = 8) coherent readonly buffer Nr { vec4 nrv[]; };
-layout(std430, binding = 9) coherent readonly buffer Nw { vec4 nwv[]; };
+layout(std430, binding = 8) readonly buffer Nr { vec4 nrv[]; };
+layout(std430, binding = 9) readonly buffer Nw { vec4 nwv[]; };
 #ifdef RP_GLU
 const uint NEPS = 8u;
 #else
@@ -107,8 +104,7 @@ const uint NIN = 0u, NIR = 0u;
 // activations (norm_mul_reg.comp's Q8_OUT, one row: K / 4 words of quants, then (d, sum) per block of 32), read as
 // quant_unit's result: the same quantization of the same floats, so the same bytes, in a fifth of the reads
 const uint QIN = (SPEC >> 13) & 1u;
-layout(std430, binding = 1) coherent readonly buffer S1q { uvec4 s1q[]; };
-layout(std430, binding = 1) coherent readonly buffer S1c { uint s1c[]; };   // (the (d, sum) words)
+layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
 uint qk4 = 0u;                                   // q8-in: K / 4, where the copy's (d, sum) pairs start (words)
 float nss = 0.0;                                 // norm-in: this invocation's sum of (x + r)^2
 uint nrb = 0u, nwb = 0u;                         // norm-in: r's and w's first vec4 in their bindings
@@ -168,7 +164,7 @@ float quant_unit(uint yb, uint u, out uint y[8], out int sa, out int sb) {
             sa = sdot4x8(y[k], 0x01010101u, 0) + sa;
             sb = sdot4x8(y[4u + k], 0x01010101u, 0) + sb;
         }
-        return uintBitsToFloat(s1c[qk4 + 2u * u]);
+        return uintBitsToFloat(s1w[qk4 + 2u * u]);
     }
     vec4 x[8];
     float amax = 0.0;
@@ -273,7 +269,6 @@ void main() {
             [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + RA + r] = ok ? rh2[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #endif
     }
-    vkp_stage_wait();   // (soft_sync: the stage before is done; the weights' loads are in flight)
     float acc[R];
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
     [[unroll]] for (uint j = 0u; j < J; j++) {

@@ -19,9 +19,9 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 256) in;
-layout(std430, binding = 0) coherent readonly buffer S0v { vec4 s0v[]; };   // (coherent: soft_sync, common.glsl)
-layout(std430, binding = 1) coherent readonly buffer S1v { vec4 s1v[]; };
-layout(std430, binding = 2) coherent readonly buffer S2v { vec4 s2v[]; };
+layout(std430, binding = 0) readonly buffer S0v { vec4 s0v[]; };
+layout(std430, binding = 1) readonly buffer S1v { vec4 s1v[]; };
+layout(std430, binding = 2) readonly buffer S2v { vec4 s2v[]; };
 layout(std430, binding = 3) buffer N3w { uint n3w[]; };
 layout(std430, binding = 3) buffer N3h { uint16_t n3h[]; };
 layout(std430, binding = 3) buffer N3v { vec4 n3v[]; };
