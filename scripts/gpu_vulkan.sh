@@ -65,10 +65,12 @@
 # (gpu-vulkan-barriers-h100-20261207T0027/): with debug_drop_barriers=1 the decode runs at 1.28x / 1.17x of CUDA (1b / 7b):
 # the stages' dependency is the gap. soft_sync (in-shader waits on stage counters: the CUDA plugin's programmatic
 # dependent launch in Vulkan) gave the barriers' bytes on the H100 and no speed, and its coherent reads cost the default
-# path ~17% (gpu-vulkan-softsync-h100-20261207T0426/): removed. The same call's GPU_VK_CMPROBE=1: f16 products at
+# path 15-21% (gpu-vulkan-softsync-h100-20261207T0426/, gpu-vulkan-nocoh-h100-20261207T0443/): removed. The same call's GPU_VK_CMPROBE=1: f16 products at
 # ~243 TFLOPS with f32 or f16 sums, int8 at ~481 TOPS, int8 scaled element by element into f32 sums ~154 (a q4_0 x int8
-# GEMM's per-block scaling costs more than the int8 rate gains). Next (prefill): GPU_VK_STATS=1's registers and spills
-# of mul_mat_cm4_khr against the probe's ~243 TFLOPS ceiling.
+# GEMM's per-block scaling costs more than the int8 rate gains). f32 sums ran at the f16 rate in the probe (16x16, four
+# per subgroup), where mul_mat_cm4's KHR build measured ~30 TFLOPS with them (16x8, many per subgroup). Next (prefill): the
+# probe with 16x8 accumulators and 8 / 16 of them per subgroup, to find where f32 sums slow down, and mul_mat_cm4_khr's
+# registers and spills (GPU_VK_STATS=1 listed only the decode pipelines).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
