@@ -138,10 +138,14 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
         timeout 120 $PY scripts/vulkan_pipeline_stats.py --out "$WORK" --models $PROF_MODELS 2>&1 | tee "$WORK/stats.log" | tail -60
         pack
     fi
-    if [ "${GPU_VK_CMPROBE:-0}" != 0 ] && [ -x .gl/vk_cm_probe ]; then   # the tensor cores' rate per operand type (KHR)
-        say "cooperative-matrix probe: .gl/vk_cm_probe (scripts/vk_cm_probe.c)"
-        timeout 60 .gl/vk_cm_probe 2>&1 | tee "$WORK/cm_probe.log"
-        pack
+    if [ "${GPU_VK_CMPROBE:-0}" != 0 ]; then   # the tensor cores' rate per operand type (KHR)
+        if [ -x .gl/vk_cm_probe ]; then
+            say "cooperative-matrix probe: .gl/vk_cm_probe (scripts/vk_cm_probe.c)"
+            timeout 60 .gl/vk_cm_probe 2>&1 | tee "$WORK/cm_probe.log"
+            pack
+        else
+            say "GPU_VK_CMPROBE=1 but no .gl/vk_cm_probe: build it here (make build/vk_cm_probe) and copy it into .gl/"
+        fi
     fi
     if [ "${GPU_VK_BANDWIDTH:-0}" != 0 ]; then   # what bandwidth a Vulkan kernel reaches: argmax, a big mat-vec, torch
         say "bandwidth probe: scripts/vulkan_bandwidth.py"

@@ -17,13 +17,7 @@
 #include <string.h>
 #include "vk_cm_probe_spv.h"   /* probe_spv[4], probe_spv_size[4] (the Makefile's rule) */
 
-/* VK_KHR_cooperative_matrix (Vulkan 1.3.255) is newer than Debian 12's headers: its names and structures as the
- * registry gives them (as plugins/vulkan/vk_caps.c) */
-#define CM_EXT "VK_KHR_cooperative_matrix"
-typedef struct { VkStructureType sType; void *pNext; VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess; } cm_features;
-typedef struct { VkStructureType sType; void *pNext; uint32_t MSize, NSize, KSize; int32_t AType, BType, CType, ResultType;
-                 VkBool32 saturatingAccumulation; int32_t scope; } cm_props;
-typedef VkResult (VKAPI_PTR *cm_props_fn)(VkPhysicalDevice, uint32_t *, cm_props *);
+#include "vk_khr_cm.h"         /* VK_KHR_cooperative_matrix's names and structures (newer than Debian 12's headers) */
 
 #define NS 8          /* the shader's copies of the fragments */
 #define FW 32         /* 16-byte words per fragment */
@@ -69,7 +63,7 @@ int main(int argc, char **argv) {
     IFN(vkEnumeratePhysicalDevices); IFN(vkGetPhysicalDeviceProperties); IFN(vkGetPhysicalDeviceQueueFamilyProperties);
     IFN(vkCreateDevice); IFN(vkGetDeviceProcAddr); IFN(vkGetPhysicalDeviceMemoryProperties);
     IFN(vkEnumerateDeviceExtensionProperties);
-    cm_props_fn cmprops = (cm_props_fn)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    vkp_cm_khr_props_fn cmprops = (vkp_cm_khr_props_fn)gipa(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
     uint32_t n = 0;
     CK(vkEnumeratePhysicalDevices(inst, &n, NULL));
     VkPhysicalDevice pds[16], pd = VK_NULL_HANDLE;
@@ -83,7 +77,7 @@ int main(int argc, char **argv) {
         VkExtensionProperties *ex = calloc(ne, sizeof *ex);
         vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, ex);
         int has = 0;
-        for (uint32_t j = 0; j < ne; j++) has |= !strcmp(ex[j].extensionName, CM_EXT);
+        for (uint32_t j = 0; j < ne; j++) has |= !strcmp(ex[j].extensionName, VKP_KHR_CM_EXT);
         free(ex);
         if (has && (argc < 2 || strstr(props.deviceName, argv[1]))) pd = pds[i];
     }
@@ -91,8 +85,8 @@ int main(int argc, char **argv) {
     printf("device: %s (driver %u.%u)\n", props.deviceName, props.driverVersion >> 22, (props.driverVersion >> 14) & 255);
     uint32_t ncm = 0;
     cmprops(pd, &ncm, NULL);
-    cm_props *cm = calloc(ncm, sizeof *cm);
-    for (uint32_t i = 0; i < ncm; i++) cm[i].sType = (VkStructureType)1000506001;
+    vkp_cm_khr_props *cm = calloc(ncm, sizeof *cm);
+    for (uint32_t i = 0; i < ncm; i++) cm[i].sType = VKP_STYPE_CM_KHR_PROPERTIES;
     cmprops(pd, &ncm, cm);
     for (uint32_t i = 0; i < ncm; i++)
         printf("shape %ux%ux%u A %d B %d C %d R %d scope %d\n", cm[i].MSize, cm[i].NSize, cm[i].KSize, cm[i].AType, cm[i].BType,
@@ -107,11 +101,11 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < nq && qf == UINT32_MAX; i++) if (qp[i].queueFlags & VK_QUEUE_COMPUTE_BIT) qf = i;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = qf, .queueCount = 1, .pQueuePriorities = &prio };
-    cm_features cmf = { .sType = (VkStructureType)1000506000, .cooperativeMatrix = VK_TRUE };
+    struct vkp_cm_khr_features cmf = { .sType = VKP_STYPE_CM_KHR_FEATURES, .cooperativeMatrix = VK_TRUE };
     VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf,
         .shaderFloat16 = VK_TRUE, .shaderInt8 = VK_TRUE, .vulkanMemoryModel = VK_TRUE };
     VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
-    const char *exts[] = { CM_EXT };
+    const char *exts[] = { VKP_KHR_CM_EXT };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &qci, .enabledExtensionCount = 1, .ppEnabledExtensionNames = exts };
     VkDevice dev;
@@ -204,7 +198,7 @@ int main(int argc, char **argv) {
         CK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe));
         double best[7]; int nrun = 0;
         uint32_t iter = 64, wgs = WGS;
-        for (int run = -2; run < 7; run++) {   /* two to size the run, then seven timed; the last with the check's counts */
+        for (int run = -2; run < 7; run++) {   /* two to size the run, six timed, then one with the check's counts */
             uint32_t it = run == 6 ? 24 : iter, g = run == 6 ? 8 : wgs;
             VkCommandBufferBeginInfo bb = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
             CK(vkResetCommandBuffer(cb, 0));

@@ -18,14 +18,7 @@
 #include <string.h>
 #include "vk_internal.h"
 
-/* VK_KHR_cooperative_matrix (Vulkan 1.3.255) is newer than Debian 12's headers (1.3.239): its names,
- * values and structures as the registry gives them */
-#define VKP_KHR_CM_EXT "VK_KHR_cooperative_matrix"
-#define VKP_STYPE_CM_KHR_FEATURES ((VkStructureType)1000506000)
-#define VKP_STYPE_CM_KHR_PROPERTIES ((VkStructureType)1000506001)
-typedef struct { VkStructureType sType; void *pNext; uint32_t MSize, NSize, KSize; VkComponentTypeNV AType, BType, CType, ResultType;
-                 VkBool32 saturatingAccumulation; VkScopeNV scope; } vkp_cm_khr_props;   /* VkCooperativeMatrixPropertiesKHR */
-typedef VkResult (VKAPI_PTR *vkp_cm_khr_props_fn)(VkPhysicalDevice, uint32_t *, vkp_cm_khr_props *);
+/* (VK_KHR_cooperative_matrix's names and structures: vk_khr_cm.h) */
 
 /* The KHR extension beside the NV one (whose requirements it shares: f16, the memory model): enabled
  * where the device has its feature and a subgroup 16x16x16 f16*f16+f32 shape (d->coopmat_khr), and

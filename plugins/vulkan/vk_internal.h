@@ -9,6 +9,7 @@
 #include <vulkan/vulkan.h>
 #include <pthread.h>
 #include "pyggml/pyggml.h"
+#include "vk_khr_cm.h"
 
 /* Vulkan functions the plugin uses, by level. */
 #define VKP_INSTANCE_FUNCS(X) \
@@ -335,7 +336,7 @@ typedef struct vkp_caps_enable {
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot;
     VkPhysicalDeviceSynchronization2FeaturesKHR sync2;
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_props;
-    struct vkp_cm_khr_features { VkStructureType sType; void *pNext; VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess; } cm_khr;
+    struct vkp_cm_khr_features cm_khr;   /* (vk_khr_cm.h) */
     const char *exts[6]; uint32_t n_exts;
 } vkp_caps_enable;
 int vkp_cm_khr_usable(const pyg_device *d);   /* vk_options.c */

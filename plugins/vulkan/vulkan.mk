@@ -129,7 +129,7 @@ $(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl 
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DFUSED_ADD -mfmt=c -o $@ $<
 
-$(VK_LIB): $(VK_SRCS) $(VK_DIR)/vk_internal.h $(VK_SPV_H) $(PYG_HEADERS) plugins/plugin.map
+$(VK_LIB): $(VK_SRCS) $(wildcard $(VK_DIR)/*.h) $(VK_SPV_H) $(PYG_HEADERS) plugins/plugin.map
 	@mkdir -p $(PLUGIN_DIR)
 	$(CC) $(VK_CFLAGS) -shared -o $@ $(VK_SRCS) $(PLUGIN_LDFLAGS) -ldl -lpthread -lm
 
@@ -144,8 +144,8 @@ $(VK_BUILD)/vk_cm_probe_spv.h: $(foreach v,0 1 2 3,$(VK_BUILD)/vk_cm_probe_$(v).
 	@{ for v in 0 1 2 3; do echo "static const uint32_t probe_spv$$v[] ="; echo "#include \"vk_cm_probe_$$v.spv.h\""; echo ';'; done; \
 	  echo 'static const uint32_t *const probe_spv[4] = { probe_spv0, probe_spv1, probe_spv2, probe_spv3 };'; \
 	  echo 'static const size_t probe_spv_size[4] = { sizeof probe_spv0, sizeof probe_spv1, sizeof probe_spv2, sizeof probe_spv3 };'; } > $@
-build/vk_cm_probe: scripts/vk_cm_probe.c $(VK_BUILD)/vk_cm_probe_spv.h
-	$(CC) -std=gnu11 -O2 -Wall -Wextra -I$(VK_BUILD) -o $@ $< -ldl -lm
+build/vk_cm_probe: scripts/vk_cm_probe.c $(VK_DIR)/vk_khr_cm.h $(VK_BUILD)/vk_cm_probe_spv.h
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -I$(VK_DIR) -I$(VK_BUILD) -o $@ $< -ldl -lm
 
 endif
 endif
