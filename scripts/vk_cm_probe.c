@@ -1,7 +1,9 @@
-/* scripts/vk_cm_probe.c — how fast the tensor cores run through VK_KHR_cooperative_matrix for each operand type,
- * and whether int8 products can be scaled element by element into f32 sums (what a GEMM on q4_0 x int8 blocks needs):
- * the four builds of scripts/vk_cm_probe.comp (f16 -> f32, f16 -> f16, int8 -> int32, int8 -> int32 scaled into
- * f32), each timed with timestamp queries over a few runs (median TFLOPS or TOPS) and checked against the host's own
+/* scripts/vk_cm_probe.c — how fast the tensor cores run through VK_KHR_cooperative_matrix for each operand type and
+ * accumulator layout, and whether int8 products can be scaled element by element into f32 sums (what a GEMM on
+ * q4_0 x int8 blocks needs): the builds of scripts/vk_cm_probe.comp (VARIANTS below: f16 -> f32, f16 -> f16,
+ * int8 -> int32, int8 -> int32 scaled into f32, then f16 products into 16x8 and 16x16 accumulators, 4 to 32 of them
+ * a subgroup, sized by literals or by specialization constants, fragments reloaded every step or loaded once), each
+ * timed with timestamp queries over a few runs (median TFLOPS or TOPS) and checked against the host's own
  * arithmetic on the same data. Also lists the device's cooperative-matrix shapes and types.
  *
  *   make build/vk_cm_probe && build/vk_cm_probe [device-substring]      (exit status 1 if a build's check fails)
@@ -15,13 +17,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "vk_cm_probe_spv.h"   /* probe_spv[4], probe_spv_size[4] (the Makefile's rule) */
+#include "vk_cm_probe_spv.h"   /* probe_spv[NV], probe_spv_size[NV] (the Makefile's rule) */
 
 #include "vk_khr_cm.h"         /* VK_KHR_cooperative_matrix's names and structures (newer than Debian 12's headers) */
 
-#define NS 8          /* the shader's copies of the fragments */
-#define FW 32         /* 16-byte words per fragment */
+#define NS 4          /* the shader's copies of the fragments */
+#define SL 12         /* fragment slots per copy: A 0..3, B 4..11 */
+#define FW 32         /* 16-byte words per slot */
 #define WGS 4096      /* workgroups of each timed run */
+#define TMAX 4096     /* the most result floats of a subgroup (FM x FN x 16 x CN) */
+
+/* the shader's variants (its header's table): K of a product, columns of B and of the sums, fragments per
+ * subgroup, the sums' kind (0 f32, 1 f16, 2 int32, 3 int32 scaled into f32), sizes by specialization, fragments
+ * loaded once */
+static const struct { const char *name; int kd, cn, fm, fn, kind, spec, once; } VARIANTS[] = {
+    { "f16 x f16 -> f32 16x16x16, 2x2 acc",                16, 16, 2, 2, 0, 0, 0 },
+    { "f16 x f16 -> f16 16x16x16, 2x2 acc",                16, 16, 2, 2, 1, 0, 0 },
+    { "int8 x int8 -> int32 16x16x32, 2x2 acc",            32, 16, 2, 2, 2, 0, 0 },
+    { "int8 x int8 -> int32, scaled into f32, 2x2 acc",     32, 16, 2, 2, 3, 0, 0 },
+    { "f16 x f16 -> f32 16x8x16, 2x4 acc",                 16, 8, 2, 4, 0, 0, 0 },
+    { "f16 x f16 -> f16 16x8x16, 2x4 acc",                 16, 8, 2, 4, 1, 0, 0 },
+    { "f16 x f16 -> f32 16x8x16, 2x4 acc, spec. sizes",    16, 8, 2, 4, 0, 1, 0 },
+    { "f16 x f16 -> f32 16x16x16, 4x4 acc",                16, 16, 4, 4, 0, 0, 0 },
+    { "f16 x f16 -> f32 16x8x16, 4x8 acc",                 16, 8, 4, 8, 0, 0, 0 },
+    { "f16 x f16 -> f16 16x8x16, 4x8 acc",                 16, 8, 4, 8, 1, 0, 0 },
+    { "f16 x f16 -> f32 16x16x16, 2x2 acc, frags once",    16, 16, 2, 2, 0, 0, 1 },
+};
+#define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
+_Static_assert(sizeof probe_spv / sizeof probe_spv[0] == NV, "vulkan.mk's VK_CM_PROBE_V lists one build per VARIANTS entry");
 
 static PFN_vkGetInstanceProcAddr gipa;
 #define IFN(name) PFN_##name name = (PFN_##name)gipa(inst, #name)
@@ -41,14 +64,14 @@ static uint16_t f2h_small(int q4) {   /* q4 / 4 for |q4| <= 8: exact in f16 */
     return (uint16_t)(((x >> 16) & 0x8000) | ((((x >> 23) & 255) - 112) << 10) | ((x >> 13) & 1023));
 }
 
-/* element k of row r of A fragment f of copy c, or of column col of B fragment f (as double) */
-static double elem(const uint8_t *in, int v, int c, int frag, int rc, int k) {
-    const uint8_t *p = in + ((size_t)(c * 4 + frag) * FW) * 16 + (size_t)rc * 32;
-    if (v <= 1) { uint16_t h; memcpy(&h, p + 2 * k, 2); return h2f(h); }
+/* element k of row (A) or column (B) rc of the fragment in slot `slot` of copy c (as double) */
+static double elem(const uint8_t *in, int i8, int c, int slot, int rc, int k) {
+    const uint8_t *p = in + ((size_t)(c * SL + slot) * FW) * 16 + (size_t)rc * 32;
+    if (!i8) { uint16_t h; memcpy(&h, p + 2 * k, 2); return h2f(h); }
     return (double)(int8_t)p[k];
 }
 static double scl(const uint8_t *in, int c, int x) {
-    float f; memcpy(&f, in + (size_t)NS * 4 * FW * 16 + ((size_t)c * 64 + x) * 4, 4); return f;
+    float f; memcpy(&f, in + (size_t)NS * SL * FW * 16 + ((size_t)c * 64 + x) * 4, 4); return f;
 }
 
 int main(int argc, char **argv) {
@@ -125,7 +148,7 @@ int main(int argc, char **argv) {
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(pd, &mp);
     VkBuffer buf[2]; void *map[2];
-    const VkDeviceSize size[2] = { (VkDeviceSize)(NS * 4 * FW + NS * 16) * 16, (VkDeviceSize)WGS * 16 * 256 * 4 };
+    const VkDeviceSize size[2] = { (VkDeviceSize)(NS * SL * FW + NS * 16) * 16, (VkDeviceSize)8 * 4 * TMAX * 4 };
     for (int b = 0; b < 2; b++) {
         VkBufferCreateInfo bi = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size[b], .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT };
         CK(vkCreateBuffer(dev, &bi, NULL, &buf[b]));
@@ -174,26 +197,30 @@ int main(int argc, char **argv) {
     VkQueryPool qpool;
     CK(vkCreateQueryPool(dev, &qpi, NULL, &qpool));
 
-    static const char *names[4] = { "f16 x f16 -> f32 (16x16x16)", "f16 x f16 -> f16 (16x16x16)", "int8 x int8 -> int32 (16x16x32)",
-                                    "int8 x int8 -> int32, scaled into f32 (16x16x32)" };
     int bad = 0;
     uint8_t *in = map[0];
     srand(7);
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < NV; v++) {
+        int kd = VARIANTS[v].kd, cn = VARIANTS[v].cn, fm_n = VARIANTS[v].fm, fn_n = VARIANTS[v].fn, kind = VARIANTS[v].kind;
+        int i8 = kind >= 2;
         /* the data: f16 values q / 4 (q in -8..8) or int8 -8..7 (A) and -127..127 (B); scales 2^-k */
         for (int c = 0; c < NS; c++)
-            for (int f = 0; f < 4; f++)
+            for (int f = 0; f < SL; f++)
                 for (int e = 0; e < 512; e++) {
-                    uint8_t *p = in + ((size_t)(c * 4 + f) * FW) * 16;
-                    if (v <= 1) { if (e < 256) { uint16_t h = f2h_small(rand() % 17 - 8); memcpy(p + 2 * e, &h, 2); } }
-                    else p[e] = (uint8_t)(int8_t)(f < 2 ? rand() % 16 - 8 : rand() % 255 - 127);
+                    uint8_t *p = in + ((size_t)(c * SL + f) * FW) * 16;
+                    if (!i8) { if (e < 256) { uint16_t h = f2h_small(rand() % 17 - 8); memcpy(p + 2 * e, &h, 2); } }
+                    else p[e] = (uint8_t)(int8_t)(f < 4 ? rand() % 16 - 8 : rand() % 255 - 127);
                 }
-        for (int i = 0; i < NS * 64; i++) { float s = ldexpf(1.0f + (float)(rand() % 8) / 8.0f, -(rand() % 6)); memcpy(in + (size_t)NS * 4 * FW * 16 + 4 * (size_t)i, &s, 4); }
+        for (int i = 0; i < NS * 64; i++) { float s = ldexpf(1.0f + (float)(rand() % 8) / 8.0f, -(rand() % 6)); memcpy(in + (size_t)NS * SL * FW * 16 + 4 * (size_t)i, &s, 4); }
         VkShaderModuleCreateInfo smi = { .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = probe_spv_size[v], .pCode = probe_spv[v] };
         VkShaderModule sm;
         CK(vkCreateShaderModule(dev, &smi, NULL, &sm));
+        uint32_t sv[3] = { (uint32_t)fm_n, 128, (uint32_t)fn_n };   /* (variants with spec: FM, the workgroup size, FN) */
+        VkSpecializationMapEntry sme[3] = { { 0, 0, 4 }, { 1, 4, 4 }, { 2, 8, 4 } };
+        VkSpecializationInfo spi = { 3, sme, sizeof sv, sv };
         VkComputePipelineCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .layout = pl,
-            .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = sm, .pName = "main" } };
+            .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = sm, .pName = "main",
+                       .pSpecializationInfo = VARIANTS[v].spec ? &spi : NULL } };
         VkPipeline pipe;
         CK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe));
         double best[7]; int nrun = 0;
@@ -221,37 +248,38 @@ int main(int argc, char **argv) {
                 double want = iter * 0.040 / (sec > 1e-6 ? sec : 1e-6);
                 iter = want > 1e6 ? 1000000u : want < 64 ? 64u : (uint32_t)want;
             } else if (run < 6) {
-                double ops = (double)g * 4 * 4 * it * 2.0 * 16 * 16 * (v <= 1 ? 16 : 32);
+                double ops = (double)g * 4 * fm_n * fn_n * it * 2.0 * 16 * cn * kd;
                 best[nrun++] = ops / sec * 1e-12;
             }
         }
         for (int i = 0; i < nrun; i++) for (int j = i + 1; j < nrun; j++) if (best[j] < best[i]) { double t = best[i]; best[i] = best[j]; best[j] = t; }
-        /* the check: every workgroup's subgroup s, tile (fm, fn) after 24 steps, copy c = (step + s) % NS */
+        /* the check: every workgroup's subgroup s, tile (fm, fn) after 24 steps, copy c = (step + s) % NS (fragments
+         * loaded once: s % NS throughout) */
         const float *out = map[1];
         double maxerr = 0;
         for (int g = 0; g < 8; g++)
             for (int s = 0; s < 4; s++)
-                for (int fm = 0; fm < 2; fm++)
-                    for (int fn = 0; fn < 2; fn++)
+                for (int fm = 0; fm < fm_n; fm++)
+                    for (int fn = 0; fn < fn_n; fn++)
                         for (int r = 0; r < 16; r++)
-                            for (int col = 0; col < 16; col++) {
+                            for (int col = 0; col < cn; col++) {
                                 double ref = 0;
                                 for (int st = 0; st < 24; st++) {
-                                    int c = (st + s) % NS;
+                                    int c = VARIANTS[v].once ? s % NS : (st + s) % NS;
                                     double dot = 0;
-                                    for (int k = 0; k < (v <= 1 ? 16 : 32); k++) dot += elem(in, v, c, fm, r, k) * elem(in, v, c, 2 + fn, col, k);
-                                    ref += v == 3 ? dot * scl(in, c, fm * 16 + r) * scl(in, c, 32 + fn * 16 + col) : dot;
+                                    for (int k = 0; k < kd; k++) dot += elem(in, i8, c, fm, r, k) * elem(in, i8, c, 4 + fn, col, k);
+                                    ref += kind == 3 ? dot * scl(in, c, fm * 16 + r) * scl(in, c, 32 + fn * 16 + col) : dot;
                                 }
-                                double got = out[((size_t)(g * 4 + s) * 4 + fm * 2 + fn) * 256 + r * 16 + col];
+                                double got = out[((size_t)(g * 4 + s) * fm_n * fn_n + fm * fn_n + fn) * 16 * cn + r * cn + col];
                                 double err = fabs(got - ref) / (fabs(ref) > 1 ? fabs(ref) : 1);
                                 if (err > maxerr) maxerr = err;
                             }
         /* f16 sums of values q / 4 over 24 x 16 terms: within f16 rounding; the f32 and int32 ones exact; the scaled
          * int8 sums within float rounding */
-        int ok = maxerr <= (v == 3 ? 1e-5 : v == 1 ? 1e-2 : 0);
+        int ok = maxerr <= (kind == 3 ? 1e-5 : kind == 1 ? 1e-2 : 0);
         bad |= !ok;
-        printf("%-48s %8.1f T/s median of %d (min %.1f, max %.1f), %u steps x %u workgroups; check: max rel. error %.3g %s\n",
-               names[v], best[nrun / 2], nrun, best[0], best[nrun - 1], iter, wgs, maxerr, ok ? "ok" : "WRONG");
+        printf("V%-2d %-50s %8.1f T/s median of %d (min %.1f, max %.1f), %u steps x %u workgroups; check: max rel. error %.3g %s\n",
+               v, VARIANTS[v].name, best[nrun / 2], nrun, best[0], best[nrun - 1], iter, wgs, maxerr, ok ? "ok" : "WRONG");
         fflush(stdout);
     }
     return bad;

@@ -17,8 +17,11 @@ RP_LIT_BUILDS := $(foreach j,1 2,mul_mat_vec_rp_q0j$(j) mul_mat_vec_rp4_q0j$(j) 
 # mul_mat_cm4's KHR build with its specialization and workgroup size as literals, then spirv-opt -O (option gemm_lit), for the auto
 # configurations on a 32-wide subgroup with gemm_b16 and cm_acc=f16x4: name:specialization:invocations. w2x2 is
 # 64x128.k64.w2x2 (one stage where shared memory is NVIDIA's 48 KiB), w2x4 64x128.k64.w2x4.s1; q0 q4_0 weights read
-# directly, dq gemm_dq's f16 copy (the k-quants). tests/test_vulkan_gemm_lit.py recomputes the values from vk_matmul.c's rules.
-CM4_LITS := w2x2_q0:0x1284b902:128 w2x4_q0:0x12853902:256 w2x2_dq:0x1384b901:128 w2x4_dq:0x13853901:256
+# directly, dq gemm_dq's f16 copy (the k-quants); q0f32 the q4_0 ones with cm_acc=f32 (f32 accumulators throughout: whether
+# the ~30 TFLOPS of f32 sums belong to the specialized module). tests/test_vulkan_gemm_lit.py recomputes the values from
+# vk_matmul.c's rules.
+CM4_LITS := w2x2_q0:0x1284b902:128 w2x4_q0:0x12853902:256 w2x2_dq:0x1384b901:128 w2x4_dq:0x13853901:256 \
+            w2x2_q0f32:0x0204b902:128 w2x4_q0f32:0x02053902:256
 CM4_LIT_H := $(foreach l,$(CM4_LITS),$(VK_BUILD)/mul_mat_cm4_khr_$(word 1,$(subst :, ,$(l))).spv.h)
 VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \
@@ -135,15 +138,17 @@ $(VK_LIB): $(VK_SRCS) $(wildcard $(VK_DIR)/*.h) $(VK_SPV_H) $(PYG_HEADERS) plugi
 
 PLUGINS += $(VK_LIB)
 
-# scripts/vk_cm_probe: the tensor cores' rate through VK_KHR_cooperative_matrix per operand type (not part of `all`)
+# scripts/vk_cm_probe: the tensor cores' rate through VK_KHR_cooperative_matrix per operand type and accumulator
+# layout (not part of `all`; VK_CM_PROBE_V: the shader's variants, as many as vk_cm_probe.c's VARIANTS)
 $(VK_BUILD)/vk_cm_probe_%.spv.h: scripts/vk_cm_probe.comp scripts/glslang_khr.py | deps
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) -E -DV=$* -o $(VK_BUILD)/vk_cm_probe_$*.pp.comp $<
 	$(PYTHON) scripts/glslang_khr.py $(VK_BUILD)/vk_cm_probe_$*.pp.comp $@
-$(VK_BUILD)/vk_cm_probe_spv.h: $(foreach v,0 1 2 3,$(VK_BUILD)/vk_cm_probe_$(v).spv.h)
-	@{ for v in 0 1 2 3; do echo "static const uint32_t probe_spv$$v[] ="; echo "#include \"vk_cm_probe_$$v.spv.h\""; echo ';'; done; \
-	  echo 'static const uint32_t *const probe_spv[4] = { probe_spv0, probe_spv1, probe_spv2, probe_spv3 };'; \
-	  echo 'static const size_t probe_spv_size[4] = { sizeof probe_spv0, sizeof probe_spv1, sizeof probe_spv2, sizeof probe_spv3 };'; } > $@
+VK_CM_PROBE_V := 0 1 2 3 4 5 6 7 8 9 10
+$(VK_BUILD)/vk_cm_probe_spv.h: $(foreach v,$(VK_CM_PROBE_V),$(VK_BUILD)/vk_cm_probe_$(v).spv.h)
+	@{ for v in $(VK_CM_PROBE_V); do echo "static const uint32_t probe_spv$$v[] ="; echo "#include \"vk_cm_probe_$$v.spv.h\""; echo ';'; done; \
+	  echo 'static const uint32_t *const probe_spv[] = {'; for v in $(VK_CM_PROBE_V); do echo "probe_spv$$v,"; done; echo '};'; \
+	  echo 'static const size_t probe_spv_size[] = {'; for v in $(VK_CM_PROBE_V); do echo "sizeof probe_spv$$v,"; done; echo '};'; } > $@
 build/vk_cm_probe: scripts/vk_cm_probe.c $(VK_DIR)/vk_khr_cm.h $(VK_BUILD)/vk_cm_probe_spv.h
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -I$(VK_DIR) -I$(VK_BUILD) -o $@ $< -ldl -lm
 
