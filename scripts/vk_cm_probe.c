@@ -6,7 +6,10 @@
  * timed with timestamp queries over a few runs (median TFLOPS or TOPS) and checked against the host's own
  * arithmetic on the same data. Also lists the device's cooperative-matrix shapes and types.
  *
- *   make build/vk_cm_probe && build/vk_cm_probe [device-substring]      (exit status 1 if a build's check fails)
+ *   make build/vk_cm_probe && build/vk_cm_probe [--nv] [device-substring]      (exit status 1 if a build's check fails)
+ *
+ * --nv: the device also created with VK_NV_cooperative_matrix enabled, as the plugin creates it (vk_caps.c), to see
+ * whether having both extensions changes what the KHR builds run at.
  *
  * Needs only libvulkan.so.1 at run time (dlopen), so the binary built here runs on the GPU machine. */
 #define VK_NO_PROTOTYPES
@@ -42,7 +45,12 @@ static const struct { const char *name; int kd, cn, fm, fn, kind, spec, once; } 
     { "f16 x f16 -> f32 16x8x16, 4x8 acc",                 16, 8, 4, 8, 0, 0, 0 },
     { "f16 x f16 -> f16 16x8x16, 4x8 acc",                 16, 8, 4, 8, 1, 0, 0 },
     { "f16 x f16 -> f32 16x16x16, 2x2 acc, frags once",    16, 16, 2, 2, 0, 0, 1 },
+    { "f16 x f16 -> f32 16x8x16, 2x8 acc, frags once",     16, 8, 2, 8, 0, 0, 1 },
+    { "  stored via a shared uvec4 tile, column-major",     16, 8, 2, 8, 0, 0, 1 },
+    { "  stored via a shared float tile, column-major",     16, 8, 2, 8, 0, 0, 1 },
+    { "  stored column-major",                              16, 8, 2, 8, 0, 0, 1 },
 };
+#define V_COLMAJOR 14   /* the variant whose results lie column-major in the output */
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 _Static_assert(sizeof probe_spv / sizeof probe_spv[0] == NV, "vulkan.mk's VK_CM_PROBE_V lists one build per VARIANTS entry");
 
@@ -75,6 +83,12 @@ static double scl(const uint8_t *in, int c, int x) {
 }
 
 int main(int argc, char **argv) {
+    int nv = 0;
+    const char *want_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nv")) nv = 1;
+        else want_name = argv[i];
+    }
     void *lib = dlopen("libvulkan.so.1", RTLD_NOW);
     if (!lib) { fprintf(stderr, "vk_cm_probe: no libvulkan.so.1 (%s)\n", dlerror()); return 2; }
     gipa = (PFN_vkGetInstanceProcAddr)dlsym(lib, "vkGetInstanceProcAddr");
@@ -99,13 +113,18 @@ int main(int argc, char **argv) {
         vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, NULL);
         VkExtensionProperties *ex = calloc(ne, sizeof *ex);
         vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, ex);
-        int has = 0;
-        for (uint32_t j = 0; j < ne; j++) has |= !strcmp(ex[j].extensionName, VKP_KHR_CM_EXT);
+        int has = 0, has_nv = 0;
+        for (uint32_t j = 0; j < ne; j++) {
+            has |= !strcmp(ex[j].extensionName, VKP_KHR_CM_EXT);
+            has_nv |= !strcmp(ex[j].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+        }
         free(ex);
-        if (has && (argc < 2 || strstr(props.deviceName, argv[1]))) pd = pds[i];
+        if (has && (!nv || has_nv) && (!want_name || strstr(props.deviceName, want_name))) pd = pds[i];
     }
-    if (!pd || !cmprops) { fprintf(stderr, "vk_cm_probe: no device with VK_KHR_cooperative_matrix%s%s\n", argc > 1 ? " named like " : "", argc > 1 ? argv[1] : ""); return 2; }
-    printf("device: %s (driver %u.%u)\n", props.deviceName, props.driverVersion >> 22, (props.driverVersion >> 14) & 255);
+    if (!pd || !cmprops) { fprintf(stderr, "vk_cm_probe: no device with VK_KHR_cooperative_matrix%s%s%s\n", nv ? " and VK_NV_cooperative_matrix" : "",
+                                   want_name ? " named like " : "", want_name ? want_name : ""); return 2; }
+    printf("device: %s (driver %u.%u)%s\n", props.deviceName, props.driverVersion >> 22, (props.driverVersion >> 14) & 255,
+           nv ? ", VK_NV_cooperative_matrix enabled too" : "");
     uint32_t ncm = 0;
     cmprops(pd, &ncm, NULL);
     vkp_cm_khr_props *cm = calloc(ncm, sizeof *cm);
@@ -124,13 +143,15 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < nq && qf == UINT32_MAX; i++) if (qp[i].queueFlags & VK_QUEUE_COMPUTE_BIT) qf = i;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = qf, .queueCount = 1, .pQueuePriorities = &prio };
-    struct vkp_cm_khr_features cmf = { .sType = VKP_STYPE_CM_KHR_FEATURES, .cooperativeMatrix = VK_TRUE };
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV nvf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE };
+    struct vkp_cm_khr_features cmf = { .sType = VKP_STYPE_CM_KHR_FEATURES, .pNext = nv ? &nvf : NULL, .cooperativeMatrix = VK_TRUE };
     VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf,
-        .shaderFloat16 = VK_TRUE, .shaderInt8 = VK_TRUE, .vulkanMemoryModel = VK_TRUE };
+        .shaderFloat16 = VK_TRUE, .shaderInt8 = VK_TRUE, .vulkanMemoryModel = VK_TRUE, .vulkanMemoryModelDeviceScope = nv ? VK_TRUE : VK_FALSE };
     VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
-    const char *exts[] = { VKP_KHR_CM_EXT };
+    const char *exts[] = { VKP_KHR_CM_EXT, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
-        .pQueueCreateInfos = &qci, .enabledExtensionCount = 1, .ppEnabledExtensionNames = exts };
+        .pQueueCreateInfos = &qci, .enabledExtensionCount = nv ? 2u : 1u, .ppEnabledExtensionNames = exts };
     VkDevice dev;
     CK(vkCreateDevice(pd, &dci, NULL, &dev));
     PFN_vkGetDeviceProcAddr gdpa = vkGetDeviceProcAddr;
@@ -270,7 +291,8 @@ int main(int argc, char **argv) {
                                     for (int k = 0; k < kd; k++) dot += elem(in, i8, c, fm, r, k) * elem(in, i8, c, 4 + fn, col, k);
                                     ref += kind == 3 ? dot * scl(in, c, fm * 16 + r) * scl(in, c, 32 + fn * 16 + col) : dot;
                                 }
-                                double got = out[((size_t)(g * 4 + s) * fm_n * fn_n + fm * fn_n + fn) * 16 * cn + r * cn + col];
+                                size_t base = ((size_t)(g * 4 + s) * fm_n * fn_n + fm * fn_n + fn) * 16 * cn;
+                                double got = out[base + (v == V_COLMAJOR ? (size_t)col * 16 + r : (size_t)r * cn + col)];
                                 double err = fabs(got - ref) / (fabs(ref) > 1 ? fabs(ref) : 1);
                                 if (err > maxerr) maxerr = err;
                             }

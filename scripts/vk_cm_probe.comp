@@ -18,6 +18,11 @@
 //   8  f16 -> f32             8           4 x 8     32 accumulators of 16x8 (128 f32 registers a lane)
 //   9  f16 -> f16             8           4 x 8
 //  10  f16 -> f32             16          2 x 2     fragments loaded once, before the loop (the products alone)
+//  11  f16 -> f32             8           2 x 8     fragments loaded once (mul_mat_cm4's 64x128.k64.w2x2 subgroup in
+//                                                   its debug_gemm_parts=3 loop), stored row-major into the output
+//  12  as 11, each accumulator stored column-major into a shared uvec4 array (mul_mat_cm4's staging tile Cs), copied out
+//  13  as 11, stored column-major into a shared float array, copied out
+//  14  as 11, stored column-major into the output
 // Each subgroup keeps FM x FN accumulators; each of ITER steps loads FM A and FN B fragments from shared memory
 // (filled from the input buffer once) and makes the FM x FN products. The first 8 workgroups store their results,
 // which the host checks against its own arithmetic (the store depends on the workgroup, so nothing is optimized away).
@@ -40,11 +45,13 @@ const uint FM = 4u, FN = 4u;
 const uint FM = 4u, FN = 8u;
 #elif V == 4 || V == 5
 const uint FM = 2u, FN = 4u;
+#elif V >= 11
+const uint FM = 2u, FN = 8u;
 #else
 const uint FM = 2u, FN = 2u;
 #endif
 #endif
-#if V == 4 || V == 5 || V == 6 || V == 8 || V == 9
+#if V == 4 || V == 5 || V == 6 || V == 8 || V == 9 || V >= 11
 #define CN 8
 #else
 #define CN 16
@@ -79,6 +86,11 @@ const uint FW = 32u;                     // 16-byte words per slot: 16 rows (A) 
 shared uvec4 sh[NS * SL * FW];           // [copy][slot][rows / columns]
 shared uvec4 ss[NS * 16u];               // V=3: per copy 64 f32 scales (a0's and a1's rows, then b0's and b1's columns)
 shared uvec4 sidx[64];                   // V=3: the index table, 16 x 16 int32: row * 16 + column
+#if V == 12
+shared uvec4 cst[4u * 32u];              // a 16x8 f32 staging tile per subgroup
+#elif V == 13
+shared float cst[4u * 128u];
+#endif
 #if V == 3
 #define ACC MF
 #else
@@ -99,7 +111,7 @@ void main() {
     coopMatLoad(idx, sidx, 0u, 4u, gl_CooperativeMatrixLayoutRowMajor);
 #endif
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) acc[f] = ACC(0);
-#if V == 10
+#if V == 10 || V >= 11
     MA a[FM]; MB b[FN];
     {
         uint c = sg % NS;
@@ -109,7 +121,7 @@ void main() {
 #endif
     for (uint s = 0u; s < pc.iter; s++) {
         uint c = (s + sg) % NS;
-#if V != 10
+#if V != 10 && V < 11
         MA a[FM]; MB b[FN];
         [[unroll]] for (uint f = 0u; f < FM; f++) coopMatLoad(a[f], sh, (c * SL + f) * FW, 2u, gl_CooperativeMatrixLayoutRowMajor);
         [[unroll]] for (uint f = 0u; f < FN; f++) coopMatLoad(b[f], sh, (c * SL + 4u + f) * FW, 2u, gl_CooperativeMatrixLayoutColumnMajor);
@@ -130,7 +142,22 @@ void main() {
     if (gl_WorkGroupID.x >= 8u) return;
     uint o = (gl_WorkGroupID.x * 4u + sg) * FM * FN * (16u * CN);
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
-#if V == 1 || V == 5 || V == 9
+#if V == 12 || V == 13
+        coopMatStore(acc[f], cst, sg * (V == 12 ? 32u : 128u), V == 12 ? 4u : 16u, gl_CooperativeMatrixLayoutColumnMajor);
+        subgroupMemoryBarrierShared(); subgroupBarrier();
+        for (uint e = gl_SubgroupInvocationID; e < 128u; e += gl_SubgroupSize) {
+            uint x = (e >> 4) * 16u + (e & 15u);   // (row e & 15, column e >> 4), column-major in the staging tile
+#if V == 12
+            float v = uintBitsToFloat(cst[sg * 32u + (x >> 2)][x & 3u]);
+#else
+            float v = cst[sg * 128u + x];
+#endif
+            dst[o + f * 128u + (e & 15u) * 8u + (e >> 4)] = v;
+        }
+        subgroupMemoryBarrierShared(); subgroupBarrier();
+#elif V == 14
+        coopMatStore(acc[f], dst, o + f * 128u, 16u, gl_CooperativeMatrixLayoutColumnMajor);
+#elif V == 1 || V == 5 || V == 9 || V == 2
         MF x = MF(acc[f]);
         coopMatStore(x, dst, o + f * (16u * CN), CN, gl_CooperativeMatrixLayoutRowMajor);
 #else
