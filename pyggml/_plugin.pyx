@@ -25,7 +25,8 @@ _LEVELS = {PYG_LOG_DEBUG: logging.DEBUG, PYG_LOG_INFO: logging.INFO, PYG_LOG_WAR
 
 # Plugins may log from their own worker threads while the host waits on them holding the GIL, so
 # the callback never takes the GIL: messages go into a small ring under a mutex and are emitted
-# through Python's logging by drain_log(), which the loader and scheduler call after their C calls.
+# through Python's logging by drain_log(), which the loader and scheduler call after their C calls. A full ring
+# drops debug lines before anything more severe (drain_log warns how many were dropped).
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_mutex_t:
         pass
@@ -61,14 +62,33 @@ cdef void _host_log(void *user, int32_t level, const char *plugin, const char *m
         p = "?"
     if m == NULL:
         m = ""
+    cdef int j, k
     if _ring_count == LOG_RING:
+        # Full: one message is lost. A debug line (kernel choices: hundreds per plan) gives way to a more severe
+        # one (a pipeline's statistics, a warning), so the oldest debug line goes and the later ones move up;
+        # with none queued, or the new message debug too, the new one goes.
+        j = -1
+        if level > PYG_LOG_DEBUG:
+            for k in range(LOG_RING):
+                if _ring[(_ring_head + k) % LOG_RING].level <= PYG_LOG_DEBUG:
+                    j = k
+                    break
         _ring_dropped += 1
-    else:
+        if j >= 0:
+            for k in range(j, LOG_RING - 1):
+                _ring[(_ring_head + k) % LOG_RING] = _ring[(_ring_head + k + 1) % LOG_RING]
+            _ring_count -= 1
+    if _ring_count < LOG_RING:
         i = (_ring_head + _ring_count) % LOG_RING
         _ring[i].level = level
         snprintf(_ring[i].text, LOG_LEN, "%s: %s", p, m)
         _ring_count += 1
     pthread_mutex_unlock(&_ring_mu)
+
+
+def _log_for_test(int level, bytes text):
+    """Queue one message as a plugin's log callback would (tests of the ring)."""
+    _host_log(NULL, level, b"test", text)
 
 
 def drain_log():

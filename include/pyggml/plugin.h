@@ -28,8 +28,9 @@
  * never lets a C++ exception cross the ABI, and never writes to stdout; it logs through
  * host->log (pyggml queues each line, cut to 479 bytes, and emits it through Python's "pyggml"
  * logger after the plugin call returns: PYG_LOG_DEBUG/INFO/WARN/ERROR become logging's
- * DEBUG/INFO/WARNING/ERROR; the callback never blocks, and may be called from any thread). Failures of asynchronous work surface on the next event_query, event_synchronize
- * or stream_synchronize of the stream that ran it.
+ * DEBUG/INFO/WARNING/ERROR; the callback never blocks, and may be called from any thread; the queue holds 128
+ * lines between drains, and when full a DEBUG line gives way to a more severe one). Failures of asynchronous work
+ * surface on the next event_query, event_synchronize or stream_synchronize of the stream that ran it.
  *
  * Only C types, no varargs, no struct returned by value: a table can be filled from any
  * language that can make C callbacks (cffi, ctypes).
