@@ -49,6 +49,7 @@ static const struct { const char *name; int kd, cn, fm, fn, kind, spec, once; } 
     { "  stored via a shared uvec4 tile, column-major",     16, 8, 2, 8, 0, 0, 1 },
     { "  stored via a shared float tile, column-major",     16, 8, 2, 8, 0, 0, 1 },
     { "  stored column-major",                              16, 8, 2, 8, 0, 0, 1 },
+    { "  stored via a shared vec4 tile, column-major",      16, 8, 2, 8, 0, 0, 1 },
 };
 #define V_COLMAJOR 14   /* the variant whose results lie column-major in the output */
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))

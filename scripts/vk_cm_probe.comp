@@ -23,6 +23,7 @@
 //  12  as 11, each accumulator stored column-major into a shared uvec4 array (mul_mat_cm4's staging tile Cs), copied out
 //  13  as 11, stored column-major into a shared float array, copied out
 //  14  as 11, stored column-major into the output
+//  15  as 11, stored column-major into a shared vec4 array, copied out
 // Each subgroup keeps FM x FN accumulators; each of ITER steps loads FM A and FN B fragments from shared memory
 // (filled from the input buffer once) and makes the FM x FN products. The first 8 workgroups store their results,
 // which the host checks against its own arithmetic (the store depends on the workgroup, so nothing is optimized away).
@@ -90,6 +91,8 @@ shared uvec4 sidx[64];                   // V=3: the index table, 16 x 16 int32:
 shared uvec4 cst[4u * 32u];              // a 16x8 f32 staging tile per subgroup
 #elif V == 13
 shared float cst[4u * 128u];
+#elif V == 15
+shared vec4 cst[4u * 32u];
 #endif
 #if V == 3
 #define ACC MF
@@ -142,13 +145,15 @@ void main() {
     if (gl_WorkGroupID.x >= 8u) return;
     uint o = (gl_WorkGroupID.x * 4u + sg) * FM * FN * (16u * CN);
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
-#if V == 12 || V == 13
-        coopMatStore(acc[f], cst, sg * (V == 12 ? 32u : 128u), V == 12 ? 4u : 16u, gl_CooperativeMatrixLayoutColumnMajor);
+#if V == 12 || V == 13 || V == 15
+        coopMatStore(acc[f], cst, sg * (V == 13 ? 128u : 32u), V == 13 ? 16u : 4u, gl_CooperativeMatrixLayoutColumnMajor);
         subgroupMemoryBarrierShared(); subgroupBarrier();
         for (uint e = gl_SubgroupInvocationID; e < 128u; e += gl_SubgroupSize) {
             uint x = (e >> 4) * 16u + (e & 15u);   // (row e & 15, column e >> 4), column-major in the staging tile
 #if V == 12
             float v = uintBitsToFloat(cst[sg * 32u + (x >> 2)][x & 3u]);
+#elif V == 15
+            float v = cst[sg * 32u + (x >> 2)][x & 3u];
 #else
             float v = cst[sg * 128u + x];
 #endif
