@@ -62,7 +62,8 @@ APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "k
         "khr32b16lit": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "gemm_lit": "1"},
         # the same with the result tiles staged through a vec4 array (cm_stage=float)
         "khr16b16x4fs": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1", "cm_stage": "float"},
-        "khr32b16fs": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "cm_stage": "float"}}
+        "khr32b16fs": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "cm_stage": "float"},
+        "khr32b16fslit": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "cm_stage": "float", "gemm_lit": "1"}}
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 
