@@ -34,7 +34,7 @@ from pyggml.conformance.cases import nmse           # noqa: E402
 VK = "vulkan:0"
 SHAPES = ["2048x2048", "8192x2048", "2048x8192", "4096x4096", "11008x4096", "4096x11008"]   # M x K: 1b and 7b layers
 DEFAULTS = {"gemm": "auto", "gemm_v": "0", "gemm_tile": "auto", "gemm_cfg": "auto", "debug_gemm_parts": "0", "cm_api": "auto", "cm_acc": "f16x4",
-            "gemm_dq": "0", "gemm_b16": "0", "gemm_bg": "0", "gemm_lit": "0", "cm_stage": "uvec4"}
+            "gemm_dq": "0", "gemm_b16": "0", "gemm_bg": "0", "gemm_lit": "0"}
 PARTS = {1: "noload", 2: "nomma", 3: "mmaonly", 4: "smallk", 5: "mmajoin"}   # device option debug_gemm_parts
 # --apis: the options of each; khr16 is the KHR build with each K step summed in f16 accumulators first
 APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "khr", "cm_acc": "f32"},
@@ -55,15 +55,10 @@ APIS = {"auto": {"cm_api": "auto"}, "nv": {"cm_api": "nv"}, "khr": {"cm_api": "k
         # khr16b16 with the activation fragments loaded from the copy in global memory (gemm_bg)
         "khr16b16bg": {"cm_api": "khr", "cm_acc": "f16", "gemm_b16": "1", "gemm_bg": "1"},
         "khr16dqb16bg": {"cm_api": "khr", "cm_acc": "f16", "gemm_dq": "1", "gemm_b16": "1", "gemm_bg": "1"},
-        # the default sums and f32 sums throughout (cm_acc=f32) with the activation copy, each also from the literal
-        # builds where vulkan.mk's CM4_LITS has the specialization (gemm_lit; the kernel name ends in ' lit')
+        # the default sums from the literal builds where vulkan.mk's CM4_LITS has the specialization (gemm_lit; the
+        # kernel name ends in ' lit'), and f32 sums throughout (cm_acc=f32), both with the activation copy
         "khr16b16x4lit": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1", "gemm_lit": "1"},
-        "khr32b16": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1"},
-        "khr32b16lit": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "gemm_lit": "1"},
-        # the same with the result tiles staged through a vec4 array (cm_stage=float)
-        "khr16b16x4fs": {"cm_api": "khr", "cm_acc": "f16x4", "gemm_b16": "1", "cm_stage": "float"},
-        "khr32b16fs": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "cm_stage": "float"},
-        "khr32b16fslit": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1", "cm_stage": "float", "gemm_lit": "1"}}
+        "khr32b16": {"cm_api": "khr", "cm_acc": "f32", "gemm_b16": "1"}}
 _SHADER = re.compile(r"profile shader: (\S+)\s+(\d+) dispatches\s+([\d.]+) us total")
 
 

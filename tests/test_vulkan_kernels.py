@@ -79,10 +79,13 @@ def _options_logged(options, what):
     """Device `options` set on VK for the block (then back to the defaults); yields the list that
     collects the kernels the plugin's debug log names for nodes whose log line contains `what`. Options that
     choose a mat-vec or a mat-vec fusion (matvec, fuse_glu, fuse_norm_mv, fuse_swiglu) without naming matvec_rp
-    get matvec_rp=0: the repacked q4_0 mat-vec (the default) would otherwise take the nodes they are about."""
+    get matvec_rp=0: the repacked q4_0 mat-vec (the default) would otherwise take the nodes they are about. Options
+    that do not name gemm_lit get gemm_lit=0."""
     dev = pg.get_device(VK)
     if "matvec_rp" not in options and any(k in options for k in ("matvec", "fuse_glu", "fuse_norm_mv", "fuse_swiglu")):
         options = {**options, "matvec_rp": "0"}
+    if "gemm_lit" not in options:   # (the kernel names these tests expect are the specialized module's; the literal
+        options = {**options, "gemm_lit": "0"}   # builds, the default, give its bytes: test_vulkan_gemm_lit.py)
     records, kernels = [], []
 
     class H(logging.Handler):
@@ -105,7 +108,7 @@ def _options_logged(options, what):
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
                            ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
                            ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
-                           ("rp_norm_in", "auto"), ("gemm_lit", "0"), ("cm_stage", "uvec4")):
+                           ("rp_norm_in", "auto"), ("gemm_lit", "1")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 

@@ -104,7 +104,6 @@ typedef struct vkp_options {
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: products summed in f16 over 1, 2, 4 or 8 K steps (1, 2, 3 = default, 4) before the f32 sums, 0 f32 accumulators */
     int64_t fa_lit;                 /* flash_attn_dec2 from its literal build where it has the node's specialization */
     int64_t gemm_lit;               /* mul_mat_cm4_khr from its literal builds where one has the GEMM's specialization */
-    int64_t cm_stage;               /* mul_mat_cm4_khr's results staged through a uvec4 (0) or a float (1) shared array */
     int64_t rp_lit;                 /* q4_0 mul_mat_vec_rp / _rpe / _rpg with 1 or 2 blocks per invocation from builds where those are literals */
     int64_t rp_rows;                /* mul_mat_vec_rp / _rpe rows per workgroup: 8 >> rp_rows (index of vk_plugin.c's k_rp_rows; 4: the _rp4 / _rpe4 builds) */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */

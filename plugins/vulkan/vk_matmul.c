@@ -56,8 +56,8 @@ static void gemm_cfg_name(const vkp_gemm_cfg *c, int parts, char *buf, size_t n)
 
 /* specialization constant 0 of mul_mat_cm4.comp: the weight type | the configuration << 8 | the
  * measurement switch debug_gemm_parts << 20 (vkp_mul_mat_setup adds cm_acc=f16* << 23, gemm_dq's 16-byte f16 rows << 24,
- * gemm_b16's f16 activations << 25, gemm_bg's fragments of them from global memory << 26, log2 of cm_acc's steps per
- * f16 sum << 27 and cm_stage=float << 29) */
+ * gemm_b16's f16 activations << 25, gemm_bg's fragments of them from global memory << 26 and log2 of cm_acc's steps per
+ * f16 sum << 27) */
 static uint32_t gemm_cfg_spec(const vkp_gemm_cfg *c, int type, int parts) {
     return (uint32_t)type | lg2(c->bm / 32u) << 8 | lg2(c->bn / 32u) << 10 | (c->bk == 64u) << 12 | lg2(c->wm) << 13 |
            lg2(c->wn) << 15 | (c->st == 2u) << 17 | (uint32_t)c->pf << 18 | (c->ks == 2u) << 19 | (uint32_t)parts << 20;
@@ -397,9 +397,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
                      (uint32_t)(khr && d->opts.cm_acc ? d->opts.cm_acc - 1 : 0) << 27 |   /* f16 sums over 1, 2, 4 or 8 K steps */
                      (uint32_t)use_dq << 24 |   /* the copy's rows start on 16 bytes: 16-byte loads */
                      (uint32_t)use_b16 << 25 |  /* f16 activations, rows on 16 bytes */
-                     (uint32_t)use_bg << 26 |   /* their fragments loaded from global memory */
-                     (uint32_t)(khr && d->opts.cm_stage) << 29;   /* results staged through a float array */
-        if (khr && d->opts.cm_stage) strncat(cm4_name, " fstage", sizeof cm4_name - strlen(cm4_name) - 1);
+                     (uint32_t)use_bg << 26;    /* their fragments loaded from global memory */
         cm_spec[1] = (uint32_t)c.wm * c.wn * c.ks * d->subgroup_size;
         if (d->opts.gemm_lit && khr && !emu && vkp_cm4_lit_has(cm_spec[0], cm_spec[1])) {   /* the literal build (vk_shaders.c) */
             cm_spec[0] |= 1u << 31;

@@ -107,6 +107,8 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.gemm = VKP_GEMM_AUTO;
     d->opts.gemm_v = 0;     /* auto: 4 on VK_KHR_cooperative_matrix, else 3 (vk_matmul.c) */
     d->opts.cm_acc = 3;     /* f16x4 */
+    d->opts.gemm_lit = 1;   /* H100 at 163185b: 1b q4_0 pp512 +6.5%, 7b +0.6%, q4_0 GEMM 4096x4096 123.5 TFLOPS against 113.9
+                             * (bench/results/gpu-vulkan-f32sums-h100-20261207T0610/) */
     d->opts.fa_v = 0;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;

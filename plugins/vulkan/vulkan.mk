@@ -17,11 +17,10 @@ RP_LIT_BUILDS := $(foreach j,1 2,mul_mat_vec_rp_q0j$(j) mul_mat_vec_rp4_q0j$(j) 
 # mul_mat_cm4's KHR build with its specialization and workgroup size as literals, then spirv-opt -O (option gemm_lit), for the auto
 # configurations on a 32-wide subgroup with gemm_b16 and cm_acc=f16x4: name:specialization:invocations. w2x2 is
 # 64x128.k64.w2x2 (one stage where shared memory is NVIDIA's 48 KiB), w2x4 64x128.k64.w2x4.s1; q0 q4_0 weights read
-# directly, dq gemm_dq's f16 copy (the k-quants); q0f32 the q4_0 ones with cm_acc=f32 (f32 accumulators throughout: whether
-# the ~30 TFLOPS of f32 sums belong to the specialized module), q0f32s those with cm_stage=float. tests/test_vulkan_gemm_lit.py recomputes the values from
-# vk_matmul.c's rules.
-CM4_LITS := w2x2_q0:0x1284b902:128 w2x4_q0:0x12853902:256 w2x2_dq:0x1384b901:128 w2x4_dq:0x13853901:256 \
-            w2x2_q0f32:0x0204b902:128 w2x4_q0f32:0x02053902:256 w2x2_q0f32s:0x2204b902:128 w2x4_q0f32s:0x22053902:256
+# directly, dq gemm_dq's f16 copy (the k-quants). tests/test_vulkan_gemm_lit.py recomputes the values from vk_matmul.c's rules.
+# (Literal builds with cm_acc=f32 ran as slowly as the specialized one on the H100: 27 TFLOPS, bench/results/
+# gpu-vulkan-f32sums-h100-20261207T0610/; not kept.)
+CM4_LITS := w2x2_q0:0x1284b902:128 w2x4_q0:0x12853902:256 w2x2_dq:0x1384b901:128 w2x4_dq:0x13853901:256
 CM4_LIT_H := $(foreach l,$(CM4_LITS),$(VK_BUILD)/mul_mat_cm4_khr_$(word 1,$(subst :, ,$(l))).spv.h)
 VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS)) $(VK_BUILD)/mul_mat_cm_emu.spv.h \
             $(VK_BUILD)/mul_mat_cm128.spv.h $(VK_BUILD)/mul_mat_cm128_emu.spv.h \

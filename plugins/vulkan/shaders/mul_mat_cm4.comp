@@ -54,13 +54,6 @@ const uint B16 = (SPEC >> 25) & 1u;
 // shared memory: the copy's rows are padded to whole tiles of BN tokens and BK elements (zeros), so no
 // fragment reads past it; shared memory holds the weight tiles alone
 const uint BG = (SPEC >> 26) & 1u;
-// (the KHR build; option cm_stage=float) the results staged through a vec4 array, not the uvec4 one: the type the
-// accumulators are stored into may decide how the driver lays them out for the products
-#if defined(CM_KHR)
-const uint CF = (SPEC >> 29) & 1u;
-#else
-const uint CF = 0u;
-#endif
 const uint NSG = WM * WN * KS;
 // Measurement switch (device option debug_gemm_parts; kernel names end in .dnl/.dnm/.dmo/.dsk; for
 // scripts/vulkan_gemm_sweep.py --parts, results wrong by design): 1 no global loads after the first step (products,
@@ -88,10 +81,7 @@ const uint NTB = BN * BK / 8u, TB = (NTB + WG - 1u) / WG;    // activation tasks
 const uint RAWN = 17u;                          // raw words per weight task (f16: 64 bytes + realignment)
 shared uvec4 As[NST * BM * LD4];                // weights, [stage][m][k / 8]
 shared uvec4 Bs[BG != 0u ? 1u : NST * BN * LD4];   // activations, [stage][n][k / 8] (BG: unused)
-shared uvec4 Cs[CF != 0u ? 1u : NSG * 64u];     // a 16x16 f32 tile per subgroup (results, the k-groups' sum)
-#if defined(CM_KHR)
-shared vec4 Csf[CF != 0u ? NSG * 64u : 1u];     // (CF) the same as vec4s
-#endif
+shared uvec4 Cs[NSG * 64u];                     // a 16x16 f32 tile per subgroup (results, the k-groups' sum)
 
 uint rawa[TA * RAWN];                           // the next step's weight words, as loaded
 uint infa[TA];                                  // bit 0: valid, bit 1: the block starts 2 bytes into a word
@@ -364,21 +354,13 @@ void main() {
     // (glslang 12's optimizer crashes on a sum of two cooperative matrices, so the sum is elementwise)
     uint lane = SG_LANE, cs = sg * 64u;   // (in 16-byte words)
     UNROLL_CM for (uint i = 0u; i < FM; i++) UNROLL_CM for (uint j = 0u; j < FN; j++) {
-#if defined(CM_KHR)
-        if (CF != 0u) coopMatStore(acc[i * FN + j], Csf, cs, 4u, gl_CooperativeMatrixLayoutColumnMajor); else
-#endif
         CM_STORE_V4(acc[i * FN + j], Cs, cs, 4u, true);   // (m, n) at float cs * 4 + n * 16 + m
         if (KS > 1u) barrier(); else { SG_SYNC(); }
         if (kq == 0u)
             for (uint e = lane; e < 16u * CM_N; e += SG_SIZE) {
                 uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + CM_N * j + (e >> 4);
                 uint x = 4u * cs + e, y = x + WM * WN * 256u;
-#if defined(CM_KHR)
-                float v = CF != 0u ? Csf[x >> 2][x & 3u] + (KS > 1u ? Csf[y >> 2][y & 3u] : 0.0) :
-#else
-                float v =
-#endif
-                    uintBitsToFloat(Cs[x >> 2][x & 3u]) + (KS > 1u ? uintBitsToFloat(Cs[y >> 2][y & 3u]) : 0.0);
+                float v = uintBitsToFloat(Cs[x >> 2][x & 3u]) + (KS > 1u ? uintBitsToFloat(Cs[y >> 2][y & 3u]) : 0.0);
                 if (m < M && n < N) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
             }
         if (KS > 1u) barrier(); else { SG_SYNC(); }
