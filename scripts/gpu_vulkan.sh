@@ -41,7 +41,8 @@
 # GPU_VK_STATS=1 (first the driver's statistics of every pipeline the GPU_VK_PROFILE_MODELS compile: registers,
 # spills, as VK_KHR_pipeline_executable_properties gives them; scripts/vulkan_pipeline_stats.py),
 # GPU_VK_CMPROBE=1 (first .gl/vk_cm_probe, built here by `make build/vk_cm_probe` and carried: the tensor cores' rate through
-# VK_KHR_cooperative_matrix for f16 -> f32, f16 -> f16, int8 -> int32 and int8 scaled into f32 sums, each checked),
+# VK_KHR_cooperative_matrix for f16 -> f32, f16 -> f16, int8 -> int32 and int8 scaled into f32 sums, f16 products into
+# 16x16 and 16x8 f32 or f16 accumulators in several layouts, each checked; then run it with --nv by hand),
 # GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
 # round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
@@ -68,9 +69,14 @@
 # path 15-21% (gpu-vulkan-softsync-h100-20261207T0426/, gpu-vulkan-nocoh-h100-20261207T0443/): removed. The same call's GPU_VK_CMPROBE=1: f16 products at
 # ~243 TFLOPS with f32 or f16 sums, int8 at ~481 TOPS, int8 scaled element by element into f32 sums ~154 (a q4_0 x int8
 # GEMM's per-block scaling costs more than the int8 rate gains). f32 sums ran at the f16 rate in the probe (16x16, four
-# per subgroup), where mul_mat_cm4's KHR build measured ~30 TFLOPS with them (16x8, many per subgroup). Next (prefill): the
-# probe with 16x8 accumulators and 8 / 16 of them per subgroup, to find where f32 sums slow down, and mul_mat_cm4_khr's
-# registers and spills (GPU_VK_STATS=1 listed only the decode pipelines).
+# per subgroup), where mul_mat_cm4's KHR build measured ~30 TFLOPS with them (16x8, many per subgroup).
+# Run on 2026-12-07 (H100, gpu-vulkan-f32sums-h100-20261207T0610/, …T0735/): the probe's f32 sums stay at the f16 rate
+# in every layout (16x8, 2x4 to 4x8 a subgroup, sizes by specialization, mul_mat_cm4's 2x8 on fragments loaded once:
+# 610 TFLOPS, stored through uvec4, float or vec4 tiles, with VK_NV_cooperative_matrix enabled too), while the GEMM's run
+# at 26-28 however staged and from the literal build: the slowness is the GEMM kernel's (255 registers at
+# 64x128.k64.w2x2). The literal builds (gemm_lit) are the default since 48e570e (1b pp512 +5-6.5%, the GEMM +8-11%).
+# Next (prefill): bisect between the probe and the GEMM: the probe plus mul_mat_cm4's weight and activation loads, or
+# the GEMM without them (debug_gemm_parts=3 still compiles them), to find what makes f32 products run at 1/20 rate.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -30,7 +30,8 @@
 // (driver 580) products with f32 accumulators run at about 30 TFLOPS, NV and KHR, 16x16x16 and 16x8x16
 // alike, even with the fragments in registers (debug_gemm_parts=3), and so does the whole GEMM
 // (bench/results/gpu-vulkan-gemm-h200-20261204T1833/, ...T1855/); mul_mat_cm4's cm_acc=f16 sums each
-// K step in f16 accumulators.
+// K step in f16 accumulators. That rate is mul_mat_cm4's, not the extension's: scripts/vk_cm_probe.c's f32 sums of
+// the same shapes run at the f16 rate on the H100 (bench/results/gpu-vulkan-f32sums-h100-20261207T0735/).
 #extension GL_KHR_cooperative_matrix : require
 #define CM_N 8u                                      // columns of a B fragment and an accumulator
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>
