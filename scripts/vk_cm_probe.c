@@ -9,7 +9,9 @@
  *   make build/vk_cm_probe && build/vk_cm_probe [--nv] [device-substring]      (exit status 1 if a build's check fails)
  *
  * --nv: the device also created with VK_NV_cooperative_matrix enabled, as the plugin creates it (vk_caps.c), to see
- * whether having both extensions changes what the KHR builds run at.
+ * whether having both extensions changes what the KHR builds run at (H100: it does not). Where the device has
+ * VK_KHR_pipeline_executable_properties, each build's line ends with the driver's statistics (registers, local memory),
+ * to set beside mul_mat_cm4_khr's (option pipeline_stats).
  *
  * Needs only libvulkan.so.1 at run time (dlopen), so the binary built here runs on the GPU machine. */
 #define VK_NO_PROTOTYPES
@@ -84,7 +86,7 @@ static double scl(const uint8_t *in, int c, int x) {
 }
 
 int main(int argc, char **argv) {
-    int nv = 0;
+    int nv = 0, has_exec = 0;   /* has_exec: VK_KHR_pipeline_executable_properties (each build's registers, local memory) */
     const char *want_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--nv")) nv = 1;
@@ -114,13 +116,14 @@ int main(int argc, char **argv) {
         vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, NULL);
         VkExtensionProperties *ex = calloc(ne, sizeof *ex);
         vkEnumerateDeviceExtensionProperties(pds[i], NULL, &ne, ex);
-        int has = 0, has_nv = 0;
+        int has = 0, has_nv = 0, has_ex = 0;
         for (uint32_t j = 0; j < ne; j++) {
             has |= !strcmp(ex[j].extensionName, VKP_KHR_CM_EXT);
             has_nv |= !strcmp(ex[j].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+            has_ex |= !strcmp(ex[j].extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
         }
         free(ex);
-        if (has && (!nv || has_nv) && (!want_name || strstr(props.deviceName, want_name))) pd = pds[i];
+        if (has && (!nv || has_nv) && (!want_name || strstr(props.deviceName, want_name))) { pd = pds[i]; has_exec = has_ex; }
     }
     if (!pd || !cmprops) { fprintf(stderr, "vk_cm_probe: no device with VK_KHR_cooperative_matrix%s%s%s\n", nv ? " and VK_NV_cooperative_matrix" : "",
                                    want_name ? " named like " : "", want_name ? want_name : ""); return 2; }
@@ -146,13 +149,19 @@ int main(int argc, char **argv) {
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = qf, .queueCount = 1, .pQueuePriorities = &prio };
     VkPhysicalDeviceCooperativeMatrixFeaturesNV nvf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE };
-    struct vkp_cm_khr_features cmf = { .sType = VKP_STYPE_CM_KHR_FEATURES, .pNext = nv ? &nvf : NULL, .cooperativeMatrix = VK_TRUE };
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exf = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pNext = nv ? &nvf : NULL, .pipelineExecutableInfo = VK_TRUE };
+    struct vkp_cm_khr_features cmf = { .sType = VKP_STYPE_CM_KHR_FEATURES, .pNext = has_exec ? (void *)&exf : (nv ? (void *)&nvf : NULL),
+        .cooperativeMatrix = VK_TRUE };
     VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cmf,
         .shaderFloat16 = VK_TRUE, .shaderInt8 = VK_TRUE, .vulkanMemoryModel = VK_TRUE, .vulkanMemoryModelDeviceScope = nv ? VK_TRUE : VK_FALSE };
     VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
-    const char *exts[] = { VKP_KHR_CM_EXT, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME };
+    const char *exts[3] = { VKP_KHR_CM_EXT };
+    uint32_t next = 1;
+    if (nv) exts[next++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (has_exec) exts[next++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
-        .pQueueCreateInfos = &qci, .enabledExtensionCount = nv ? 2u : 1u, .ppEnabledExtensionNames = exts };
+        .pQueueCreateInfos = &qci, .enabledExtensionCount = next, .ppEnabledExtensionNames = exts };
     VkDevice dev;
     CK(vkCreateDevice(pd, &dci, NULL, &dev));
     PFN_vkGetDeviceProcAddr gdpa = vkGetDeviceProcAddr;
@@ -241,10 +250,24 @@ int main(int argc, char **argv) {
         VkSpecializationMapEntry sme[3] = { { 0, 0, 4 }, { 1, 4, 4 }, { 2, 8, 4 } };
         VkSpecializationInfo spi = { 3, sme, sizeof sv, sv };
         VkComputePipelineCreateInfo pci = { .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .layout = pl,
+            .flags = has_exec ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0,
             .stage = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = sm, .pName = "main",
                        .pSpecializationInfo = VARIANTS[v].spec ? &spi : NULL } };
         VkPipeline pipe;
         CK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe));
+        char stats[512] = "";
+        if (has_exec) {   /* the driver's statistics of the one executable, as "name=value" pairs (numbers only) */
+            PFN_vkGetPipelineExecutableStatisticsKHR exstats = (PFN_vkGetPipelineExecutableStatisticsKHR)gdpa(dev, "vkGetPipelineExecutableStatisticsKHR");
+            VkPipelineExecutableInfoKHR ei = { .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = pipe, .executableIndex = 0 };
+            VkPipelineExecutableStatisticKHR st[16];
+            uint32_t ns = 16;
+            for (uint32_t i = 0; i < ns; i++) st[i] = (VkPipelineExecutableStatisticKHR){ .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR };
+            if (exstats && exstats(dev, &ei, &ns, st) >= 0)
+                for (uint32_t i = 0, at = 0; i < ns && at + 80 < sizeof stats; i++)
+                    if (st[i].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR || st[i].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR)
+                        at += (uint32_t)snprintf(stats + at, sizeof stats - at, "%s%s=%llu", at ? ", " : "; ", st[i].name,
+                                                 (unsigned long long)st[i].value.u64);
+        }
         double best[7]; int nrun = 0;
         uint32_t iter = 64, wgs = WGS;
         for (int run = -2; run < 7; run++) {   /* two to size the run, six timed, then one with the check's counts */
@@ -301,8 +324,8 @@ int main(int argc, char **argv) {
          * int8 sums within float rounding */
         int ok = maxerr <= (kind == 3 ? 1e-5 : kind == 1 ? 1e-2 : 0);
         bad |= !ok;
-        printf("V%-2d %-50s %8.1f T/s median of %d (min %.1f, max %.1f), %u steps x %u workgroups; check: max rel. error %.3g %s\n",
-               v, VARIANTS[v].name, best[nrun / 2], nrun, best[0], best[nrun - 1], iter, wgs, maxerr, ok ? "ok" : "WRONG");
+        printf("V%-2d %-50s %8.1f T/s median of %d (min %.1f, max %.1f), %u steps x %u workgroups; check: max rel. error %.3g %s%s\n",
+               v, VARIANTS[v].name, best[nrun / 2], nrun, best[0], best[nrun - 1], iter, wgs, maxerr, ok ? "ok" : "WRONG", stats);
         fflush(stdout);
     }
     return bad;
