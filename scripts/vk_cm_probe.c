@@ -34,7 +34,7 @@
 
 /* the shader's variants (its header's table): K of a product, columns of B and of the sums, fragments per
  * subgroup, the sums' kind (0 f32, 1 f16, 2 int32, 3 int32 scaled into f32), sizes by specialization, fragments
- * loaded once */
+ * loaded once (1: from copy subgroup % NS, 2: from copy 0) */
 static const struct { const char *name; int kd, cn, fm, fn, kind, spec, once; } VARIANTS[] = {
     { "f16 x f16 -> f32 16x16x16, 2x2 acc",                16, 16, 2, 2, 0, 0, 0 },
     { "f16 x f16 -> f16 16x16x16, 2x2 acc",                16, 16, 2, 2, 1, 0, 0 },
@@ -52,6 +52,7 @@ static const struct { const char *name; int kd, cn, fm, fn, kind, spec, once; } 
     { "  stored via a shared float tile, column-major",     16, 8, 2, 8, 0, 0, 1 },
     { "  stored column-major",                              16, 8, 2, 8, 0, 0, 1 },
     { "  stored via a shared vec4 tile, column-major",      16, 8, 2, 8, 0, 0, 1 },
+    { "  from copy 0 re-laid in rows of 9 words",           16, 8, 2, 8, 0, 0, 2 },
 };
 #define V_COLMAJOR 14   /* the variant whose results lie column-major in the output */
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
@@ -299,7 +300,7 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < nrun; i++) for (int j = i + 1; j < nrun; j++) if (best[j] < best[i]) { double t = best[i]; best[i] = best[j]; best[j] = t; }
         /* the check: every workgroup's subgroup s, tile (fm, fn) after 24 steps, copy c = (step + s) % NS (fragments
-         * loaded once: s % NS throughout) */
+         * loaded once: s % NS throughout, or copy 0) */
         const float *out = map[1];
         double maxerr = 0;
         for (int g = 0; g < 8; g++)
@@ -310,7 +311,7 @@ int main(int argc, char **argv) {
                             for (int col = 0; col < cn; col++) {
                                 double ref = 0;
                                 for (int st = 0; st < 24; st++) {
-                                    int c = VARIANTS[v].once ? s % NS : (st + s) % NS;
+                                    int c = VARIANTS[v].once == 2 ? 0 : VARIANTS[v].once ? s % NS : (st + s) % NS;
                                     double dot = 0;
                                     for (int k = 0; k < kd; k++) dot += elem(in, i8, c, fm, r, k) * elem(in, i8, c, 4 + fn, col, k);
                                     ref += kind == 3 ? dot * scl(in, c, fm * 16 + r) * scl(in, c, 32 + fn * 16 + col) : dot;

@@ -24,6 +24,8 @@
 //  13  as 11, stored column-major into a shared float array, copied out
 //  14  as 11, stored column-major into the output
 //  15  as 11, stored column-major into a shared vec4 array, copied out
+//  16  as 11, every subgroup's fragments from copy 0 re-laid with rows 9 16-byte words apart (mul_mat_cm4's tiles at
+//      64-element steps: 64 halves and a word of padding), loaded from there
 // Each subgroup keeps FM x FN accumulators; each of ITER steps loads FM A and FN B fragments from shared memory
 // (filled from the input buffer once) and makes the FM x FN products. The first 8 workgroups store their results,
 // which the host checks against its own arithmetic (the store depends on the workgroup, so nothing is optimized away).
@@ -93,6 +95,9 @@ shared uvec4 cst[4u * 32u];              // a 16x8 f32 staging tile per subgroup
 shared float cst[4u * 128u];
 #elif V == 15
 shared vec4 cst[4u * 32u];
+#elif V == 16
+const uint LD = 9u;                      // row stride of the re-laid tiles, in 16-byte words
+shared uvec4 pad[(FM * 16u + FN * CN) * LD];   // A rows, then B columns
 #endif
 #if V == 3
 #define ACC MF
@@ -107,6 +112,14 @@ void main() {
     for (uint i = t; i < NS * 16u; i += gl_WorkGroupSize.x) ss[i] = src[NS * SL * FW + i];
     for (uint i = t; i < 64u; i += gl_WorkGroupSize.x) sidx[i] = uvec4(4u * i, 4u * i + 1u, 4u * i + 2u, 4u * i + 3u);
     barrier();
+#if V == 16
+    for (uint i = t; i < (FM * 16u + FN * CN) * LD; i += gl_WorkGroupSize.x) {
+        uint r = i / LD, w = i % LD;   // A rows 0..FM*16-1 (fragment r / 16), then B columns (fragment (r - FM*16) / CN)
+        uint slot = r < FM * 16u ? r / 16u : 4u + (r - FM * 16u) / CN, rc = r < FM * 16u ? r % 16u : (r - FM * 16u) % CN;
+        pad[i] = w < 2u ? sh[slot * FW + rc * 2u + w] : uvec4(0u);
+    }
+    barrier();
+#endif
     uint sg = gl_SubgroupID;
     ACC acc[FM * FN];
 #if V == 3
@@ -114,7 +127,11 @@ void main() {
     coopMatLoad(idx, sidx, 0u, 4u, gl_CooperativeMatrixLayoutRowMajor);
 #endif
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) acc[f] = ACC(0);
-#if V == 10 || V >= 11
+#if V == 16
+    MA a[FM]; MB b[FN];
+    [[unroll]] for (uint f = 0u; f < FM; f++) coopMatLoad(a[f], pad, f * 16u * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+    [[unroll]] for (uint f = 0u; f < FN; f++) coopMatLoad(b[f], pad, (FM * 16u + f * CN) * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+#elif V == 10 || V >= 11
     MA a[FM]; MB b[FN];
     {
         uint c = sg % NS;

@@ -143,7 +143,7 @@ $(VK_BUILD)/vk_cm_probe_%.spv.h: scripts/vk_cm_probe.comp scripts/glslang_khr.py
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) -E -DV=$* -o $(VK_BUILD)/vk_cm_probe_$*.pp.comp $<
 	$(PYTHON) scripts/glslang_khr.py $(VK_BUILD)/vk_cm_probe_$*.pp.comp $@
-VK_CM_PROBE_V := 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15
+VK_CM_PROBE_V := 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
 $(VK_BUILD)/vk_cm_probe_spv.h: $(foreach v,$(VK_CM_PROBE_V),$(VK_BUILD)/vk_cm_probe_$(v).spv.h)
 	@{ for v in $(VK_CM_PROBE_V); do echo "static const uint32_t probe_spv$$v[] ="; echo "#include \"vk_cm_probe_$$v.spv.h\""; echo ';'; done; \
 	  echo 'static const uint32_t *const probe_spv[] = {'; for v in $(VK_CM_PROBE_V); do echo "probe_spv$$v,"; done; echo '};'; \
