@@ -108,7 +108,7 @@ def _options_logged(options, what):
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
                            ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
                            ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
-                           ("rp_norm_in", "auto"), ("gemm_lit", "1")):
+                           ("rp_norm_in", "auto"), ("gemm_lit", "1"), ("swiglu8", "2"), ("fa_cm_wgs", "2048")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
@@ -463,6 +463,32 @@ def test_gemm_strided_activations(gemm):
 
 # ---------------------------------------------------------------- prefill attention
 
+def prefill_fa_case(D, n_q, n_kv, kv_type, opts, H=4, Hk=2):
+    """A prefill-shaped flash attention on VK with `opts`: causal mask with the queries at the end of the cache, a
+    row that sees nothing, ALiBi slopes, GQA (H heads over Hk K/V heads), f16 or f32 K/V, the mask f32 where n_kv is
+    72 (else f16); returns (NMSE against float64 numpy, the kernels the log named)."""
+    from pyggml.conformance import reference as R
+    rng = np.random.default_rng(D * 1000 + n_q + n_kv)
+    max_bias = 2.0
+    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
+    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
+    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
+    pos = np.arange(n_kv - n_q, n_kv)
+    mdt = np.float32 if n_kv == 72 else np.float16   # an f32 mask once (read element by element)
+    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(mdt)[None, None]
+    mv[..., 3, :] = -np.inf                  # a query row with every key masked: output 0
+    g = pg.Graph()
+    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
+    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias)
+    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
+                       mv.astype(np.float64), 1 / np.sqrt(D), max_bias, 0.0)
+    assert ref.shape == (1, n_q, H, D)
+    ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, opts, "flash_attn '")
+    return nmse(got, ref), kernels
+
+
 @pytest.mark.parametrize("fa_cm", [1, 2])
 @pytest.mark.parametrize("fa", ["cm_emulated", "coopmat", "auto", "scalar"])
 @pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
@@ -480,33 +506,16 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     flash_attn_cm.comp where K and V are f16 (16-byte rows), the first build with f32 K/V."""
     if fa == "scalar" and fa_cm == 2:
         pytest.skip("fa=scalar runs neither tensor-core build")
-    from pyggml.conformance import reference as R
     if fa == "coopmat" and not _has_coopmat():
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
             pg.get_device(VK).set_option("fa", "coopmat")
         return
-    rng = np.random.default_rng(D * 1000 + n_q + n_kv)
-    H, Hk, max_bias = 4, 2, 2.0
-    qv = rng.standard_normal((1, H, n_q, D)).astype(np.float32)
-    kvt = {"f16": np.float16, "f32": np.float32}[kv_type]
-    kv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    vv = rng.standard_normal((1, Hk, n_kv, D)).astype(kvt)
-    pos = np.arange(n_kv - n_q, n_kv)
-    mdt = np.float32 if n_kv == 72 else np.float16   # an f32 mask once (read element by element)
-    mv = np.where(np.arange(n_kv)[None, :] <= pos[:, None], 0.0, -np.inf).astype(mdt)[None, None]
-    mv[..., 3, :] = -np.inf                  # a query row with every key masked: output 0
-    g = pg.Graph()
-    q, k, v, m = (g.input(n, a.shape, pg.dtype(a.dtype)) for n, a in (("q", qv), ("k", kv), ("v", vv), ("m", mv)))
-    y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D), max_bias=max_bias)
-    ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
-                       mv.astype(np.float64), 1 / np.sqrt(D), max_bias, 0.0)
-    assert ref.shape == (1, n_q, H, D)
-    ref[:, 3] = 0.0                          # no key: numpy's softmax is NaN, the kernels write 0
     # scalar: flash_attn.comp itself, with the KV split off (where a GPU takes the split, fa_v=3's
-    # flash_attn_dec.comp would run instead: tested by test_fa_dec)
-    opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa, "fa_cm": str(fa_cm)}
-    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, opts, "flash_attn '")
-    assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g} ({kernels})"
+    # flash_attn_dec.comp would run instead: test_fa_dec); the tensor-core builds unsplit (fa_cm_wgs=0: the KV
+    # splits are tests/test_vulkan_fa_cm_split.py's)
+    opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa, "fa_cm": str(fa_cm), "fa_cm_wgs": "0"}
+    e, kernels = prefill_fa_case(D, n_q, n_kv, kv_type, opts)
+    assert e <= 5e-4, f"NMSE {e:.3g} ({kernels})"
     cm = "flash_attn_cm2" if fa_cm == 2 and kv_type == "f16" else "flash_attn_cm"
     if fa == "scalar" or (fa == "auto" and not _has_coopmat()):
         assert kernels == ["flash_attn"]

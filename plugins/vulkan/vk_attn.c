@@ -17,9 +17,11 @@ static uint64_t fa_cm_shared(uint32_t dmax) {
     return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 16;
 }
 
-/* flash_attn_cm2.comp's: Q, K / V^T (16-byte words), S (f32), P, the chunk flag, pass 1's chunk bits */
+/* flash_attn_cm2.comp's: Q, K / V^T (16-byte words), S (f32), P, the chunk flag, pass 1's chunk bits (and in its
+ * FA_SPLIT build the rows' sums) */
 static uint64_t fa_cm2_shared(uint32_t dmax) {
-    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16 + 128;
+    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16 + 128 +
+           FA_BQ * 4;
 }
 
 /* t (K, V or the mask) is read in 16-byte words: unit element stride, rows, heads and batches on
@@ -28,6 +30,31 @@ static int fa_rows16(const pyg_tensor *t, uint64_t align) {
     const pyg_buffer *b; uint64_t off;
     if (t->type != PYG_TYPE_F16 || t->nb[0] != 2 || !vkp_resolve(t, &b, &off) || (off & (align - 1)) % 16) return 0;
     for (int j = 1; j < 4; j++) if (t->nb[j] % 16) return 0;
+    return 1;
+}
+
+int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
+                    uint32_t *ns_out, uint64_t *scratch) {
+    const pyg_tensor *q = n->src[0], *v = n->src[2];
+    if (d->opts.fa_cm_wgs <= 0 || (*shader != VKP_SH_FLASH_ATTN_CM2 && *shader != VKP_SH_FLASH_ATTN_CM2_EMU)) return 0;
+    uint64_t nqb = (uint64_t)(q->ne[1] + FA_BQ - 1) / FA_BQ, base = nqb * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
+    uint64_t nch = (uint64_t)(n->src[1]->ne[1] + FA_BKV - 1) / FA_BKV;
+    uint64_t ns = (uint64_t)d->opts.fa_cm_wgs / base, most = (nch + 1) / 2;   /* (at least two chunks a split) */
+    if (ns > most) ns = most;
+    if (ns < 2) return 0;
+    uint64_t cps = (nch + ns - 1) / ns;
+    ns = (nch + cps - 1) / cps;
+    uint64_t rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), bytes = rows * ns * ((uint64_t)v->ne[0] + 2) * 4;
+    if (ns < 2 || base * ns > UINT32_MAX || bytes > d->max_range) return 0;
+    int sh = *shader == VKP_SH_FLASH_ATTN_CM2 ? VKP_SH_FLASH_ATTN_CM2S : VKP_SH_FLASH_ATTN_CM2S_EMU;
+    if (!vkp_pipeline_usable(d, sh, spec, &d->fa_cm2s_broken)) return 0;
+    *shader = sh;
+    *work = base * ns;
+    ex[0] = (uint32_t)(base * ns);
+    ex[3] = (uint32_t)ns;
+    ex[4] = (uint32_t)cps;
+    *ns_out = (uint32_t)ns;
+    *scratch = bytes;
     return 1;
 }
 

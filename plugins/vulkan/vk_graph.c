@@ -84,6 +84,40 @@ uint64_t vkp_dev_align(const pyg_device *d) {   /* where a binding may start */
 static int fa_split_on(const pyg_device *d) { return vkp_auto_on(d, d->opts.fa_split); }
 
 
+/* swiglu8.comp takes swiglu(a, b) (option swiglu8 >= 1): a, b and the result f32, contiguous, of one shape, rows
+ * of a multiple of 8 elements, each starting 16 bytes into its binding (which starts on vkp_dev_align), and the
+ * result either apart from each operand or on exactly its bytes (an invocation reads its 8 elements before it
+ * writes them) */
+static int swiglu8_ok(const pyg_device *d, const pyg_tensor *n) {
+    const pyg_tensor *t[3] = { n, n->src[0], n->src[1] };
+    if (d->opts.swiglu8 < 1 || n->op != PYG_OP_SWIGLU || !t[2] || n->ne[0] % 8) return 0;
+    uint64_t align = vkp_dev_align(d), off0 = 0;
+    for (int k = 0; k < 3; k++) {
+        const pyg_buffer *b; uint64_t off;
+        if (t[k]->type != PYG_TYPE_F32 || !pyg_tensor_is_contiguous(t[k]) || !vkp_resolve(t[k], &b, &off)) return 0;
+        for (int j = 0; j < 4; j++) if (t[k]->ne[j] != n->ne[j]) return 0;
+        if ((off & (align - 1)) % 16) return 0;
+        if (k == 0) off0 = off;
+        else if (!vkp_disjoint(n, t[k]) && off != off0) return 0;
+    }
+    return 1;
+}
+
+/* Whether any node of g other than `except` reads t's bytes (an operand, or a view of them), or t is a graph
+ * output (PYG_TENSOR_FLAG_OUTPUT: read after the graph has run): a dispatch may then skip writing t */
+static int read_elsewhere(const pyg_graph *g, const pyg_tensor *t, const pyg_tensor *except) {
+    if (t->flags & PYG_TENSOR_FLAG_OUTPUT) return 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const pyg_tensor *n = g->nodes[i];
+        if (!n || n == except || n == t) continue;
+        for (const pyg_tensor *v = n->view_src; v; v = v->view_src) if (v == t) return 1;
+        for (int k = 0; k < PYG_MAX_SRC; k++) {
+            for (const pyg_tensor *s = n->src[k]; s; s = s->view_src) if (s == t) return 1;
+        }
+    }
+    return 0;
+}
+
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
 pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
@@ -109,6 +143,13 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         if (n->op == PYG_OP_ADD || n->op == PYG_OP_MUL || (n->op == PYG_OP_SWIGLU && s1)) dp->slot[1] = s1;
         ex[0] = (uint32_t)pyg_tensor_nelements(n);
         work = (ex[0] + 255) / 256;
+        if (swiglu8_ok(d, n)) {   /* 8 elements an invocation (vk_graph.c's plan loop may add the f16 copy) */
+            shader = VKP_SH_SWIGLU8;
+            spec = 0;
+            vkp_log(PYG_LOG_DEBUG, "swiglu '%s': swiglu8", n->name);
+            ex[0] /= 8;
+            work = (ex[0] + 255) / 256;
+        }
         break;
     case PYG_OP_RMS_NORM: case PYG_OP_NORM: case PYG_OP_SOFT_MAX: case PYG_OP_ARGMAX:
         shader = n->op == PYG_OP_SOFT_MAX ? VKP_SH_SOFT_MAX : n->op == PYG_OP_ARGMAX ? VKP_SH_ARGMAX : VKP_SH_NORM;
@@ -177,6 +218,8 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         uint32_t sp[2];
         if (vkp_fa_cm_setup(d, n, vkp_dev_align(d), &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
             spec = sp[0]; spec1 = sp[1];
+            if (fa_split_on(d))   /* over KV splits, then the merge pass (below, in the plan) */
+                vkp_fa_cm_split(d, n, &shader, sp, &work, ex, &dp->fa_split, &dp->scratch_size);
             vkp_fa_log(n, shader);
             break;
         }
@@ -384,6 +427,24 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         nd++;
         if (dps[nd - 1].b16 == 2) {   /* gemm_b16: dequant.comp on the f32 activations first, unless it just ran on them */
             const pyg_tensor *x = dps[nd - 1].slot[1];
+            dispatch *sw = nd >= 2 ? &dps[nd - 2] : NULL;   /* (swiglu8=2: the swiglu just before it writes the copy) */
+            if (x != b16_src && sw && d->opts.swiglu8 >= 2 && sw->shader == VKP_SH_SWIGLU8 && sw->slot[VKP_SLOT_DST] == x &&
+                dps[nd - 1].b16_rows == (uint64_t)x->ne[1] && dps[nd - 1].b16_k == (uint64_t)x->ne[0]) {
+                uint32_t *ps = (uint32_t *)((char *)params + (size_t)(nd - 2) * pstride);
+                const pyg_tensor *mm = NULL;
+                for (int j = i; j >= 0 && !mm; j--) if (g->nodes[j] && g->nodes[j]->op == PYG_OP_MUL_MAT && g->nodes[j]->src[1] == x) mm = g->nodes[j];
+                if ((e = vkp_get_pipeline(d, VKP_SH_SWIGLU8_B16, (uint32_t[2]){ 0, 1 }, &sw->pipe))) goto fail;
+                sw->shader = VKP_SH_SWIGLU8_B16;
+                sw->b16 = 1;
+                sw->b16_rows = dps[nd - 1].b16_rows;
+                sw->b16_k = dps[nd - 1].b16_k;
+                ps[96 + 1] = (uint32_t)read_elsewhere(g, x, mm);   /* the f32 result too */
+                vkp_log(PYG_LOG_DEBUG, "swiglu '%s' (the f16 activations of GEMM '%s' beside it, its f32 result %s): swiglu8_b16",
+                        x->name, mm ? mm->name : "?", ps[96 + 1] ? "too" : "read nowhere else, not written");
+                b16_src = x;
+                b16_rows = sw->b16_rows;
+                b16_k = sw->b16_k;
+            }
             if (x != b16_src || dps[nd - 1].b16_rows != b16_rows || dps[nd - 1].b16_k != b16_k) {
                 dispatch *c = &dps[nd - 1];
                 uint32_t *pg_ = (uint32_t *)((char *)params + (size_t)nd * pstride);
@@ -441,7 +502,12 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             uint32_t *pc = (uint32_t *)((char *)params + (size_t)nd * pstride);
             memcpy(pc, p, (size_t)pstride);
             uint32_t rows = p[96] / a->fa_split;
+            if (a->shader == VKP_SH_FLASH_ATTN_CM2S || a->shader == VKP_SH_FLASH_ATTN_CM2S_EMU) {   /* (its work: query blocks) */
+                const pyg_tensor *q = a->slot[0];
+                rows = (uint32_t)(q->ne[1] * q->ne[2] * q->ne[3]);
+            }
             pc[96] = rows;
+            pc[96 + 2] = a->fa_split;   /* (the merge's split count; flash_attn_cm2s keeps its mask flag there) */
             vkp_fold_groups(rows, c->groups);
             uint32_t specs[2] = { 2, 1 };
             c->spec0 = 2;

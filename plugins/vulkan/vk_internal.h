@@ -49,7 +49,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_SWIGLU8, VKP_SH_SWIGLU8_B16, VKP_SH_FLASH_ATTN_CM2S, VKP_SH_FLASH_ATTN_CM2S_EMU, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -100,9 +100,12 @@ typedef struct vkp_options {
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
+    int64_t fa_cm_wgs;              /* flash_attn_cm2 over KV splits (flash_attn_cm2s) up to about this many workgroups; 0: never */
     int64_t fa_dec_wgs;             /* fa_v=4: about this many workgroups over a node's row groups (splits of at least 32 cells) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: products summed in f16 over 1, 2, 4 or 8 K steps (1, 2, 3 = default, 4) before the f32 sums, 0 f32 accumulators */
     int64_t fa_lit;                 /* flash_attn_dec2 from its literal build where it has the node's specialization */
+    int64_t swiglu8;                /* prefill swiglu: 0 elementwise.comp, 1 swiglu8.comp (8 elements an invocation), 2 (default)
+                                     * that and, before a gemm_b16 GEMM reading it, the GEMM's f16 copy written beside it */
     int64_t gemm_lit;               /* mul_mat_cm4_khr from its literal builds where one has the GEMM's specialization */
     int64_t rp_lit;                 /* q4_0 mul_mat_vec_rp / _rpe / _rpg with 1 or 2 blocks per invocation from builds where those are literals */
     int64_t rp_rows;                /* mul_mat_vec_rp / _rpe rows per workgroup: 8 >> rp_rows (index of vk_plugin.c's k_rp_rows; 4: the _rp4 / _rpe4 builds) */
@@ -162,7 +165,7 @@ struct pyg_device {
     PFN_vkGetPipelineExecutablePropertiesKHR exec_props_fn;
     PFN_vkGetPipelineExecutableStatisticsKHR exec_stats_fn;
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_cm2s_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */
@@ -401,6 +404,10 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
                   uint32_t spec[2], uint64_t *work);   /* fuse_glu (vk_matmul.c) */
 int vkp_rope_store_fusable(pyg_device *d, const pyg_tensor *x, const pyg_tensor *s);   /* fuse_rope (vk_rope_store.c) */   /* the kernel a FLASH_ATTN_EXT node got (debug log) */
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex);
+/* flash_attn_cm2 (its shader in *shader, from vkp_fa_cm_setup) over KV splits where fa_cm_wgs asks for them: *shader,
+ * ex and *work become flash_attn_cm2s's, *ns its splits (a merge pass follows), *scratch the partials' bytes */
+int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
+                    uint32_t *ns, uint64_t *scratch);
 int32_t vkp_supports_op(pyg_device *d, const pyg_tensor *node);   /* vk_supports.c */
 int vkp_same_shape(const pyg_tensor *a, const pyg_tensor *b);
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out);

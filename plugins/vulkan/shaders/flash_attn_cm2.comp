@@ -16,6 +16,11 @@
 //  - the softmax state and scores stay in registers (unrolled loops).
 // D = Dv <= 128 and a multiple of 16, no softcap, 32-wide subgroups with shuffles.
 // CM_EMULATE builds flash_attn_cm2_emu (option fa=cm_emulated: the tests on lavapipe).
+// FA_SPLIT builds flash_attn_cm2s (and _emu; option fa_cm_wgs, vk_attn.c): the keys in ex[3] splits of ex[4]
+// chunks, a workgroup per (query block, split, head, batch), both passes over its split's chunks alone; it writes
+// each query row's partial record (max M, sum L, L times its normalized output: flash_attn.comp's unnormalized
+// accumulators) to the plan's scratch at binding 6, and flash_attn.comp's merge pass (MODE 2) combines a row's
+// splits. A causal prefill's last query blocks then no longer walk every chunk twice in one workgroup.
 #include "common.glsl"
 #include "coopmat.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -50,6 +55,10 @@ shared float Ss[BKV * LDS];                      // S column-major [key][query];
 shared uvec4 Ps4[BQ * LDP4];                     // P row-major [query][key word]
 shared uint any_open[4];                         // [0]: the last chunk with an unmasked (row, key) pair
 shared uint open_bits[NOPEN / 32u];              // pass 1's verdict per chunk
+#ifdef FA_SPLIT
+layout(std430, binding = 6) writeonly buffer Part { float part[]; };   // [row][split] records of D + 2 floats
+shared float row_l[BQ];                          // each query row's sum L, for its output's scale
+#endif
 
 uint g_h, g_b, g_nq, g_nkv;
 float g_slope;
@@ -88,6 +97,9 @@ void main() {
     uint nq = t_ne(0u, 1u), H = t_ne(0u, 2u), D = t_ne(0u, 0u), nkv = t_ne(1u, 1u);
     uint nqb = (nq + BQ - 1u) / BQ;
     uint qb = w % nqb; w /= nqb;
+#ifdef FA_SPLIT
+    uint ns = ex_u(3u), split = w % ns; w /= ns;
+#endif
     uint h = w % H, b = w / H;
     uint kh = h / (H / t_ne(1u, 2u)), vh = h / (H / t_ne(2u, 2u));   // GQA: K and V heads
     uint bk = b % t_ne(1u, 3u), bv = b % t_ne(2u, 3u);
@@ -120,9 +132,14 @@ void main() {
     uint nt = D / 16u, ntiles = 2u * nt;
     [[unroll]] for (uint i = 0u; i < 4u; i++) CM_ZERO(o[i]);
     uint nch = (nkv + BKV - 1u) / BKV, nkw = BKV * DW, nvb = (BKV / 8u) * DW;
+#ifdef FA_SPLIT
+    uint c_beg = split * ex_u(4u), c_end = min(nch, c_beg + ex_u(4u));
+#else
+    uint c_beg = 0u, c_end = nch;
+#endif
 
     for (uint pass = 0u; pass < 2u; pass++) {
-        for (uint ci = 0u; ci < nch; ci++) {
+        for (uint ci = c_beg; ci < c_end; ci++) {
             uint j0 = ci * BKV;
             bool known = pass == 1u && ci < NOPEN;   // pass 1's verdict (open_bits written before a barrier since)
             if (known && (open_bits[ci >> 5] & (1u << (ci & 31u))) == 0u) continue;   // uniform
@@ -222,6 +239,22 @@ void main() {
             barrier();                                 // P and V read before the next chunk
         }
     }
+#ifdef FA_SPLIT
+    // the partial records: M and L from one of each row's four softmax invocations, L kept for the outputs' scale
+    uint RS = D + 2u;
+    [[unroll]] for (uint k = 0u; k < RMAX; k++) {
+        uint r = (t >> 2) + k * (WG >> 2);
+        if (k < RPT && (t & 3u) == 0u) {
+            row_l[r] = L[k];
+            if (q0 + r < nq) {
+                uint rec = (((b * H + h) * nq + q0 + r) * ns + split) * RS;
+                part[rec] = M[k];
+                part[rec + 1u] = L[k];
+            }
+        }
+    }
+    barrier();
+#endif
     // dst [Dv, H, n_q, B]: each subgroup stages one 16 x 16 tile at a time in Ss (column-major: (query, dim) at dim * 16 + query)
     uint lane = SG_LANE, cs = sg * 256u;
     [[unroll]] for (uint i = 0u; i < 4u; i++) {        // (SG_SYNC is a workgroup barrier when emulated)
@@ -231,7 +264,11 @@ void main() {
         SG_SYNC();
         for (uint e = lane; e < 256u && q < ntiles; e += SG_SIZE) {
             uint qr = q0 + oi * 16u + (e & 15u), d = oj * 16u + (e >> 4);
+#ifdef FA_SPLIT
+            if (qr < nq) part[(((b * H + h) * nq + qr) * ns + split) * RS + 2u + d] = Ss[cs + e] * row_l[qr - q0];
+#else
             if (qr < nq) stf(t_at(4u, d, h, qr, b), t_type(4u), Ss[cs + e]);
+#endif
         }
         SG_SYNC();
     }
