@@ -43,7 +43,8 @@
 # GPU_VK_CMPROBE=1 (first .gl/vk_cm_probe, built here by `make build/vk_cm_probe` and carried: the tensor cores' rate through
 # VK_KHR_cooperative_matrix for f16 -> f32, f16 -> f16, int8 -> int32 and int8 scaled into f32 sums, f16 products into
 # 16x16 and 16x8 f32 or f16 accumulators in several layouts, each checked; then run it with --nv by hand),
-# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_INTERLEAVE=1 (the benches round by
+# GPU_VK_DEPTH=D (the benches also after D tokens of context: keys *_depth), GPU_VK_NPROMPT=N (the prompt's
+# tokens, 512 by default: the keys still say pp512), GPU_VK_INTERLEAVE=1 (the benches round by
 # round, each configuration once per round: a fairer A/B where clocks drift), GPU_VK_BANDWIDTH=1 (first
 # scripts/vulkan_bandwidth.py: the bandwidth an argmax and a 151 MB mat-vec reach on Vulkan, CUDA and torch).
 # Run on 2026-12-06 (H100; bench/results/gpu-vulkan-*-h100-20261206T0[79]*, …T1001): mv_q8, matvec_ahead and the
@@ -173,7 +174,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     fi
     say "pp512/tg128 benches, Vulkan (${GPU_VK_VARIANTS:-new fa1}) next to CUDA: $MODELS"
     timeout $(( $(left) > 60 ? $(left) : 60 )) $PY scripts/vulkan_vs_cuda.py bench --out "$WORK" --models $MODELS \
-        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" $([ "${GPU_VK_INTERLEAVE:-0}" = 1 ] && echo --interleave) --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
+        --reps "${GPU_VK_REPS:-3}" --depth "${GPU_VK_DEPTH:-0}" --n-prompt "${GPU_VK_NPROMPT:-512}" $([ "${GPU_VK_INTERLEAVE:-0}" = 1 ] && echo --interleave) --variants ${GPU_VK_VARIANTS:-new mv3i} 2>&1 | tee "$WORK/bench.log"
     BENCH_RC=$?
     pack
 fi

@@ -70,6 +70,8 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };
         bi[i * VKP_NSET + VKP_BIND_Q8] = dps[i].q8 == 1 ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size }
                                                         : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].b16 == 1 && (dps[i].shader == VKP_SH_NORM_MUL_REG_B16 || dps[i].shader == VKP_SH_NORM_MUL_REG_ADD_B16))
+            bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };   /* (norm_b16: binding 7) */
         for (int x = VKP_BIND_X8; x < VKP_NSET; x++) bi[i * VKP_NSET + x] = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         for (int k = 0; k < 2; k++) {   /* the mat-vec's weights: their repacked copies (mul_mat_vec_rpg: the second at binding 2) */
             const struct vkp_repack *r = k ? dps[i].rp2 : dps[i].rp;

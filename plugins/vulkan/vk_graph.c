@@ -146,7 +146,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         if (swiglu8_ok(d, n)) {   /* 8 elements an invocation (vk_graph.c's plan loop may add the f16 copy) */
             shader = VKP_SH_SWIGLU8;
             spec = 0;
-            vkp_log(PYG_LOG_DEBUG, "swiglu '%s': swiglu8", n->name);
+            vkp_log(PYG_LOG_DEBUG, "swiglu8 '%s': swiglu8", n->name);   /* (not "swiglu '": the fusion tests' lines) */
             ex[0] /= 8;
             work = (ex[0] + 255) / 256;
         }
@@ -289,6 +289,7 @@ static int profile_label(const dispatch *dp) {
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
         break;
     case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_ADD_Q8:
+    case VKP_SH_NORM_MUL_REG_ADD_B16:
         snprintf(buf, sizeof buf, "add+%s", sh);
         break;
     case VKP_SH_ELEMENTWISE: case VKP_SH_ROWS_SG: case VKP_SH_NORM:
@@ -439,11 +440,30 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
                 sw->b16_rows = dps[nd - 1].b16_rows;
                 sw->b16_k = dps[nd - 1].b16_k;
                 ps[96 + 1] = (uint32_t)read_elsewhere(g, x, mm);   /* the f32 result too */
-                vkp_log(PYG_LOG_DEBUG, "swiglu '%s' (the f16 activations of GEMM '%s' beside it, its f32 result %s): swiglu8_b16",
+                vkp_log(PYG_LOG_DEBUG, "swiglu8 '%s' (the f16 activations of GEMM '%s' beside it, its f32 result %s): swiglu8_b16",
                         x->name, mm ? mm->name : "?", ps[96 + 1] ? "too" : "read nowhere else, not written");
                 b16_src = x;
                 b16_rows = sw->b16_rows;
                 b16_k = sw->b16_k;
+            }
+            dispatch *nm = nd >= 2 ? &dps[nd - 2] : NULL;   /* (norm_b16: the fused norm just before it writes the copy) */
+            uint32_t *pn = (uint32_t *)((char *)params + (size_t)(nd - 2) * pstride);
+            if (x != b16_src && nm && d->opts.norm_b16 && (nm->shader == VKP_SH_NORM_MUL_REG || nm->shader == VKP_SH_NORM_MUL_REG_ADD) &&
+                pn[96 + 1] && nm->slot[VKP_SLOT_DST] == x && x->ne[0] % 4 == 0 &&
+                dps[nd - 1].b16_rows == (uint64_t)x->ne[1] && dps[nd - 1].b16_k == (uint64_t)x->ne[0]) {
+                int sh = nm->shader == VKP_SH_NORM_MUL_REG ? VKP_SH_NORM_MUL_REG_B16 : VKP_SH_NORM_MUL_REG_ADD_B16;
+                if ((e = vkp_get_pipeline(d, sh, (uint32_t[2]){ 0, vkp_rows_per_wg(d) }, &nm->pipe))) goto fail;
+                nm->shader = sh;
+                nm->b16 = 1;
+                nm->b16_rows = dps[nd - 1].b16_rows;
+                nm->b16_k = dps[nd - 1].b16_k;
+                const pyg_tensor *norm = nm->slot[3];   /* the rms_norm node (the mul reads it) */
+                pn[96 + 8] = (uint32_t)read_elsewhere(g, norm, x);
+                vkp_log(PYG_LOG_DEBUG, "rms_norm '%s' (the f16 activations of GEMM '%s' beside its result, its own output %s): norm_mul_reg_b16",
+                        norm->name, g->nodes[i]->name, pn[96 + 8] ? "too" : "read nowhere else, not written");
+                b16_src = x;
+                b16_rows = nm->b16_rows;
+                b16_k = nm->b16_k;
             }
             if (x != b16_src || dps[nd - 1].b16_rows != b16_rows || dps[nd - 1].b16_k != b16_k) {
                 dispatch *c = &dps[nd - 1];

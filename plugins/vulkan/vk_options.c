@@ -110,13 +110,14 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.gemm_lit = 1;   /* H100 at 163185b: 1b q4_0 pp512 +6.5%, 7b +0.6%, q4_0 GEMM 4096x4096 123.5 TFLOPS against 113.9
                              * (bench/results/gpu-vulkan-f32sums-h100-20261207T0610/) */
     d->opts.swiglu8 = 2;
+    d->opts.norm_b16 = 1;
     d->opts.fa_v = 0;
     d->opts.norm_v = 2;
     d->opts.reorder = 1;
     d->opts.fuse_rope = 1;
     d->opts.fa = VKP_GEMM_AUTO;
     d->opts.fa_wgs = 4096;
-    d->opts.fa_cm_wgs = 2048;
+    d->opts.fa_cm_wgs = 512;   /* H100 at 70a3cce: 2048 (4 splits at pp512) slowed the 1b / 7b prefill 3% */
     d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 2;
     d->opts.matvec_rp = 1;

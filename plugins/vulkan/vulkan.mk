@@ -34,7 +34,8 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
             $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
             $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H) \
-            $(VK_BUILD)/swiglu8_b16.spv.h $(VK_BUILD)/flash_attn_cm2s.spv.h $(VK_BUILD)/flash_attn_cm2s_emu.spv.h
+            $(VK_BUILD)/swiglu8_b16.spv.h $(VK_BUILD)/flash_attn_cm2s.spv.h $(VK_BUILD)/flash_attn_cm2s_emu.spv.h \
+            $(VK_BUILD)/norm_mul_reg_b16.spv.h $(VK_BUILD)/norm_mul_reg_add_b16.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
@@ -82,6 +83,9 @@ $(eval $(call VK_VARIANT_RULE,mul_mat_vec3n,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHO
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3q,mul_mat_vec3.comp,-DMV_INT8 -DMV_WHOLE -DMV_PREQ))
 $(eval $(call VK_VARIANT_RULE,norm_mul_reg_q8,norm_mul_reg.comp,-DQ8_OUT))
 $(eval $(call VK_VARIANT_RULE,norm_mul_reg_add_q8,norm_mul_reg.comp,-DFUSED_ADD -DQ8_OUT))
+# the prefill norms that also write the next GEMMs' f16 activations (option norm_b16)
+$(eval $(call VK_VARIANT_RULE,norm_mul_reg_b16,norm_mul_reg.comp,-DB16_OUT))
+$(eval $(call VK_VARIANT_RULE,norm_mul_reg_add_b16,norm_mul_reg.comp,-DFUSED_ADD -DB16_OUT))
 # the repacked mat-vec for a gate and an up weight and their swiglu (option matvec_rp)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg,mul_mat_vec_rp.comp,-DRP_GLU))
 # the same for one weight, with the rope and/or the KV-cache write of its result (option fuse_rope_mv)

@@ -33,6 +33,11 @@ layout(std430, binding = 6) buffer A6v { vec4 a6v[]; };
 #extension GL_KHR_shader_subgroup_shuffle : require
 layout(std430, binding = 7) buffer Q8w { uint q8w[]; };
 #endif
+#ifdef B16_OUT   // (norm_mul_reg_b16, option norm_b16; the vec4 path) the result as f16 rows at binding 7 too: the copy
+// a gemm_b16 GEMM reads as its activations, in dequant.comp's layout (rows of K halves back to back, in the order of
+// the rows), the same bytes as its conversion of the f32 result; the norm's own output (slot 3) only where ex[8] != 0
+layout(std430, binding = 7) writeonly buffer B16w { uvec2 b16w[]; };
+#endif
 #define NV 8u
 shared float red[256];
 
@@ -96,9 +101,16 @@ void main() {
         if (4u * q >= n0) continue;
         vec4 v = x[j] * scale;
         if (v4) {
+#ifdef B16_OUT
+            if (ex_u(8u) != 0u) n3v[(rn >> 4) + q] = v;
+#else
             n3v[(rn >> 4) + q] = v;
+#endif
             vec4 m = v * w[j];
             dv[(rd >> 4) + q] = m;
+#ifdef B16_OUT
+            b16w[row * (n0 >> 2) + q] = uvec2(packHalf2x16(m.xy), packHalf2x16(m.zw));
+#endif
 #ifdef Q8_OUT   // (uniform per 64 invocations: K / 4 is a multiple of 64)
             float amax = amax4(m);
             amax = max(amax, subgroupShuffleXor(amax, 1u));
