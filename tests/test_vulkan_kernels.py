@@ -489,7 +489,7 @@ def prefill_fa_case(D, n_q, n_kv, kv_type, opts, H=4, Hk=2):
     return nmse(got, ref), kernels
 
 
-@pytest.mark.parametrize("fa_cm", [1, 2])
+@pytest.mark.parametrize("fa_cm", [1, 2, 3])
 @pytest.mark.parametrize("fa", ["cm_emulated", "coopmat", "auto", "scalar"])
 @pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
                                                 (128, 40, 100, "f16"), (64, 40, 100, "f16"), (32, 17, 72, "f16"),
@@ -503,8 +503,9 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     fa=coopmat runs it on the tensor cores (refused without them); fa=auto runs flash_attn_cm
     where the device has cooperative matrices (the NVIDIA driver), else flash_attn.comp; fa=scalar
     runs flash_attn.comp (the KV split off). fa_cm=2 (the default) runs flash_attn_cm2.comp instead of
-    flash_attn_cm.comp where K and V are f16 (16-byte rows), the first build with f32 K/V."""
-    if fa == "scalar" and fa_cm == 2:
+    flash_attn_cm.comp where K and V are f16 (16-byte rows), fa_cm=3 the one-pass flash_attn_cm3.comp there, the
+    first build with f32 K/V."""
+    if fa == "scalar" and fa_cm >= 2:
         pytest.skip("fa=scalar runs neither tensor-core build")
     if fa == "coopmat" and not _has_coopmat():
         with pytest.raises(pg.UnsupportedError, match="cooperative_matrix"):
@@ -512,11 +513,11 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
         return
     # scalar: flash_attn.comp itself, with the KV split off (where a GPU takes the split, fa_v=3's
     # flash_attn_dec.comp would run instead: test_fa_dec); the tensor-core builds unsplit (fa_cm_wgs=0: the KV
-    # splits are tests/test_vulkan_fa_cm_split.py's)
+    # splits are tests/test_vulkan_fa_prefill.py's)
     opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa, "fa_cm": str(fa_cm), "fa_cm_wgs": "0"}
     e, kernels = prefill_fa_case(D, n_q, n_kv, kv_type, opts)
     assert e <= 5e-4, f"NMSE {e:.3g} ({kernels})"
-    cm = "flash_attn_cm2" if fa_cm == 2 and kv_type == "f16" else "flash_attn_cm"
+    cm = {2: "flash_attn_cm2", 3: "flash_attn_cm3"}.get(fa_cm, "flash_attn_cm") if kv_type == "f16" else "flash_attn_cm"
     if fa == "scalar" or (fa == "auto" and not _has_coopmat()):
         assert kernels == ["flash_attn"]
     elif fa in ("coopmat", "auto"):

@@ -24,6 +24,13 @@ static uint64_t fa_cm2_shared(uint32_t dmax) {
            FA_BQ * 4;
 }
 
+/* flash_attn_cm3.comp's: Q, K / V^T / the staged P V (16-byte words), S (f32), P, the chunk flag, the rows' scales
+ * and sums */
+static uint64_t fa_cm3_shared(uint32_t dmax) {
+    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16 +
+           2 * FA_BQ * 4;
+}
+
 /* t (K, V or the mask) is read in 16-byte words: unit element stride, rows, heads and batches on
  * 16-byte boundaries, and its offset within the binding (which starts on `align`) too */
 static int fa_rows16(const pyg_tensor *t, uint64_t align) {
@@ -68,7 +75,7 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     const pyg_tensor *q = n->src[0], *v = n->src[2];
     int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
     int ok = 0;
-    int v2 = d->opts.fa_cm == 2 && fa_rows16(n->src[1], align) && fa_rows16(v, align);
+    int v2 = d->opts.fa_cm >= 2 && fa_rows16(n->src[1], align) && fa_rows16(v, align);   /* (cm2 and cm3: the same layout) */
     uint32_t dmax = emulated && q->ne[0] <= 64 ? 64 : 128;   /* the tensor-core build fixes 128 (literal strides) */
     float softcap = pyg_op_param_f32(n->op_params, 2);
     /* fa=auto runs flash_attn_cm where the device has cooperative matrices: since its shared arrays
@@ -84,7 +91,11 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     /* the second build where K and V are 16-byte rows (a model's f16 cache), its shared memory fits and
      * the driver takes it; a refused pipeline falls back to the first build */
     int sh = 0;
-    if (ok && v2 && !d->fa_cm2_broken && fa_cm2_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize &&
+    if (ok && v2 && d->opts.fa_cm == 3 && !d->fa_cm3_broken && fa_cm3_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize &&
+        (emulated ? d->subgroup_size >= 8 : 1) &&
+        vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM3_EMU : VKP_SH_FLASH_ATTN_CM3, sp, &d->fa_cm3_broken))
+        sh = emulated ? VKP_SH_FLASH_ATTN_CM3_EMU : VKP_SH_FLASH_ATTN_CM3;
+    else if (ok && v2 && !d->fa_cm2_broken && fa_cm2_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize &&
         (emulated ? d->subgroup_size >= 8 : 1) &&
         vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM2_EMU : VKP_SH_FLASH_ATTN_CM2, sp, &d->fa_cm2_broken))
         sh = emulated ? VKP_SH_FLASH_ATTN_CM2_EMU : VKP_SH_FLASH_ATTN_CM2;

@@ -1,6 +1,7 @@
-"""flash_attn_cm2 over KV splits (device option fa_cm_wgs; flash_attn_cm2s.comp's partial records merged by
-flash_attn.comp's MODE 2): every case against float64 numpy, on lavapipe through the emulated build and on a GPU
-through the tensor cores."""
+"""The prefill attention's newer tensor-core builds: flash_attn_cm2 over KV splits (device option fa_cm_wgs;
+flash_attn_cm2s.comp's partial records merged by flash_attn.comp's MODE 2) and the one-pass flash_attn_cm3 (fa_cm=3;
+its op-level cases are test_vulkan_kernels.py's test_prefill_flash_attn). Every case against float64 numpy or the
+unsplit kernel, on lavapipe through the emulated builds and on a GPU through the tensor cores."""
 import pytest
 
 import pyggml as pg
@@ -56,4 +57,19 @@ def test_fa_cm_split_model_prefill(tmp_path):
     assert "flash_attn_cm2_emu" in k0 and "flash_attn_cm2s_emu" not in k0, k0
     assert k1.count("flash_attn_cm2s_emu") == k0.count("flash_attn_cm2_emu") >= 2, k1   # each prefill batch's layers
     for a, b in zip(l1, l0):
+        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8
+
+
+def test_fa_cm3_model_prefill(tmp_path):
+    """The same prefill and decode with the one-pass kernel (fa_cm=3) for every prefill batch: the logits of the
+    two-pass one (fa_cm=2), to the float rounding of another summation order."""
+    from test_vulkan_kernels import _model_logits
+    from pyggml.conformance.cases import nmse
+    import numpy as np
+    opts = {"fa": "cm_emulated", "fa_split": "on", "fa_cm_wgs": "0", "matvec": "3", "gemm": "tiled"}
+    run = dict(n_ctx=256, prompt=range(1, 201))
+    l2, k2 = _model_logits(tmp_path, {**opts, "fa_cm": "2"}, "flash_attn '", 14, **run)
+    l3, k3 = _model_logits(tmp_path, {**opts, "fa_cm": "3"}, "flash_attn '", 14, **run)
+    assert k3.count("flash_attn_cm3_emu") == k2.count("flash_attn_cm2_emu") >= 2, (k2, k3)
+    for a, b in zip(l3, l2):
         assert nmse(np.asarray(a), np.asarray(b)) <= 1e-8
