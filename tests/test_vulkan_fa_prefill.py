@@ -27,12 +27,15 @@ def test_prefill_flash_attn_split(fa, D, n_q, n_kv, wgs, split):
         pytest.skip("no cooperative matrices on this device (the emulated case covers the kernel's logic)")
     emu = "_emu" if fa == "cm_emulated" else ""
     for fa_split in ("on", "off"):
-        e, kernels = prefill_fa_case(D, n_q, n_kv, "f16", {"fa": fa, "fa_split": fa_split, "fa_cm_wgs": str(wgs)})
+        e, kernels = prefill_fa_case(D, n_q, n_kv, "f16", {"fa": fa, "fa_split": fa_split, "fa_cm_wgs": str(wgs), "fa_cm": "2"})
         assert e <= 5e-4, f"NMSE {e:.3g} ({kernels})"
         if fa == "cm_emulated" and D > 64 and not kernels[0].startswith("flash_attn_cm"):
             continue   # (the emulated build's shared memory past lavapipe's 32 KiB)
         want = "flash_attn_cm2s" if split and fa_split == "on" else "flash_attn_cm2"
         assert kernels == [want + emu], (kernels, fa_split)
+    if split:   # the one-pass kernel (fa_cm=3, the default) hands a split to flash_attn_cm2s too
+        e, kernels = prefill_fa_case(D, n_q, n_kv, "f16", {"fa": fa, "fa_split": "on", "fa_cm_wgs": str(wgs)})
+        assert e <= 5e-4 and kernels in (["flash_attn_cm2s" + emu], ["flash_attn"], ["flash_attn_dec"]), (e, kernels)
 
 
 def test_fa_cm_wgs_option_values():
@@ -51,7 +54,7 @@ def test_fa_cm_split_model_prefill(tmp_path):
     from test_vulkan_kernels import _model_logits
     from pyggml.conformance.cases import nmse
     import numpy as np
-    opts, run = {"fa": "cm_emulated", "fa_split": "on", "matvec": "3", "gemm": "tiled"}, dict(n_ctx=256, prompt=range(1, 201))
+    opts, run = {"fa": "cm_emulated", "fa_split": "on", "matvec": "3", "gemm": "tiled", "fa_cm": "2"}, dict(n_ctx=256, prompt=range(1, 201))
     l0, k0 = _model_logits(tmp_path, {**opts, "fa_cm_wgs": "0"}, "flash_attn '", 14, **run)
     l1, k1 = _model_logits(tmp_path, {**opts, "fa_cm_wgs": "64"}, "flash_attn '", 14, **run)
     assert "flash_attn_cm2_emu" in k0 and "flash_attn_cm2s_emu" not in k0, k0

@@ -106,7 +106,7 @@ def _options_logged(options, what):
         for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
                            ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16x4"), ("norm_v", "2"), ("fa_v", "0"), ("fuse_rope", "1"), ("fuse_glu", "0"),
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
-                           ("fa_cm", "2"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
+                           ("fa_cm", "3"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
                            ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
                            ("rp_norm_in", "auto"), ("gemm_lit", "1"), ("swiglu8", "2"), ("fa_cm_wgs", "512")):
             dev.set_option(key, value)
@@ -372,7 +372,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_dec_wgs", "8"), ("fa_cm", "3"), ("fa_cm", "0")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_dec_wgs", "8"), ("fa_cm", "4"), ("fa_cm", "0")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -502,8 +502,8 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     primitives in plain GLSL (where its shared memory fits the device: D <= 64 on lavapipe);
     fa=coopmat runs it on the tensor cores (refused without them); fa=auto runs flash_attn_cm
     where the device has cooperative matrices (the NVIDIA driver), else flash_attn.comp; fa=scalar
-    runs flash_attn.comp (the KV split off). fa_cm=2 (the default) runs flash_attn_cm2.comp instead of
-    flash_attn_cm.comp where K and V are f16 (16-byte rows), fa_cm=3 the one-pass flash_attn_cm3.comp there, the
+    runs flash_attn.comp (the KV split off). fa_cm=2 runs flash_attn_cm2.comp instead of flash_attn_cm.comp
+    where K and V are f16 (16-byte rows), fa_cm=3 (the default) the one-pass flash_attn_cm3.comp there, the
     first build with f32 K/V."""
     if fa == "scalar" and fa_cm >= 2:
         pytest.skip("fa=scalar runs neither tensor-core build")
@@ -553,7 +553,7 @@ def test_prefill_flash_attn_past_the_chunk_bits(fa):
     y = pg.flash_attn_ext(q, k, v, m, scale=1 / np.sqrt(D))
     ref = R.flash_attn(qv.astype(np.float64), kv.astype(np.float64), vv.astype(np.float64),
                        mv.astype(np.float64), 1 / np.sqrt(D), 0.0, 0.0)
-    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa}, "flash_attn '")
+    got, kernels = _compute(y, {"q": qv, "k": kv, "v": vv, "m": mv}, {"fa": fa, "fa_cm": "2"}, "flash_attn '")
     assert kernels and kernels[0].startswith("flash_attn_cm2"), kernels
     assert nmse(got, ref) <= 5e-4, f"NMSE {nmse(got, ref):.3g}"
 

@@ -43,7 +43,8 @@ static int fa_rows16(const pyg_tensor *t, uint64_t align) {
 int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
                     uint32_t *ns_out, uint64_t *scratch) {
     const pyg_tensor *q = n->src[0], *v = n->src[2];
-    if (d->opts.fa_cm_wgs <= 0 || (*shader != VKP_SH_FLASH_ATTN_CM2 && *shader != VKP_SH_FLASH_ATTN_CM2_EMU)) return 0;
+    int emu = *shader == VKP_SH_FLASH_ATTN_CM2_EMU || *shader == VKP_SH_FLASH_ATTN_CM3_EMU;   /* (cm3 too: the split is cm2's build) */
+    if (d->opts.fa_cm_wgs <= 0 || (!emu && *shader != VKP_SH_FLASH_ATTN_CM2 && *shader != VKP_SH_FLASH_ATTN_CM3)) return 0;
     uint64_t nqb = (uint64_t)(q->ne[1] + FA_BQ - 1) / FA_BQ, base = nqb * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
     uint64_t nch = (uint64_t)(n->src[1]->ne[1] + FA_BKV - 1) / FA_BKV;
     uint64_t ns = (uint64_t)d->opts.fa_cm_wgs / base, most = (nch + 1) / 2;   /* (at least two chunks a split) */
@@ -53,7 +54,7 @@ int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
     ns = (nch + cps - 1) / cps;
     uint64_t rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), bytes = rows * ns * ((uint64_t)v->ne[0] + 2) * 4;
     if (ns < 2 || base * ns > UINT32_MAX || bytes > d->max_range) return 0;
-    int sh = *shader == VKP_SH_FLASH_ATTN_CM2 ? VKP_SH_FLASH_ATTN_CM2S : VKP_SH_FLASH_ATTN_CM2S_EMU;
+    int sh = emu ? VKP_SH_FLASH_ATTN_CM2S_EMU : VKP_SH_FLASH_ATTN_CM2S;
     if (!vkp_pipeline_usable(d, sh, spec, &d->fa_cm2s_broken)) return 0;
     *shader = sh;
     *work = base * ns;
