@@ -80,7 +80,8 @@ def test_gemm_lit_leaves_other_devices_alone():
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_K"])
 @pytest.mark.parametrize("m", [4096, 2048])
 def test_gemm_lit_same_bytes(wdt, m):
-    """On VK_KHR_cooperative_matrix: the auto configuration of M rows (w2x2 past 2048, w2x4 up to it) runs its literal
+    """On VK_KHR_cooperative_matrix: the auto configuration of M rows (w2x2 past 2048 and for q4_0 read directly, w2x4 up
+    to 2048 for gemm_dq's f16 copy of q4_K) runs its literal
     build (kernel name ' lit'), with the bytes of the specialized module and within the f16 operands of numpy."""
     import pyggml as pg
     from pyggml.conformance.cases import nmse

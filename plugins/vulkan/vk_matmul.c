@@ -370,8 +370,11 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         int khr_ci = wide_n && N > 64 ? 13 : 14;   /* 64x128.k64.w2x2, 128x64.k64.w2x2 */
         /* up to 2048 weight rows, 64x128 as eight subgroups' 32x32 blocks where its one stage fits (NVIDIA's 48 KiB,
          * not lavapipe's 32): H100 at 84e9b4a, q4_0 N = 512, 2048x2048 / 2048x8192 72.7 / 84.1 TFLOPS against
-         * 63.4 / 74.3; from 4096 rows the four subgroups' tile stays ahead (85.6 against 113.2 at 4096x4096) */
-        if (khr_ci == 13 && M <= 2048 && gemm_cfg_shared_bg(&vkp_gemm_cfgs[18], 0) <= d->props.limits.maxComputeSharedMemorySize)
+         * 63.4 / 74.3; from 4096 rows the four subgroups' tile stays ahead (85.6 against 113.2 at 4096x4096). Only for
+         * a 16-bit weight (gemm_dq's copy, an f16 model): in the models, H100 at 6ea1509, every GEMM on 64x128.k64.w2x2
+         * ran pp512 1b q4_0 (q4_0 read directly) 38.8-39.0k t/s against 36.0-37.2k, and 1b q4_K (its f16 copies)
+         * 27.5-27.9k against 29.9-30.5k (bench/results/gpu-vulkan-cfg-h100-20261207T0952/) */
+        if (khr_ci == 13 && M <= 2048 && wtype == PYG_TYPE_F16 && gemm_cfg_shared_bg(&vkp_gemm_cfgs[18], 0) <= d->props.limits.maxComputeSharedMemorySize)
             khr_ci = 18;   /* 64x128.k64.w2x4.s1 */
         ci = d->opts.gemm_cfg ? (int)d->opts.gemm_cfg - 1 : khr ? khr_ci : tile == 128 ? 8 : 0;
         vkp_gemm_cfg c = vkp_gemm_cfgs[ci < VKP_GEMM_CFGS ? ci : 0];
