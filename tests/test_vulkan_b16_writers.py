@@ -153,18 +153,7 @@ def test_norm_b16_outputs_read(gemm, add):
 
 def _compute_plans(outs, feeds, options):
     """outs on VK with `options`; returns (results, every debug line the plugin logged)."""
-    import logging
-    lines = []
-
-    class H(logging.Handler):
-        def emit(self, r):
-            lines.append(r.getMessage())
-    h = H(level=logging.DEBUG)
-    log = logging.getLogger("pyggml")
-    log.addHandler(h)
-    try:
-        with _options_logged(options, "\0"):
-            out = pg.Scheduler([VK], poison=True).compute(outs, feeds)
-    finally:
-        log.removeHandler(h)
-    return out, lines
+    from _vulkan_rp import debug_records
+    with debug_records() as lines, _options_logged(options, "\0"):
+        out = pg.Scheduler([VK], poison=True).compute(outs, feeds)
+    return out, list(lines)

@@ -38,18 +38,18 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_b16.spv.h $(VK_BUILD)/norm_mul_reg_add_b16.spv.h $(VK_BUILD)/flash_attn_cm3_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
-$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
 
 # the cooperative-matrix shaders with their matrix primitives in plain GLSL (options gemm / fa = cm_emulated: tests)
-$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl
+$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_EMULATE -mfmt=c -o $@ $<
 
 # builds of one shader with glslc defines: name, source (under shaders/), defines
 define VK_VARIANT_RULE
-$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl
+$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O $(3) -mfmt=c -o $$@ $$<
 endef
