@@ -94,9 +94,15 @@
  *                f16 rows in the plan's scratch first (dequant.comp), one conversion for consecutive GEMMs of
  *                the same activations; the GEMM loads half the activation bytes; auto: on
  *                VK_KHR_cooperative_matrix (H100: q4_0 GEMMs 66-84 TFLOPS against 56-75; pp512 +3-10%)
- *   fa_cm        which tensor-core prefill attention: 2 (default) flash_attn_cm2.comp where K and V are
- *                f16 rows on 16-byte boundaries (16-byte loads, V transposed in registers, chunks pass 1
- *                found masked skipped in pass 2), else 1; 1 flash_attn_cm.comp */
+ *   fa_cm        which tensor-core prefill attention: 3 (default) flash_attn_cm3.comp where K and V are
+ *                f16 rows on 16-byte boundaries (one pass: online softmax, each chunk's P V folded into
+ *                outputs in registers), else 1; 2 flash_attn_cm2.comp there (two passes: 16-byte loads, V
+ *                transposed in registers, chunks pass 1 found masked skipped in pass 2); 1 flash_attn_cm.comp
+ *   fa_cm_wgs    512 (default): the prefill attention over KV splits (flash_attn_cm2s, then flash_attn.comp's
+ *                merge) where a chunk's query blocks x heads give fewer than half this many workgroups; 0 never
+ *   swiglu8      2 (default): a contiguous f32 swiglu 8 elements an invocation, writing the next gemm_b16 GEMM's
+ *                f16 copy itself (its f32 result only where read); 1 without the copy; 0 elementwise.comp
+ *   norm_b16     1 (default): the fused prefill norm writes the next gemm_b16 GEMM's f16 copy itself */
 #include <string.h>
 #include "vk_internal.h"
 #include "pyggml/options.h"
