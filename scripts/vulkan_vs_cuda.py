@@ -141,11 +141,15 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "cm4k64khr": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2", "cm_api": "khr"},
             # the defaults before b0da051's: mul_mat_cm3 on VK_NV_cooperative_matrix with f32 accumulators
             "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
-# the plugin's defaults (vk_options.c), restored before each variant's options
+# the plugin's defaults (vk_options.c, vk_plugin.c), restored before each variant's options: a variant may set only
+# options listed here (_variant refuses others), or every variant after it would inherit its value. (Until 2026-12-07
+# fa_cm_wgs, swiglu8, norm_b16 and gemm_lit were missing and fa_cm said 2: written-out variants of them leaked into the
+# variants after them, and `new` ran fa_cm=2 once 3 was the default.)
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16x4", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
-            "debug_drop_barriers": "0", "fa_cm": "2", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
+            "debug_drop_barriers": "0", "fa_cm": "3", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
             "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "1", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "0", "fa_dec_wgs": "512",
-            "rp_norm_in": "auto"}
+            "rp_norm_in": "auto", "fa_cm_wgs": "512", "swiglu8": "2", "norm_b16": "1", "gemm_lit": "1", "fa_lit": "0", "rp_lit": "0",
+            "rp_rows": "8", "fa_split": "auto", "fuse": "1", "norm_wg": "auto", "subgroups": "1", "debug_gemm_parts": "0"}
 
 
 def _set_vk(pg, opts):
@@ -354,7 +358,12 @@ def _variant(v):
     bad = [kv for kv in parts if "=" not in kv or not kv.split("=", 1)[0]]
     if bad:
         raise argparse.ArgumentTypeError(f"variant {v!r}: {', '.join(map(repr, bad))} is not key=value")
-    VARIANTS[v] = dict(kv.split("=", 1) for kv in parts)
+    opts = dict(kv.split("=", 1) for kv in parts)
+    unknown = [k for k in opts if k not in DEFAULTS and k != "arena_lag"]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"variant {v!r}: {', '.join(map(repr, unknown))} has no default in DEFAULTS "
+                                         "(scripts/vulkan_vs_cuda.py): the variants after it would inherit its value")
+    VARIANTS[v] = opts
     return v
 
 

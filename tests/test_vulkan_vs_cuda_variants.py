@@ -30,3 +30,26 @@ def test_malformed_options_are_named(vvc, bad, named):
 def test_unknown_name_lists_the_known_ones(vvc):
     with pytest.raises(argparse.ArgumentTypeError, match="unknown variant 'bogus'.*new"):
         vvc._variant("bogus")
+
+
+def test_every_variant_option_is_restored(vvc):
+    """Each named variant sets only options DEFAULTS restores before the next variant, and a written-out option
+    without a default is refused by name (the next variants would otherwise inherit it)."""
+    for name, opts in vvc.VARIANTS.items():
+        assert set(opts) - {"arena_lag"} <= set(vvc.DEFAULTS), (name, set(opts) - set(vvc.DEFAULTS))
+    with pytest.raises(argparse.ArgumentTypeError, match="'no_such_option' has no default in DEFAULTS"):
+        vvc._variant("no_such_option=1")
+    assert vvc._variant("fa_cm_wgs=0,swiglu8=0") == "fa_cm_wgs=0,swiglu8=0"
+
+
+def test_defaults_name_real_options(vvc):
+    """Every DEFAULTS key is an option the Vulkan plugin knows (where it is loaded: setting each default must pass)."""
+    import pyggml as pg
+    dev = next((d for d in pg.devices() if d.plugin.name == "vulkan"), None)
+    if dev is None:
+        pytest.skip("no Vulkan device")
+    for k, v in vvc.DEFAULTS.items():
+        try:
+            dev.set_option(k, v)
+        except pg.UnsupportedError:   # (a value the device refuses, e.g. fa=coopmat on lavapipe: the key is known)
+            pass
