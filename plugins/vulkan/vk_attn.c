@@ -17,19 +17,16 @@ static uint64_t fa_cm_shared(uint32_t dmax) {
     return FA_BQ * (dmax + 8) * half + dmax * (FA_BKV + 8) * half + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV + 8) * half + 16;
 }
 
-/* flash_attn_cm2.comp's: Q, K / V^T (16-byte words), S (f32), P, the chunk flag, pass 1's chunk bits (and in its
- * FA_SPLIT build the rows' sums) */
-static uint64_t fa_cm2_shared(uint32_t dmax) {
-    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16 + 128 +
-           FA_BQ * 4;
+/* the tiles flash_attn_cm2.comp and flash_attn_cm3.comp share: Q, K / V^T (16-byte words), S (f32), P, the chunk flag */
+static uint64_t fa_cm_tiles_shared(uint32_t dmax) {
+    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16;
 }
 
-/* flash_attn_cm3.comp's: Q, K / V^T / the staged P V (16-byte words), S (f32), P, the chunk flag, the rows' scales
- * and sums */
-static uint64_t fa_cm3_shared(uint32_t dmax) {
-    return FA_BQ * (dmax / 8 + 1) * 16 + dmax * (FA_BKV / 8 + 1) * 16 + FA_BKV * (FA_BQ + 4) * 4 + FA_BQ * (FA_BKV / 8 + 1) * 16 + 16 +
-           2 * FA_BQ * 4;
-}
+/* flash_attn_cm2.comp's: the tiles, pass 1's chunk bits (and in its FA_SPLIT build the rows' sums) */
+static uint64_t fa_cm2_shared(uint32_t dmax) { return fa_cm_tiles_shared(dmax) + 128 + FA_BQ * 4; }
+
+/* flash_attn_cm3.comp's: the tiles (K / V^T's words also stage each chunk's P V), the rows' scales and sums */
+static uint64_t fa_cm3_shared(uint32_t dmax) { return fa_cm_tiles_shared(dmax) + 2 * FA_BQ * 4; }
 
 /* t (K, V or the mask) is read in 16-byte words: unit element stride, rows, heads and batches on
  * 16-byte boundaries, and its offset within the binding (which starts on `align`) too */
@@ -53,7 +50,7 @@ int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
     uint64_t cps = (nch + ns - 1) / ns;
     ns = (nch + cps - 1) / cps;
     uint64_t rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), bytes = rows * ns * ((uint64_t)v->ne[0] + 2) * 4;
-    if (ns < 2 || base * ns > UINT32_MAX || bytes > d->max_range) return 0;
+    if (base * ns > UINT32_MAX || bytes > d->max_range) return 0;   /* (ns stays >= 2: cps < nch once nch >= 3) */
     int sh = emu ? VKP_SH_FLASH_ATTN_CM2S_EMU : VKP_SH_FLASH_ATTN_CM2S;
     if (!vkp_pipeline_usable(d, sh, spec, &d->fa_cm2s_broken)) return 0;
     *shader = sh;

@@ -118,6 +118,37 @@ static int read_elsewhere(const pyg_graph *g, const pyg_tensor *t, const pyg_ten
     return 0;
 }
 
+/* gemm_b16's copy written by the dispatch w just before GEMM gm (of node mm, reading x = gm's slot 1) in place of a
+ * conversion, where w produces x in the copy's layout (rows of x's ne[0] halves, none padded): swiglu8.comp
+ * (swiglu8=2) as swiglu8_b16, or the fused norm on norm_mul_reg's vec4 path (norm_b16) as norm_mul_reg_b16. w's own
+ * output that only the fused work reads (the swiglu's result, the norm's rms_norm output) is then written only where
+ * read_elsewhere finds a reader: extra word 1 (swiglu8_b16) or 8 (norm_mul_reg_b16). *took: whether w took it. */
+static pyg_error *b16_writer(pyg_device *d, const pyg_graph *g, const pyg_tensor *mm, dispatch *w, uint32_t *pw,
+                             const dispatch *gm, int *took) {
+    const pyg_tensor *x = gm->slot[1];
+    *took = 0;
+    if (w->slot[VKP_SLOT_DST] != x || gm->b16_rows != (uint64_t)x->ne[1] || gm->b16_k != (uint64_t)x->ne[0]) return NULL;
+    int swiglu = d->opts.swiglu8 >= 2 && w->shader == VKP_SH_SWIGLU8;
+    int norm = d->opts.norm_b16 && (w->shader == VKP_SH_NORM_MUL_REG || w->shader == VKP_SH_NORM_MUL_REG_ADD) && pw[96 + 1] &&
+               x->ne[0] % 4 == 0;
+    if (!swiglu && !norm) return NULL;
+    int sh = swiglu ? VKP_SH_SWIGLU8_B16 : w->shader == VKP_SH_NORM_MUL_REG ? VKP_SH_NORM_MUL_REG_B16 : VKP_SH_NORM_MUL_REG_ADD_B16;
+    pyg_error *e = vkp_get_pipeline(d, sh, (uint32_t[2]){ 0, swiglu ? 1 : vkp_rows_per_wg(d) }, &w->pipe);
+    if (e) return e;
+    const pyg_tensor *own = swiglu ? x : w->slot[3];   /* (a fused norm's slot 3: the rms_norm node, which the mul reads) */
+    uint32_t *word = &pw[96 + (swiglu ? 1 : 8)];
+    *word = (uint32_t)read_elsewhere(g, own, swiglu ? mm : x);
+    w->shader = sh;
+    w->b16 = 1;
+    w->b16_rows = gm->b16_rows;
+    w->b16_k = gm->b16_k;
+    vkp_log(PYG_LOG_DEBUG, swiglu ? "swiglu8 '%s' (the f16 activations of GEMM '%s' beside it, its f32 result %s): swiglu8_b16"
+                                  : "rms_norm '%s' (the f16 activations of GEMM '%s' beside its result, its own output %s): norm_mul_reg_b16",
+            own->name, mm->name, *word ? "too" : "read nowhere else, not written");
+    *took = 1;
+    return NULL;
+}
+
 /* Fill the parameter block and the dispatch of one node; the caller checked supports_op. */
 pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint32_t *p) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
@@ -428,42 +459,11 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         nd++;
         if (dps[nd - 1].b16 == 2) {   /* gemm_b16: dequant.comp on the f32 activations first, unless it just ran on them */
             const pyg_tensor *x = dps[nd - 1].slot[1];
-            dispatch *sw = nd >= 2 ? &dps[nd - 2] : NULL;   /* (swiglu8=2: the swiglu just before it writes the copy) */
-            if (x != b16_src && sw && d->opts.swiglu8 >= 2 && sw->shader == VKP_SH_SWIGLU8 && sw->slot[VKP_SLOT_DST] == x &&
-                dps[nd - 1].b16_rows == (uint64_t)x->ne[1] && dps[nd - 1].b16_k == (uint64_t)x->ne[0]) {
-                uint32_t *ps = (uint32_t *)((char *)params + (size_t)(nd - 2) * pstride);
-                const pyg_tensor *mm = NULL;
-                for (int j = i; j >= 0 && !mm; j--) if (g->nodes[j] && g->nodes[j]->op == PYG_OP_MUL_MAT && g->nodes[j]->src[1] == x) mm = g->nodes[j];
-                if ((e = vkp_get_pipeline(d, VKP_SH_SWIGLU8_B16, (uint32_t[2]){ 0, 1 }, &sw->pipe))) goto fail;
-                sw->shader = VKP_SH_SWIGLU8_B16;
-                sw->b16 = 1;
-                sw->b16_rows = dps[nd - 1].b16_rows;
-                sw->b16_k = dps[nd - 1].b16_k;
-                ps[96 + 1] = (uint32_t)read_elsewhere(g, x, mm);   /* the f32 result too */
-                vkp_log(PYG_LOG_DEBUG, "swiglu8 '%s' (the f16 activations of GEMM '%s' beside it, its f32 result %s): swiglu8_b16",
-                        x->name, mm ? mm->name : "?", ps[96 + 1] ? "too" : "read nowhere else, not written");
-                b16_src = x;
-                b16_rows = sw->b16_rows;
-                b16_k = sw->b16_k;
-            }
-            dispatch *nm = nd >= 2 ? &dps[nd - 2] : NULL;   /* (norm_b16: the fused norm just before it writes the copy) */
-            uint32_t *pn = (uint32_t *)((char *)params + (size_t)(nd - 2) * pstride);
-            if (x != b16_src && nm && d->opts.norm_b16 && (nm->shader == VKP_SH_NORM_MUL_REG || nm->shader == VKP_SH_NORM_MUL_REG_ADD) &&
-                pn[96 + 1] && nm->slot[VKP_SLOT_DST] == x && x->ne[0] % 4 == 0 &&
-                dps[nd - 1].b16_rows == (uint64_t)x->ne[1] && dps[nd - 1].b16_k == (uint64_t)x->ne[0]) {
-                int sh = nm->shader == VKP_SH_NORM_MUL_REG ? VKP_SH_NORM_MUL_REG_B16 : VKP_SH_NORM_MUL_REG_ADD_B16;
-                if ((e = vkp_get_pipeline(d, sh, (uint32_t[2]){ 0, vkp_rows_per_wg(d) }, &nm->pipe))) goto fail;
-                nm->shader = sh;
-                nm->b16 = 1;
-                nm->b16_rows = dps[nd - 1].b16_rows;
-                nm->b16_k = dps[nd - 1].b16_k;
-                const pyg_tensor *norm = nm->slot[3];   /* the rms_norm node (the mul reads it) */
-                pn[96 + 8] = (uint32_t)read_elsewhere(g, norm, x);
-                vkp_log(PYG_LOG_DEBUG, "rms_norm '%s' (the f16 activations of GEMM '%s' beside its result, its own output %s): norm_mul_reg_b16",
-                        norm->name, g->nodes[i]->name, pn[96 + 8] ? "too" : "read nowhere else, not written");
-                b16_src = x;
-                b16_rows = nm->b16_rows;
-                b16_k = nm->b16_k;
+            if (x != b16_src && nd >= 2) {   /* the dispatch just before it may write the copy itself */
+                int took = 0;
+                if ((e = b16_writer(d, g, g->nodes[i], &dps[nd - 2], (uint32_t *)((char *)params + (size_t)(nd - 2) * pstride),
+                                    &dps[nd - 1], &took))) goto fail;
+                if (took) { b16_src = x; b16_rows = dps[nd - 1].b16_rows; b16_k = dps[nd - 1].b16_k; }
             }
             if (x != b16_src || dps[nd - 1].b16_rows != b16_rows || dps[nd - 1].b16_k != b16_k) {
                 dispatch *c = &dps[nd - 1];
@@ -521,11 +521,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             *c = *a;
             uint32_t *pc = (uint32_t *)((char *)params + (size_t)nd * pstride);
             memcpy(pc, p, (size_t)pstride);
-            uint32_t rows = p[96] / a->fa_split;
-            if (a->shader == VKP_SH_FLASH_ATTN_CM2S || a->shader == VKP_SH_FLASH_ATTN_CM2S_EMU) {   /* (its work: query blocks) */
-                const pyg_tensor *q = a->slot[0];
-                rows = (uint32_t)(q->ne[1] * q->ne[2] * q->ne[3]);
-            }
+            const pyg_tensor *q = a->slot[0];   /* a workgroup per query row (the split pass's work: rows or query blocks) */
+            uint32_t rows = (uint32_t)(q->ne[1] * q->ne[2] * q->ne[3]);
             pc[96] = rows;
             pc[96 + 2] = a->fa_split;   /* (the merge's split count; flash_attn_cm2s keeps its mask flag there) */
             vkp_fold_groups(rows, c->groups);

@@ -2,7 +2,7 @@
 // swiglu(a, b) = silu(a) * b over contiguous f32 tensors of one shape, 8 elements an invocation (two vec4 loads
 // of each operand, vk_graph.c checks: f32, rows back to back, ne0 a multiple of 8, every binding offset on 16
 // bytes): elementwise.comp's E_SWIGLU2 with the same arithmetic (silu from common.glsl), so the same f32 values.
-// ex[0]: invocations (elements / 8). Built with B16 (swiglu8_b16, option swiglu_b16): it also writes the f16 copy
+// ex[0]: invocations (elements / 8). Built with B16 (swiglu8_b16, option swiglu8=2): it also writes the f16 copy
 // a mul_mat_cm4 GEMM reads as its activations (gemm_b16; binding 6: 8 halves a 16-byte word, in the order of the
 // elements, which dequant.comp's conversion of the f32 result would write: the same bytes), and writes the f32
 // result only where ex[1] != 0 (vk_graph.c: something else reads it, or it is a graph output).
