@@ -5,10 +5,16 @@ barrier before it and its own work, with the submit, upload and read-back cancel
     python3 scripts/dispatch_floor.py --out DIR [--devices vulkan:0 cuda:0] [--reps 15]
                                       [--vk-sets default params_dev=off ...]
 
-Chains: "scale" (y = 1.0001 * y on 2048 floats: a node with next to no work), "rms_norm" (one row
-of 2048: a reduction) and "matvec"
-(y = W_i y, q4_0 2048 x 2048 weights, a distinct W_i per node: 64 or more of them, 151 MB or more,
-so the H200's 50 MB L2 keeps few from one compute to the next, as in a decode). Each compute's
+Chains (--kinds; the first three by default): "scale" (y = 1.0001 * y on 2048 floats: a node with next
+to no work), "rms_norm" (one row of 2048: a reduction) and "matvec" (y = W_i y, q4_0 2048 x 2048
+weights, a distinct W_i per node: 64 or more of them, 151 MB or more, so the H200's 50 MB L2 keeps
+few from one compute to the next, as in a decode). The decode's layer shapes, "name:K:Mkv" (K the
+row width, Mkv the k and v rows; weights from a pool of distinct ones over 150 MB, used in turn):
+"mv:K" y = W_i y (K x K); "qkv3:K:Mkv" the same with two more mat-vecs of Mkv rows reading y in its
+stage, each stored into a state's row by set_rows (a layer's q, k and v: three dispatches in one
+stage); "qkvcat:K:Mkv" one mat-vec of K + 2 Mkv rows whose first K are the next y (the three as one
+dispatch); "addnorm:K" y = W_i h, x = x + y, h = rms_norm(x) * w (a mat-vec and the fused add+norm
+after it: two stages). Each compute's
 wall time is the median over --reps after warm-ups; the result is checked against the CPU plugin's.
 Each --vk-sets entry (comma-separated Vulkan device options, or "default") runs the Vulkan devices
 again under those options, from the plugin's defaults (vulkan_vs_cuda.DEFAULTS): debug_drop_barriers=1
@@ -59,12 +65,58 @@ def wall_us(sched, out, feeds, reps, warm_s=0.5):
     return float(np.median(ts))
 
 
+def layer_chain(kind, lengths, rng):
+    """The graphs of a "name:K[:Mkv]" chain (the docstring's) for each length, and their feeds."""
+    name, *dims = kind.split(":")
+    Kw = int(dims[0])
+    Mkv = int(dims[1]) if len(dims) > 1 else 0
+    rows = Kw + 2 * Mkv if name == "qkvcat" else Kw
+    pool = max(4, -(-150_000_000 // (rows * Kw * 18 // 32)))   # distinct weights over 150 MB
+    pool = min(pool, max(lengths))
+    mk = lambda m: pg.quantize((rng.standard_normal((m, Kw)) / np.sqrt(Kw)).astype(np.float32), "q4_0")
+    main_w = [mk(rows) for _ in range(pool)]
+    side_w = [(mk(Mkv), mk(Mkv)) for _ in range(pool)] if name == "qkv3" else []
+    norm_w = (1.0 + 0.1 * rng.standard_normal((1, Kw))).astype(np.float32)
+    graphs = {}
+    for n in lengths:
+        g = pg.Graph()
+        ws = [g.weight(f"w{i}", main_w[i], type="q4_0", shape=(rows, Kw)) for i in range(pool)]
+        sw = [(g.weight(f"k{i}", b[0], type="q4_0", shape=(Mkv, Kw)), g.weight(f"v{i}", b[1], type="q4_0", shape=(Mkv, Kw)))
+              for i, b in enumerate(side_w)]
+        y = g.input("x", (1, Kw))
+        idx = g.input("idx", (1,), "i32")
+        nw = g.weight("nw", norm_w) if name == "addnorm" else None
+        x = y
+        for i in range(n):
+            w = ws[i % pool]
+            if name == "qkv3":
+                for j, side in enumerate(sw[i % pool]):
+                    c = g.state(f"c{j}.{i}", (4, Mkv))
+                    pg.set_rows(c, pg.mul_mat(side, y), idx)
+                y = pg.mul_mat(w, y)
+            elif name == "qkvcat":
+                y = pg.view(pg.mul_mat(w, y), (1, Kw))
+            elif name == "addnorm":
+                x = pg.add(x, pg.mul_mat(w, y))
+                y = pg.mul(pg.rms_norm(x), nw)
+            elif name == "mv":
+                y = pg.mul_mat(w, y)
+            else:
+                raise SystemExit(f"dispatch_floor: unknown chain {kind!r}")
+        graphs[n] = y
+    feeds = {"x": rng.standard_normal((1, Kw)).astype(np.float32)}
+    if name == "qkv3":
+        feeds["idx"] = np.array([1], np.int32)
+    return graphs, feeds
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--devices", nargs="+", default=["vulkan:0", "cuda:0"])
     ap.add_argument("--lengths", nargs=2, type=int, default=[64, 128])
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--kinds", nargs="+", default=["scale", "rms_norm", "matvec"], help="chains (the docstring's)")
     ap.add_argument("--vk-sets", nargs="+", default=["default"], help="k=v[,k=v] Vulkan option sets, or default")
     a = ap.parse_args(argv)
     log = LogLines()
@@ -75,17 +127,20 @@ def main(argv=None):
     doc = {"kind": "dispatch-floor", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "gpu": os.environ.get("GPU_VK_GPU", ""),
            "commit": os.environ.get("GPU_VK_COMMIT", ""), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
            "lengths": [n0, n1], "note": "us_per_node = (wall(n1) - wall(n0)) / (n1 - n0), wall = median compute", "results": {}}
-    for kind in ("scale", "rms_norm", "matvec"):
-        graphs = {}
-        for n in (n0, n1):
-            g = pg.Graph()
-            ws = [g.weight(f"w{i}", blocks[i], type="q4_0", shape=(K, K)) for i in range(n)] if kind == "matvec" else []
-            y = g.input("x", (1, K))
-            for i in range(n):
-                y = (pg.scale(y, 1.0001) if kind == "scale" else pg.rms_norm(y) if kind == "rms_norm"
-                     else pg.mul_mat(ws[i], y))
-            graphs[n] = y
-        ref = {n: np.asarray(pg.Scheduler(["cpu"]).compute([y], {"x": xv})[0], np.float64) for n, y in graphs.items()}
+    for kind in a.kinds:
+        graphs, feeds = {}, {"x": xv}
+        if ":" in kind:
+            graphs, feeds = layer_chain(kind, (n0, n1), rng)
+        else:
+            for n in (n0, n1):
+                g = pg.Graph()
+                ws = [g.weight(f"w{i}", blocks[i], type="q4_0", shape=(K, K)) for i in range(n)] if kind == "matvec" else []
+                y = g.input("x", (1, K))
+                for i in range(n):
+                    y = (pg.scale(y, 1.0001) if kind == "scale" else pg.rms_norm(y) if kind == "rms_norm"
+                         else pg.mul_mat(ws[i], y))
+                graphs[n] = y
+        ref = {n: np.asarray(pg.Scheduler(["cpu"]).compute([y], feeds)[0], np.float64) for n, y in graphs.items()}
         runs = [(dev, vs) for dev in a.devices for vs in (a.vk_sets if dev.startswith("vulkan") else ["default"])]
         for dev, vs in runs:
             r = {}
@@ -98,11 +153,11 @@ def main(argv=None):
                 walls, gpus = {}, {}
                 for n, y in graphs.items():
                     sched = pg.Scheduler([dev])
-                    got = np.asarray(sched.compute([y], {"x": xv})[0], np.float64)
+                    got = np.asarray(sched.compute([y], feeds)[0], np.float64)
                     r[f"nmse_{n}"] = float(nmse(got, ref[n]))
-                    walls[n] = wall_us(sched, y, {"x": xv}, a.reps)
+                    walls[n] = wall_us(sched, y, feeds, a.reps)
                     if opts.get("profile") == "1":
-                        gpus[n] = gpu_us_per_compute(pg.get_device(dev), sched, y, {"x": xv}, a.reps, log)
+                        gpus[n] = gpu_us_per_compute(pg.get_device(dev), sched, y, feeds, a.reps, log)
                     sched.close()
                 r.update({f"wall_us_{n}": round(w, 1) for n, w in walls.items()})
                 r["us_per_node"] = round((walls[n1] - walls[n0]) / (n1 - n0), 2)

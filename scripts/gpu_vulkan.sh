@@ -37,7 +37,8 @@
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
-# CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets),
+# CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets;
+# GPU_VK_FLOOR_KINDS: its chains, as its --kinds, default its three),
 # GPU_VK_STATS=1 (first the driver's statistics of every pipeline the GPU_VK_PROFILE_MODELS compile: registers,
 # spills, as VK_KHR_pipeline_executable_properties gives them; scripts/vulkan_pipeline_stats.py),
 # GPU_VK_CMPROBE=1 (first .gl/vk_cm_probe, built here by `make build/vk_cm_probe` and carried: the tensor cores' rate through
@@ -137,7 +138,8 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     PROF_MODELS=${GPU_VK_PROFILE_MODELS:-"synth:1b:q4_0 synth:7b:q4_0"}
     if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
         say "dispatch floor: chains of scale / mat-vec nodes"
-        timeout 120 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} 2>&1 | tee "$WORK/floor.log"
+        timeout 300 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} \
+            --kinds ${GPU_VK_FLOOR_KINDS:-scale rms_norm matvec} 2>&1 | tee "$WORK/floor.log"
         pack
     fi
     if [ "${GPU_VK_STATS:-0}" != 0 ]; then   # the driver's statistics of the pipelines the models compile (registers, spills)
