@@ -22,6 +22,7 @@ shows what the barriers cost (its results race), profile=1 adds the GPU time per
 plans' timestamp queries (gpu_us_per_node). Writes dispatch-floor-<time>.json into --out."""
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -117,6 +118,7 @@ def main(argv=None):
     ap.add_argument("--lengths", nargs=2, type=int, default=[64, 128])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--kinds", nargs="+", default=["scale", "rms_norm", "matvec"], help="chains (the docstring's)")
+    ap.add_argument("--log-kernels", action="store_true", help="print the plugins' debug lines naming each chain's kernels")
     ap.add_argument("--vk-sets", nargs="+", default=["default"], help="k=v[,k=v] Vulkan option sets, or default")
     a = ap.parse_args(argv)
     log = LogLines()
@@ -153,7 +155,19 @@ def main(argv=None):
                 walls, gpus = {}, {}
                 for n, y in graphs.items():
                     sched = pg.Scheduler([dev])
+                    lg = logging.getLogger("pyggml")
+                    seen = []
+                    if a.log_kernels and n == n0:   # the plan's kernel choices, as its debug lines name them
+                        h, old_level = logging.Handler(logging.DEBUG), lg.level
+                        h.emit = lambda rec: seen.append(rec.getMessage())
+                        lg.addHandler(h)
+                        lg.setLevel(logging.DEBUG)
                     got = np.asarray(sched.compute([y], feeds)[0], np.float64)
+                    if a.log_kernels and n == n0:
+                        lg.removeHandler(h)
+                        lg.setLevel(old_level)
+                        for line in sorted(set(m for m in seen if "'" in m or "plan for" in m)):
+                            print(f"  {kind} {label}: {line}", flush=True)
                     r[f"nmse_{n}"] = float(nmse(got, ref[n]))
                     walls[n] = wall_us(sched, y, feeds, a.reps)
                     if opts.get("profile") == "1":

@@ -38,7 +38,8 @@
 # GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets;
-# GPU_VK_FLOOR_KINDS: its chains, as its --kinds, default its three),
+# GPU_VK_FLOOR_KINDS: its chains, as its --kinds, default its three; GPU_VK_FLOOR_ARGS: more of its arguments,
+# e.g. --log-kernels --lengths 16 32),
 # GPU_VK_STATS=1 (first the driver's statistics of every pipeline the GPU_VK_PROFILE_MODELS compile: registers,
 # spills, as VK_KHR_pipeline_executable_properties gives them; scripts/vulkan_pipeline_stats.py),
 # GPU_VK_CMPROBE=1 (first .gl/vk_cm_probe, built here by `make build/vk_cm_probe` and carried: the tensor cores' rate through
@@ -139,7 +140,7 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
     if [ "${GPU_VK_FLOOR:-0}" != 0 ]; then   # what one dependent node costs, Vulkan and CUDA
         say "dispatch floor: chains of scale / mat-vec nodes"
         timeout 300 $PY scripts/dispatch_floor.py --out "$WORK" --vk-sets ${GPU_VK_FLOOR_SETS:-default} \
-            --kinds ${GPU_VK_FLOOR_KINDS:-scale rms_norm matvec} 2>&1 | tee "$WORK/floor.log"
+            --kinds ${GPU_VK_FLOOR_KINDS:-scale rms_norm matvec} ${GPU_VK_FLOOR_ARGS:-} 2>&1 | tee "$WORK/floor.log"
         pack
     fi
     if [ "${GPU_VK_STATS:-0}" != 0 ]; then   # the driver's statistics of the pipelines the models compile (registers, spills)
