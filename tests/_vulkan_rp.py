@@ -66,6 +66,46 @@ def decode_on_off(tmp_path, on, off):
     return res
 
 
+def qkv_layer(seed, shape, itype, ctype, rope_kw, wtype="q4_0", extra=None):
+    """llama.py's q/k/v for one token: three mat-vecs, q's and k's ropes, k's and v's cache writes. shape = (H, HKV, D, K,
+    N_CTX). Outputs: q roped, the K and V caches as f32, and where extra names one, a product that a graph output reads
+    too ("q": q's product, "k": k's, "kr": k's roped row)."""
+    H, HKV, D, K, N_CTX = shape
+    rng = np.random.default_rng(seed)
+    g = pg.Graph()
+    x = g.input("x", (1, K), pg.f32)
+    pos, idx = g.input("pos", (1,), pg.i32), g.input("idx", (1,), itype)
+    kc, vc = g.state("kc", (N_CTX, HKV * D), ctype), g.state("vc", (N_CTX, HKV * D), ctype)
+
+    def weight(name, rows):
+        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), wtype)
+        return g.weight(name, blocks, type=wtype, shape=(rows, K))
+    q = pg.mul_mat(weight("wq", H * D), x)
+    k = pg.mul_mat(weight("wk", HKV * D), x)
+    v = pg.mul_mat(weight("wv", HKV * D), x)
+    qr = pg.rope(pg.reshape(q, (1, H, D)), pos, **rope_kw)
+    kr = pg.rope(pg.reshape(k, (1, HKV, D)), pos, **rope_kw)
+    ks = pg.set_rows(kc, pg.reshape(kr, (1, HKV * D)), idx)
+    vs = pg.set_rows(vc, v, idx)
+    outs = [pg.scale(qr, 1.0), pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
+    if extra:
+        outs.append(pg.scale({"q": q, "k": k, "kr": kr}[extra], 1.0))
+    return outs
+
+
+def check_model_on_off(tmp_path, on, off, kernel, fewer, max_nmse=0.0):
+    """decode_on_off's model with Vulkan options `on` and `off`: its logits equal step by step (bit for bit, or within
+    max_nmse), and where the device has the integer dot product, `kernel` among on's mat-vec kernels and not off's,
+    and on's decode plan `fewer` dispatches shorter (2 layers)."""
+    (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, on, off)
+    for step, (a, b) in enumerate(zip(got, ref)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert (np.array_equal(a, b) if max_nmse == 0.0 else nmse(a, b) <= max_nmse), f"step {step}"
+    if has_int8():
+        assert kernel in k1 and kernel not in k0, (k1, k0)
+        assert n_on == n_off - fewer, (n_on, n_off)
+
+
 def check_gate_up_swiglu(wdt, m, k, seed, options):
     """A wdt gate/up pair (m x k) and its swiglu with Vulkan `options`: one mul_mat_vec_rpg dispatch where the device
     has the integer dot product, all three results against numpy within the int8 mat-vecs' threshold."""

@@ -10,7 +10,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import decode_on_off, has_int8, run_steps
+from _vulkan_rp import check_model_on_off, has_int8, run_steps
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -82,9 +82,4 @@ def test_norm_fold_needs_the_norm_first():
 def test_norm_fold_model_logits(tmp_path):
     """A small synthetic LLaMA (2 layers) decodes with fold_norm=1 to fold_norm=0's logits within rounding, its o
     and down projections on mul_mat_vec_rpn and two dispatches fewer per layer in its decode plan."""
-    (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, ON, OFF)
-    for step, (a, b) in enumerate(zip(got, ref)):
-        assert nmse(np.asarray(a), np.asarray(b)) <= 1e-10, f"step {step}"
-    if has_int8():
-        assert "mul_mat_vec_rpn" in k1 and "mul_mat_vec_rpn" not in k0, (k1, k0)
-        assert n_on == n_off - 2 * 2, (n_on, n_off)
+    check_model_on_off(tmp_path, ON, OFF, "mul_mat_vec_rpn", 2 * 2, max_nmse=1e-10)

@@ -8,7 +8,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import decode_on_off, has_int8, run_steps
+from _vulkan_rp import check_model_on_off, has_int8, qkv_layer, run_steps
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -26,28 +26,7 @@ def test_under_validation_layer():
 
 
 def _layer(seed, hkv, itype, ctype, rope_kw, wtype="q4_0", extra=None):
-    """llama.py's q/k/v: three mat-vecs of one token, q's and k's ropes, k's and v's cache writes; extra names a
-    product that a graph output reads too ("k": k's product, "kr": k's roped row)"""
-    rng = np.random.default_rng(seed)
-    g = pg.Graph()
-    x = g.input("x", (1, K), pg.f32)
-    pos, idx = g.input("pos", (1,), pg.i32), g.input("idx", (1,), itype)
-    kc, vc = g.state("kc", (N_CTX, hkv * D), ctype), g.state("vc", (N_CTX, hkv * D), ctype)
-
-    def weight(name, rows):
-        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), wtype)
-        return g.weight(name, blocks, type=wtype, shape=(rows, K))
-    q = pg.mul_mat(weight("wq", H * D), x)
-    k = pg.mul_mat(weight("wk", hkv * D), x)
-    v = pg.mul_mat(weight("wv", hkv * D), x)
-    qr = pg.rope(pg.reshape(q, (1, H, D)), pos, **rope_kw)
-    kr = pg.rope(pg.reshape(k, (1, hkv, D)), pos, **rope_kw)
-    ks = pg.set_rows(kc, pg.reshape(kr, (1, hkv * D)), idx)
-    vs = pg.set_rows(vc, v, idx)
-    outs = [pg.scale(qr, 1.0), pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
-    if extra:
-        outs.append(pg.scale(k if extra == "k" else kr, 1.0))
-    return outs
+    return qkv_layer(seed, (H, hkv, D, K, N_CTX), itype, ctype, rope_kw, wtype, extra)
 
 
 def _feeds(step, itype):
@@ -105,9 +84,4 @@ def test_qkv_keeps_read_products(extra):
 def test_qkv_model_logits(tmp_path):
     """A small synthetic LLaMA (2 layers) decodes to fuse_qkv=0's logits bit for bit, with every layer's q, k and
     v on one mul_mat_vec_rpq and two dispatches fewer per layer in its decode plan."""
-    (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, ON, OFF)
-    for step, (a, b) in enumerate(zip(got, ref)):
-        assert np.array_equal(np.asarray(a), np.asarray(b)), f"step {step}"
-    if has_int8():
-        assert "mul_mat_vec_rpq" in k1 and "mul_mat_vec_rpq" not in k0, (k1, k0)
-        assert n_on == n_off - 2 * 2, (n_on, n_off)
+    check_model_on_off(tmp_path, ON, OFF, "mul_mat_vec_rpq", 2 * 2)
