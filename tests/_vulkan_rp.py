@@ -66,10 +66,9 @@ def decode_on_off(tmp_path, on, off):
     return res
 
 
-def qkv_layer(seed, shape, itype, ctype, rope_kw, wtype="q4_0", extra=None):
+def qkv_layer(seed, shape, itype, ctype, rope_kw, wtype="q4_0", q_out=False):
     """llama.py's q/k/v for one token: three mat-vecs, q's and k's ropes, k's and v's cache writes. shape = (H, HKV, D, K,
-    N_CTX). Outputs: q roped, the K and V caches as f32, and where extra names one, a product that a graph output reads
-    too ("q": q's product, "k": k's, "kr": k's roped row)."""
+    N_CTX). Outputs: q roped, the K and V caches as f32, and with q_out q's product too."""
     H, HKV, D, K, N_CTX = shape
     rng = np.random.default_rng(seed)
     g = pg.Graph()
@@ -88,8 +87,8 @@ def qkv_layer(seed, shape, itype, ctype, rope_kw, wtype="q4_0", extra=None):
     ks = pg.set_rows(kc, pg.reshape(kr, (1, HKV * D)), idx)
     vs = pg.set_rows(vc, v, idx)
     outs = [pg.scale(qr, 1.0), pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
-    if extra:
-        outs.append(pg.scale({"q": q, "k": k, "kr": kr}[extra], 1.0))
+    if q_out:
+        outs.append(pg.scale(q, 1.0))
     return outs
 
 

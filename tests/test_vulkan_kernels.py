@@ -108,7 +108,7 @@ def _options_logged(options, what):
                            ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
                            ("fa_cm", "3"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
                            ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
-                           ("rp_norm_in", "auto"), ("gemm_lit", "1"), ("swiglu8", "2"), ("fa_cm_wgs", "512"), ("fuse_qkv", "1"), ("rp_lit", "0"), ("rp_rows", "8"), ("norm_b16", "1"), ("fa_lit", "0"),
+                           ("rp_norm_in", "auto"), ("gemm_lit", "1"), ("swiglu8", "2"), ("fa_cm_wgs", "512"), ("rp_lit", "0"), ("rp_rows", "8"), ("norm_b16", "1"), ("fa_lit", "0"),
                            ("reorder", "1")):
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)

@@ -14,10 +14,10 @@ from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _valida
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
 H, HKV, D, K, N_CTX = 8, 2, 64, 512, 16
-# (fuse_qkv=0: the three mul_mat_vec_rpe dispatches themselves, test_vulkan_qkv.py has them as one; rp_norm_in=off: on
-# the GPU its auto takes this model's 512-wide rows, and the norm it recomputes sums in another order than the norm's
-# own dispatch, which the mat-vecs read with fuse_rope_mv=0: last-ulp differences, not what these tests are about)
-ON = {"matvec_rp": "1", "fuse_rope_mv": "1", "fuse_qkv": "0", "rp_norm_in": "off"}
+# (rp_norm_in=off: on the GPU its auto takes this model's 512-wide rows, and the norm it recomputes sums in another
+# order than the norm's own dispatch, which the mat-vecs read with fuse_rope_mv=0: last-ulp differences, not what these
+# tests are about)
+ON = {"matvec_rp": "1", "fuse_rope_mv": "1", "rp_norm_in": "off"}
 OFF = {"matvec_rp": "1", "fuse_rope_mv": "0", "rp_norm_in": "off"}
 
 
@@ -30,8 +30,8 @@ def test_under_validation_layer():
 
 def _layer(seed, itype, ctype, rope_kw):
     """q, k, v mat-vecs of one token, the ropes of q and k, the cache writes of k and v (llama.py's layer), and q's
-    product as an output too (so that fuse_qkv, whose dispatch does not write it, leaves the three apart)"""
-    return qkv_layer(seed, (H, HKV, D, K, N_CTX), itype, ctype, rope_kw, extra="q")
+    product as an output too"""
+    return qkv_layer(seed, (H, HKV, D, K, N_CTX), itype, ctype, rope_kw, q_out=True)
 
 
 def _feeds(step, itype):

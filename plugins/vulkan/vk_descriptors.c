@@ -1,8 +1,7 @@
 /* plugins/vulkan/vk_descriptors.c — a plan's descriptor pool and one descriptor set per dispatch (vk_graph.c builds the
  * dispatches). Bindings: 0..4 the tensor slots, except where the dispatch reads a copy instead (binding 0: its weight's
  * repacked copy, or gemm_dq's f16 copy in the plan's scratch; binding 1: gemm_b16's or mv_q8's copy; binding 2:
- * mul_mat_vec_rpg's second repacked copy, mul_mat_vec_rpq's k copy; binding 3: mul_mat_vec_rpq's v copy); 5 its
- * parameter block; 6 its region of the plan's scratch or a fused add's
+ * mul_mat_vec_rpg's second repacked copy); 5 its parameter block; 6 its region of the plan's scratch or a fused add's
  * output; 7 mv_q8's int8 copy or an extra output, 8 and 9 extra outputs. Where nothing is bound, the dummy buffer is,
  * except that mul_mat_vec_rpe / _rpn, whose modules write bindings 6..9, get an output they write anyway there. */
 #include <stdlib.h>
@@ -74,11 +73,10 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
         if (dps[i].b16 == 1 && (dps[i].shader == VKP_SH_NORM_MUL_REG_B16 || dps[i].shader == VKP_SH_NORM_MUL_REG_ADD_B16))
             bi[i * VKP_NSET + VKP_BIND_Q8] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].b16_off, dps[i].b16_size };   /* (norm_b16: binding 7) */
         for (int x = VKP_BIND_X8; x < VKP_NSET; x++) bi[i * VKP_NSET + x] = (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
-        for (int k = 0; k < 3; k++) {   /* the mat-vec's weights: their repacked copies at bindings 0, 2 and 3 (mul_mat_vec_rpg:
-                                          * the second weight's at 2; mul_mat_vec_rpq: k's at 2, v's at 3) */
-            const struct vkp_repack *r = k == 2 ? dps[i].rp3 : k ? dps[i].rp2 : dps[i].rp;
+        for (int k = 0; k < 2; k++) {   /* the mat-vec's weights: their repacked copies (mul_mat_vec_rpg: the second at binding 2) */
+            const struct vkp_repack *r = k ? dps[i].rp2 : dps[i].rp;
             uint64_t rsz = 0;
-            if (r) { VkBuffer rb = vkp_repack_buffer(r, &rsz); bi[i * VKP_NSET + (k ? k + 1 : 0)] = (VkDescriptorBufferInfo){ rb, 0, rsz }; }
+            if (r) { VkBuffer rb = vkp_repack_buffer(r, &rsz); bi[i * VKP_NSET + 2 * k] = (VkDescriptorBufferInfo){ rb, 0, rsz }; }
         }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };

@@ -407,7 +407,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             goto fail;
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
-        dps[nd].rp = dps[nd].rp2 = dps[nd].rp3 = NULL;
+        dps[nd].rp = dps[nd].rp2 = NULL;
         e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src, done);
         for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
             struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;
@@ -533,7 +533,6 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             nd++;
         }
     }
-    nd = vkp_merge_qkv(d, g, dps, (char *)params, pstride, nd);   /* (fuse_qkv) */
     plan->n_dispatch = nd;
     uint64_t q8_size = 0;   /* mv_q8: the norms whose int8 copy a mat-vec reads write it (one region they share in turn) */
     for (int i = 0; i < nd; i++) {

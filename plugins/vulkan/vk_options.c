@@ -30,8 +30,6 @@
  *                (bench/results/gpu-vulkan-rpk-h100-20261206T1409/)
  *   fuse_rope_mv 1 (default) / 0: such a mat-vec also ropes and/or writes its result into a KV cache where the
  *                graph does that next (a layer's q, k, v: mul_mat_vec_rpe, vk_mv_epi.c); H100: tg128 7b q4_0 +3-6%
- *   fuse_qkv     1 (default) / 0: with fuse_rope_mv, a layer's q, k and v mat-vecs as one dispatch, mul_mat_vec_rpq
- *                (vk_qkv.c): the three weights' copies at bindings 0, 2, 3, one workgroup range each
  *   rp_norm_in   auto (default) / off / on: a layer's q/k/v (mul_mat_vec_rpe) and gate/up (mul_mat_vec_rpg) mat-vecs
  *                recompute the fused norm they read from its inputs, and share its stage (vk_norm_in.c); auto: rows
  *                up to 1024 (H100: SmolLM2-135M q4_1 tg128 +21%; 1b q4_0 -3%, 7b -21% with on)
@@ -131,7 +129,6 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rp = 1;
     d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
-    d->opts.fuse_qkv = 1;
     d->opts.fold_norm = 0;
     d->opts.rp_norm_in = VKP_AUTO;
     d->opts.mv_q8 = 1;

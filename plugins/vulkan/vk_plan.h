@@ -38,8 +38,8 @@ typedef struct dispatch {
                                      * (q8_off, q8_size: one region every such norm shares in turn; q8_n its readers),
                                      * 2 a mat-vec reading them there as its slot 1 (mul_mat_vec3q) */
     uint64_t q8_off, q8_size;
-    struct vkp_repack *rp, *rp2, *rp3;   /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the
-                                     * second weight's at binding 2; mul_mat_vec_rpq: k's at 2, v's at 3); the plan holds the references */
+    struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
+                                     * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
 } dispatch;
 
@@ -101,11 +101,6 @@ pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *d
  * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: a residual add, rms_norm and mul);
  * marks the nodes it took in done. */
 void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
-/* vk_qkv.c: fuse_qkv: each run of three mul_mat_vec_rpe dispatches dps[i..i+2] that are a layer's q (rope), k (rope and
- * cache write) and v (cache write) on one activation row becomes one mul_mat_vec_rpq dispatch at i, where nothing else
- * reads their products (g: the graph); their parameter blocks (params, pstride apart) move with them. Returns the new
- * count of dispatches. */
-int vkp_merge_qkv(pyg_device *d, const pyg_graph *g, dispatch *dps, char *params, uint64_t pstride, int nd);
 /* vk_norm_in.c: dispatch dp (mul_mat_vec_rp, _rpe or _rpg, just built) reading the result of the fused norm dispatch
  * dps[ns] recomputes it from the norm's inputs instead (rp_norm_in; _rpe and _rpg: it then shares the norm's stage), or
  * else reads the int8 copy that norm writes (mv_q8); 1 where it does either */

@@ -173,9 +173,6 @@ VKP_SPV(mul_mat_vec_rpg_q0j2)
 VKP_SPV(mul_mat_vec_rpn)
 #include "mul_mat_vec_rpn.spv.h"
 ;
-VKP_SPV(mul_mat_vec_rpq)
-#include "mul_mat_vec_rpq.spv.h"
-;
 VKP_SPV(norm_mul_reg_q8)
 #include "norm_mul_reg_q8.spv.h"
 ;
@@ -304,7 +301,6 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_MUL_MAT_VEC_RPG, mul_mat_vec_rpg)
     VKP_CASE(VKP_SH_MUL_MAT_VEC_RPE, mul_mat_vec_rpe)
     VKP_CASE(VKP_SH_MUL_MAT_VEC_RPN, mul_mat_vec_rpn)
-    VKP_CASE(VKP_SH_MUL_MAT_VEC_RPQ, mul_mat_vec_rpq)
     VKP_CASE(VKP_SH_NORM_MUL_REG_Q8, norm_mul_reg_q8)
     VKP_CASE(VKP_SH_NORM_MUL_REG_ADD_Q8, norm_mul_reg_add_q8)
     VKP_CASE(VKP_SH_MUL_MAT_VEC3S, mul_mat_vec3s)
@@ -394,7 +390,6 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_MUL_MAT_CM4_KHR] = "mul_mat_cm4_khr", [VKP_SH_FLASH_ATTN_CM2] = "flash_attn_cm2",
         [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu", [VKP_SH_DEQUANT] = "dequant", [VKP_SH_SWIGLU8] = "swiglu8", [VKP_SH_FLASH_ATTN_CM3] = "flash_attn_cm3", [VKP_SH_FLASH_ATTN_CM3_EMU] = "flash_attn_cm3_emu", [VKP_SH_NORM_MUL_REG_B16] = "norm_mul_reg_b16", [VKP_SH_NORM_MUL_REG_ADD_B16] = "norm_mul_reg_b16", [VKP_SH_FLASH_ATTN_CM2S] = "flash_attn_cm2s", [VKP_SH_FLASH_ATTN_CM2S_EMU] = "flash_attn_cm2s_emu", [VKP_SH_SWIGLU8_B16] = "swiglu8_b16",
         [VKP_SH_REPACK] = "repack", [VKP_SH_MUL_MAT_VEC_RP] = "mul_mat_vec_rp", [VKP_SH_MUL_MAT_VEC_RPG] = "mul_mat_vec_rpg", [VKP_SH_MUL_MAT_VEC_RPE] = "mul_mat_vec_rpe", [VKP_SH_MUL_MAT_VEC_RPN] = "mul_mat_vec_rpn",
-        [VKP_SH_MUL_MAT_VEC_RPQ] = "mul_mat_vec_rpq",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";
 }

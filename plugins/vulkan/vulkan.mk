@@ -31,7 +31,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/rope_store.spv.h $(VK_BUILD)/mul_mat_vec3g.spv.h $(VK_BUILD)/mul_mat_vec3i.spv.h $(VK_BUILD)/mul_mat_vec3w.spv.h $(VK_BUILD)/mul_mat_vec3s.spv.h $(VK_BUILD)/mul_mat_vec3n.spv.h \
             $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h \
             $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h \
-            $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h $(VK_BUILD)/mul_mat_vec_rpq.spv.h \
+            $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
             $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
             $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H) \
             $(VK_BUILD)/swiglu8_b16.spv.h $(VK_BUILD)/flash_attn_cm2s.spv.h $(VK_BUILD)/flash_attn_cm2s_emu.spv.h \
@@ -90,8 +90,6 @@ $(eval $(call VK_VARIANT_RULE,norm_mul_reg_add_b16,norm_mul_reg.comp,-DFUSED_ADD
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg,mul_mat_vec_rp.comp,-DRP_GLU))
 # the same for one weight, with the rope and/or the KV-cache write of its result (option fuse_rope_mv)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe,mul_mat_vec_rp.comp,-DRP_EPI))
-# a layer's q, k and v with their ropes and cache writes as one dispatch (option fuse_qkv)
-$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpq,mul_mat_vec_rp.comp,-DRP_QKV))
 # the plain and the rope/store builds with 4 rows per workgroup (option rp_rows=4)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp4,mul_mat_vec_rp.comp,-DRP_ROWS=4u))
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4,mul_mat_vec_rp.comp,-DRP_EPI -DRP_ROWS=4u))

@@ -20,13 +20,6 @@
 // row idx[0] (slot 3) of a 2-D cache at binding 7 (offset ex[14], type ex[15], nb0 / nb1 ex[16] / ex[17]).
 // A rope pair is two adjacent rows of one workgroup (rows start at multiples of 8, the head size is even):
 // each of the pair's invocations sums its partner's row too. The rope's arithmetic is rope.comp's (rope_cs.glsl).
-// Built with RP_QKV (mul_mat_vec_rpq, option fuse_qkv: vk_qkv.c): a layer's q, k and v of one column as one dispatch,
-// what three mul_mat_vec_rpe dispatches of one stage did. Workgroups [0, ex[7]) take q's rows (its copy at binding 0),
-// the next ex[2] k's (binding 2), the rest v's (binding 3); each weight's rows start at the first workgroup of its
-// segment (its rows padded to 8). q ropes into slot 4; k ropes into row idx of the K cache (binding 6, described at
-// extras 14..: offset, type, nb0, nb1); v goes into that row of the V cache (binding 7, extras 20..). The position is at
-// binding 8 (offset extra 26), the row index at binding 9 (extra 8). The products y and k's rope output, which only
-// those nodes read (the host checks), are not written. No norm-in; q4_0, q4_1, q4_K (no second plane).
 // Built with RP_NORM (mul_mat_vec_rpn, option fold_norm: a layer's o and down projections, vk_norm_fold.c): the
 // residual add, rms_norm and weight multiply after y in the same dispatch. Each workgroup writes its rows of y
 // (slot 4) and of a = r + y (r: slot 2; a at binding 7, extras 14..), and the sum of their squares into the
@@ -82,36 +75,6 @@ layout(std430, binding = 8) buffer N8v { vec4 n8v[]; };
 layout(std430, binding = 9) buffer H9v { vec4 h9v[]; };
 shared uint is_last;
 shared float red[64];
-#endif
-#ifdef RP_QKV
-#include "rope_cs.glsl"
-layout(std430, binding = 2) readonly buffer Rq2 { uvec4 rq2[]; };
-layout(std430, binding = 3) readonly buffer Rq3 { uvec4 rq3[]; };
-layout(std430, binding = 6) buffer C6w { uint c6w[]; };
-layout(std430, binding = 6) buffer C6h { uint16_t c6h[]; };
-layout(std430, binding = 7) buffer C7w { uint c7w[]; };
-layout(std430, binding = 7) buffer C7h { uint16_t c7h[]; };
-layout(std430, binding = 8) readonly buffer P8 { uint p8w[]; };
-layout(std430, binding = 9) readonly buffer I9 { uint i9w[]; };
-uint seg = 0u;                                   // 0 q, 1 k, 2 v: which weight this workgroup's rows are of
-// word i of the segment's repacked copy (uniform per workgroup: one load issued)
-uvec4 rqs(uint i) {
-    if (seg == 0u) return rq[i];
-    if (seg == 1u) return rq2[i];
-    return rq3[i];
-}
-// the cache row of index idx: value o at byte at of binding 6 (seg 1) or 7 (seg 2), in type ty
-void cache_store(uint at, uint ty, float o) {
-    uint16_t hv = uint16_t(ty == TY_F16 ? f32_to_f16(o) : f32_to_bf16(o));
-    if (seg == 1u) {
-        if (ty == TY_F32) c6w[at >> 2] = floatBitsToUint(o); else c6h[at >> 1] = hv;
-    } else {
-        if (ty == TY_F32) c7w[at >> 2] = floatBitsToUint(o); else c7h[at >> 1] = hv;
-    }
-}
-#define RQ(i) rqs(i)
-#else
-#define RQ(i) rq[i]
 #endif
 #ifdef RP_EPI
 #include "rope_cs.glsl"
@@ -289,22 +252,14 @@ void main() {
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
     uint K = t_ne(0u, 0u), M = t_ne(0u, 1u), nb = K >> 5, W = gl_WorkGroupSize.x, t = gl_LocalInvocationIndex;
     uint sc0 = ex_u(1u), yb = t_off(1u) >> 4;
-#ifdef RP_QKV   // the segment, its first workgroup and its weight's rows; the scales follow each copy's Mp rows of quants
-    uint gq = ex_u(7u), gk = ex_u(2u);             // q's and k's workgroups
-    seg = rg < gq ? 0u : rg < gq + gk ? 1u : 2u;
-    uint sw0 = seg == 0u ? 0u : seg == 1u ? gq : gq + gk, swn = seg == 0u ? gq : seg == 1u ? gk : ex_u(0u) - gq - gk;
-    M = seg == 0u ? M : seg == 1u ? t_ne(2u, 1u) : t_ne(3u, 1u);
-    sc0 = swn * 8u * nb;
-    rg -= sw0;
-#endif
     uint row0 = rg * RA, g8 = row0 >> 3, h = row0 & 7u;   // the first row, its group of 8 (the scales), its slot there
     if (NIN != 0u) { nrb = ex_u(20u) >> 4; nwb = ex_u(26u) >> 4; }
     qk4 = K >> 2;
     [[unroll]] for (uint j = 0u; j < J; j++) {
         uint u = j * W + t;
         bool ok = u < nb;
-        [[unroll]] for (uint k = 0u; k < NS; k++) ws[j * NS + k] = ok ? RQ(sc_word(sc0, g8, nb, u, k)) : uvec4(0u);
-        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? RQ((row0 + r) * nb + u) : uvec4(0u);
+        [[unroll]] for (uint k = 0u; k < NS; k++) ws[j * NS + k] = ok ? rq[sc_word(sc0, g8, nb, u, k)] : uvec4(0u);
+        [[unroll]] for (uint r = 0u; r < RA; r++) wq[j * R + r] = ok ? rq[(row0 + r) * nb + u] : uvec4(0u);
         if (TY == TY_Q6_K)
             [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + r] = ok ? rh[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #ifdef RP_GLU
@@ -433,29 +388,6 @@ void main() {
             vec4 n = av[q] * scale;
             if (wn) n8v[nb8 + e] = n;
             h9v[hb + e] = n * wv[q];
-        }
-    }
-#elif defined(RP_QKV)
-    if (t < R) {
-        float v = part_sum(t), vp = part_sum(t ^ 1u);   // this row's sum and its rope partner's (row ^ 1)
-        uint row = row0 + t;
-        if (row < M) {
-            float o = v;
-            if (seg < 2u) {                       // q and k: rope.comp's normal mode, as the RP_EPI build
-                uint ia = row % ex_u(6u), i0 = ia & ~1u;
-                if (i0 < uint(op_i(0u))) {
-                    float pos = float(int(p8w[ex_u(26u) >> 2]));
-                    vec2 cs = rope_cs(pos, i0, ex_f(3u), ex_f(4u), ex_f(5u), 1.0);
-                    float x0 = (ia & 1u) == 0u ? v : vp, x1 = (ia & 1u) == 0u ? vp : v;
-                    o = (ia & 1u) == 0u ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
-                }
-            }
-            if (seg == 0u) {
-                dw[(t_off(4u) >> 2) + row] = floatBitsToUint(o);
-            } else {
-                uint c = seg == 1u ? 14u : 20u, idx = i9w[ex_u(8u) >> 2];
-                cache_store(ex_u(c) + row * ex_u(c + 2u) + idx * ex_u(c + 3u), ex_u(c + 1u), o);
-            }
         }
     }
 #elif defined(RP_EPI)
