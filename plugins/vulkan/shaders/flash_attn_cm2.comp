@@ -115,27 +115,7 @@ void main() {
             bool known = pass == 1u && ci < NOPEN;   // pass 1's verdict (open_bits written before a barrier since)
             if (known && (open_bits[ci >> 5] & (1u << (ci & 31u))) == 0u) continue;   // uniform
             // every load of the chunk first: the mask terms, K, and in pass 2 V
-            float a[RMAX][16];
-            bool open = false;
-            [[unroll]] for (uint k = 0u; k < RMAX; k++) {
-                if (k < RPT) {
-                    mask16(q0 + (t >> 2) + k * (WG >> 2), j0 + c0, a[k]);
-                    [[unroll]] for (uint i = 0u; i < 16u; i++) open = open || a[k][i] != NEG_INF;
-                }
-            }
-            uvec4 kr[KR];
-            [[unroll]] for (uint i = 0u; i < KR; i++) {
-                uint e = t + i * WG, c = e / DW, j = j0 + c;
-                kr[i] = (e < nkw && j < nkv) ? s1v[kb + j * kn1 + e % DW] : uvec4(0u);
-            }
-            uvec4 vr[8u * VB];                  // block i: keys j0 + 8 * (bi % 8) + 0..7, words bi / 8 (8 dims)
-            [[unroll]] for (uint i = 0u; i < VB; i++) {
-                uint bi = t + i * WG, kg = bi % 8u, dg = bi / 8u;
-                [[unroll]] for (uint r = 0u; r < 8u; r++) {
-                    uint j = j0 + 8u * kg + r;
-                    vr[8u * i + r] = (pass == 1u && bi < nvb && j < nkv) ? s2v[vb + j * vn1 + dg] : uvec4(0u);
-                }
-            }
+            FA_CM_LOADS(pass == 1u && bi < nvb)   // (V in pass 2 alone)
             uint chunk = pass * nch + ci + 1u;    // unique per (pass, chunk): no reset, no extra barrier
             if (open) any_open[0] = chunk;
             [[unroll]] for (uint i = 0u; i < KR; i++) {   // K rows [key][word]

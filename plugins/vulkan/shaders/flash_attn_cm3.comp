@@ -88,27 +88,7 @@ void main() {
     for (uint ci = 0u; ci < nch; ci++) {
         uint j0 = ci * BKV;
         // every load of the chunk first: the mask terms, K and V
-        float a[RMAX][16];
-        bool open = false;
-        [[unroll]] for (uint k = 0u; k < RMAX; k++) {
-            if (k < RPT) {
-                mask16(q0 + (t >> 2) + k * (WG >> 2), j0 + c0, a[k]);
-                [[unroll]] for (uint i = 0u; i < 16u; i++) open = open || a[k][i] != NEG_INF;
-            }
-        }
-        uvec4 kr[KR];
-        [[unroll]] for (uint i = 0u; i < KR; i++) {
-            uint e = t + i * WG, c = e / DW, j = j0 + c;
-            kr[i] = (e < nkw && j < nkv) ? s1v[kb + j * kn1 + e % DW] : uvec4(0u);
-        }
-        uvec4 vr[8u * VB];                  // block i: keys j0 + 8 * (bi % 8) + 0..7, words bi / 8 (8 dims)
-        [[unroll]] for (uint i = 0u; i < VB; i++) {
-            uint bi = t + i * WG, kg = bi % 8u, dg = bi / 8u;
-            [[unroll]] for (uint r = 0u; r < 8u; r++) {
-                uint j = j0 + 8u * kg + r;
-                vr[8u * i + r] = (bi < nvb && j < nkv) ? s2v[vb + j * vn1 + dg] : uvec4(0u);
-            }
-        }
+        FA_CM_LOADS(bi < nvb)
         uint chunk = ci + 1u;                 // unique per chunk: no reset, no extra barrier
         if (open) any_open[0] = chunk;
         [[unroll]] for (uint i = 0u; i < KR; i++) {   // K rows [key][word]
