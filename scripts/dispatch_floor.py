@@ -85,7 +85,7 @@ def layer_chain(kind, lengths, rng):
         sw = [(g.weight(f"k{i}", b[0], type="q4_0", shape=(Mkv, Kw)), g.weight(f"v{i}", b[1], type="q4_0", shape=(Mkv, Kw)))
               for i, b in enumerate(side_w)]
         y = g.input("x", (1, Kw))
-        idx = g.input("idx", (1,), "i32")
+        idx = g.input("idx", (1,), "i32") if name == "qkv3" else None
         nw = g.weight("nw", norm_w) if name == "addnorm" else None
         x = y
         for i in range(n):

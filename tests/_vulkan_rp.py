@@ -66,32 +66,6 @@ def decode_on_off(tmp_path, on, off):
     return res
 
 
-def qkv_layer(seed, shape, itype, ctype, rope_kw, wtype="q4_0", q_out=False):
-    """llama.py's q/k/v for one token: three mat-vecs, q's and k's ropes, k's and v's cache writes. shape = (H, HKV, D, K,
-    N_CTX). Outputs: q roped, the K and V caches as f32, and with q_out q's product too."""
-    H, HKV, D, K, N_CTX = shape
-    rng = np.random.default_rng(seed)
-    g = pg.Graph()
-    x = g.input("x", (1, K), pg.f32)
-    pos, idx = g.input("pos", (1,), pg.i32), g.input("idx", (1,), itype)
-    kc, vc = g.state("kc", (N_CTX, HKV * D), ctype), g.state("vc", (N_CTX, HKV * D), ctype)
-
-    def weight(name, rows):
-        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), wtype)
-        return g.weight(name, blocks, type=wtype, shape=(rows, K))
-    q = pg.mul_mat(weight("wq", H * D), x)
-    k = pg.mul_mat(weight("wk", HKV * D), x)
-    v = pg.mul_mat(weight("wv", HKV * D), x)
-    qr = pg.rope(pg.reshape(q, (1, H, D)), pos, **rope_kw)
-    kr = pg.rope(pg.reshape(k, (1, HKV, D)), pos, **rope_kw)
-    ks = pg.set_rows(kc, pg.reshape(kr, (1, HKV * D)), idx)
-    vs = pg.set_rows(vc, v, idx)
-    outs = [pg.scale(qr, 1.0), pg.cont(ks, pg.f32), pg.cont(vs, pg.f32)]
-    if q_out:
-        outs.append(pg.scale(q, 1.0))
-    return outs
-
-
 def check_model_on_off(tmp_path, on, off, kernel, fewer, max_nmse=0.0):
     """decode_on_off's model with Vulkan options `on` and `off`: its logits equal step by step (bit for bit, or within
     max_nmse), and where the device has the integer dot product, `kernel` among on's mat-vec kernels and not off's,

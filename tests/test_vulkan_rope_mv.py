@@ -9,7 +9,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import check_model_on_off, debug_records, has_int8, qkv_layer, run_steps
+from _vulkan_rp import check_model_on_off, debug_records, has_int8, run_steps
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -29,9 +29,24 @@ def test_under_validation_layer():
 
 
 def _layer(seed, itype, ctype, rope_kw):
-    """q, k, v mat-vecs of one token, the ropes of q and k, the cache writes of k and v (llama.py's layer), and q's
-    product as an output too"""
-    return qkv_layer(seed, (H, HKV, D, K, N_CTX), itype, ctype, rope_kw, q_out=True)
+    """q, k, v mat-vecs of one token, the ropes of q and k, the cache writes of k and v (llama.py's layer)."""
+    rng = np.random.default_rng(seed)
+    g = pg.Graph()
+    x = g.input("x", (1, K), pg.f32)
+    pos, idx = g.input("pos", (1,), pg.i32), g.input("idx", (1,), itype)
+    kc, vc = g.state("kc", (N_CTX, HKV * D), ctype), g.state("vc", (N_CTX, HKV * D), ctype)
+
+    def weight(name, rows):
+        blocks = pg.quantize((rng.standard_normal((rows, K)) * 0.3).astype(np.float32), "q4_0")
+        return g.weight(name, blocks, type="q4_0", shape=(rows, K))
+    q = pg.mul_mat(weight("wq", H * D), x)
+    k = pg.mul_mat(weight("wk", HKV * D), x)
+    v = pg.mul_mat(weight("wv", HKV * D), x)
+    qr = pg.rope(pg.reshape(q, (1, H, D)), pos, **rope_kw)
+    kr = pg.rope(pg.reshape(k, (1, HKV, D)), pos, **rope_kw)
+    ks = pg.set_rows(kc, pg.reshape(kr, (1, HKV * D)), idx)
+    vs = pg.set_rows(vc, v, idx)
+    return [pg.scale(qr, 1.0), pg.cont(ks, pg.f32), pg.cont(vs, pg.f32), pg.scale(q, 1.0)]
 
 
 def _feeds(step, itype):
