@@ -69,6 +69,14 @@ int vkp_fa_scalar_shader(const pyg_device *d) {
     return d->opts.fa_v == 2 && d->subgroup_arith ? VKP_SH_FLASH_ATTN2 : VKP_SH_FLASH_ATTN;
 }
 
+/* shader (emulated: shader_emu) where its shared memory fits and the driver takes its pipeline (a refusal sets *broken):
+ * its id, else 0 */
+static int fa_cm_build(pyg_device *d, int shader, int shader_emu, int emulated, uint64_t shared, int *broken, const uint32_t sp[2]) {
+    int sh = emulated ? shader_emu : shader;
+    if (*broken || shared > d->props.limits.maxComputeSharedMemorySize || !vkp_pipeline_usable(d, sh, sp, broken)) return 0;
+    return sh;
+}
+
 int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     const pyg_tensor *q = n->src[0], *v = n->src[2];
     int emulated = d->opts.fa == VKP_GEMM_CM_EMULATED;
@@ -86,19 +94,15 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
         fa_cm_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize)
         ok = emulated ? d->subgroup_size >= 8 && d->subgroup_size <= 64 : d->coopmat && d->subgroup_size == 32;
     uint32_t sp[2] = { dmax, 4 * d->subgroup_size };
-    /* the second build where K and V are 16-byte rows (a model's f16 cache), its shared memory fits and
-     * the driver takes it; a refused pipeline falls back to the first build */
+    /* the third (fa_cm=3) or second build where K and V are 16-byte rows (a model's f16 cache), its shared memory
+     * fits and the driver takes it; a refused pipeline falls back to the next build, the first one last */
     int sh = 0;
-    if (ok && v2 && d->opts.fa_cm == 3 && !d->fa_cm3_broken && fa_cm3_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize &&
-        (emulated ? d->subgroup_size >= 8 : 1) &&
-        vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM3_EMU : VKP_SH_FLASH_ATTN_CM3, sp, &d->fa_cm3_broken))
-        sh = emulated ? VKP_SH_FLASH_ATTN_CM3_EMU : VKP_SH_FLASH_ATTN_CM3;
-    else if (ok && v2 && !d->fa_cm2_broken && fa_cm2_shared(dmax) <= d->props.limits.maxComputeSharedMemorySize &&
-        (emulated ? d->subgroup_size >= 8 : 1) &&
-        vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM2_EMU : VKP_SH_FLASH_ATTN_CM2, sp, &d->fa_cm2_broken))
-        sh = emulated ? VKP_SH_FLASH_ATTN_CM2_EMU : VKP_SH_FLASH_ATTN_CM2;
-    else if (ok && !d->fa_cm_broken && vkp_pipeline_usable(d, emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM, sp, &d->fa_cm_broken))
-        sh = emulated ? VKP_SH_FLASH_ATTN_CM_EMU : VKP_SH_FLASH_ATTN_CM;
+    if (ok && v2 && d->opts.fa_cm == 3)
+        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, emulated, fa_cm3_shared(dmax), &d->fa_cm3_broken, sp);
+    if (ok && v2 && !sh)
+        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, emulated, fa_cm2_shared(dmax), &d->fa_cm2_broken, sp);
+    if (ok && !sh)
+        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM, VKP_SH_FLASH_ATTN_CM_EMU, emulated, fa_cm_shared(dmax), &d->fa_cm_broken, sp);
     ok = sh != 0;
     if (ok) {
         uint64_t wg = (uint64_t)((q->ne[1] + FA_BQ - 1) / FA_BQ) * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
