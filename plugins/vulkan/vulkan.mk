@@ -12,6 +12,8 @@ VK_BUILD := build/vulkan
 VK_LIB := $(PLUGIN_DIR)/libpyggml-vulkan.so
 VK_SRCS := $(wildcard $(VK_DIR)/*.c)
 VK_SHADERS := $(wildcard $(VK_DIR)/shaders/*.comp)
+# the shaders' includes: every build depends on all of them
+VK_GLSL := $(wildcard $(VK_DIR)/shaders/*.glsl)
 # mul_mat_vec_rp.comp for q4_0 with 1 or 2 blocks per invocation as literals (option rp_lit; rules below)
 RP_LIT_BUILDS := $(foreach j,1 2,mul_mat_vec_rp_q0j$(j) mul_mat_vec_rp4_q0j$(j) mul_mat_vec_rpe_q0j$(j) mul_mat_vec_rpe4_q0j$(j) mul_mat_vec_rpg_q0j$(j))
 # mul_mat_cm4's KHR build with its specialization and workgroup size as literals, then spirv-opt -O (option gemm_lit), for the auto
@@ -38,22 +40,22 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/norm_mul_reg_b16.spv.h $(VK_BUILD)/norm_mul_reg_add_b16.spv.h $(VK_BUILD)/flash_attn_cm3_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
-$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
+$(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_GLSL)
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -mfmt=c -o $@ $<
 
 # the cooperative-matrix shaders with their matrix primitives in plain GLSL (options gemm / fa = cm_emulated: tests)
-$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
+$(VK_BUILD)/%_emu.spv.h: $(VK_DIR)/shaders/%.comp $(VK_GLSL)
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DCM_EMULATE -mfmt=c -o $@ $<
 
 # builds of one shader with glslc defines: name, source (under shaders/), defines
 define VK_VARIANT_RULE
-$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl $(VK_DIR)/shaders/mv_int8.glsl $(VK_DIR)/shaders/norm_add.glsl $(VK_DIR)/shaders/rope_cs.glsl $(VK_DIR)/shaders/fa_cm_mask.glsl
+$(VK_BUILD)/$(1).spv.h: $(VK_DIR)/shaders/$(2) $(VK_GLSL)
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O $(3) -mfmt=c -o $$@ $$<
 endef
-# the swiglu that also writes the down projection's f16 activations (option swiglu_b16)
+# the swiglu that also writes the down projection's f16 activations (option swiglu8=2)
 $(eval $(call VK_VARIANT_RULE,swiglu8_b16,swiglu8.comp,-DB16))
 # the prefill flash attention over KV splits, their partials merged by flash_attn.comp (option fa_cm_wgs)
 $(eval $(call VK_VARIANT_RULE,flash_attn_cm2s,flash_attn_cm2.comp,-DFA_SPLIT))
@@ -114,14 +116,14 @@ $(eval $(call VK_VARIANT_RULE,flash_attn2,flash_attn.comp,-DFA_V2))
 # the cooperative-matrix shaders on GL_KHR_cooperative_matrix (coopmat.glsl's CM_KHR): preprocessed by
 # glslc, compiled by glslang 13 from PyPI (scripts/glslang_khr.py; without it a placeholder, and the
 # plugin runs the NV builds). After deps: the package comes with requirements.txt.
-$(VK_BUILD)/%_khr.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl scripts/glslang_khr.py | deps
+$(VK_BUILD)/%_khr.spv.h: $(VK_DIR)/shaders/%.comp $(VK_GLSL) scripts/glslang_khr.py | deps
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) -E -DCM_KHR -o $(VK_BUILD)/$*_khr.pp.comp $<
 	$(PYTHON) scripts/glslang_khr.py $(VK_BUILD)/$*_khr.pp.comp $@
 
 # (CM4_LITS, at the top: the rules for its builds)
 define CM4_LIT_RULE
-$(VK_BUILD)/mul_mat_cm4_khr_$(1).spv.h: $(VK_DIR)/shaders/mul_mat_cm4.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/coopmat.glsl scripts/glslang_khr.py | deps
+$(VK_BUILD)/mul_mat_cm4_khr_$(1).spv.h: $(VK_DIR)/shaders/mul_mat_cm4.comp $(VK_GLSL) scripts/glslang_khr.py | deps
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) -E -DCM_KHR -DCM4_LIT=$(2)u -DCM4_WG=$(3) -o $(VK_BUILD)/mul_mat_cm4_khr_$(1).pp.comp $$<
 	$(PYTHON) scripts/glslang_khr.py --opt $(VK_BUILD)/mul_mat_cm4_khr_$(1).pp.comp $$@
@@ -137,7 +139,7 @@ $(VK_BUILD)/cm4_lit.h: $(VK_DIR)/vulkan.mk
 	  echo '};'; } > $@
 
 # the layer norms with the residual add before them folded in (norm_add.glsl)
-$(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_DIR)/shaders/common.glsl $(VK_DIR)/shaders/norm_add.glsl
+$(VK_BUILD)/%_add.spv.h: $(VK_DIR)/shaders/%.comp $(VK_GLSL)
 	@mkdir -p $(VK_BUILD)
 	$(VK_GLSLC) --target-env=vulkan1.2 -O -DFUSED_ADD -mfmt=c -o $@ $<
 
