@@ -141,7 +141,8 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             "cm4k64khr": {"gemm_v": "4", "gemm_cfg": "64x64.k64.w2x2", "cm_api": "khr"},
             # the defaults before b0da051's: mul_mat_cm3 on VK_NV_cooperative_matrix with f32 accumulators
             "gemm3": {"gemm_v": "3"}, "khr32": {"cm_acc": "f32"}}
-# the plugin's defaults (vk_options.c, vk_plugin.c), restored before each variant's options: a variant may set only
+# the plugin's defaults (vk_options.c, vk_plugin.c), restored before each variant's options (and by the Vulkan tests after
+# each test's options: tests/test_vulkan_kernels.py's VK_DEFAULTS): a variant may set only
 # options listed here (_variant refuses others), or every variant after it would inherit its value. (Until 2026-12-07
 # fa_cm_wgs, swiglu8, norm_b16 and gemm_lit were missing and fa_cm said 2: written-out variants of them leaked into the
 # variants after them, and `new` ran fa_cm=2 once 3 was the default.)

@@ -16,6 +16,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
+from _scripts import load_script
 
 VK = next((str(d) for d in pg.devices() if d.plugin.name == "vulkan"), None)
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -74,6 +75,11 @@ def _weight(g, rng, wdt, wshape, name="w"):
             pg.dequantize(blocks, wdt, flat.shape).astype(np.float64).reshape(wshape))
 
 
+# the Vulkan plugin's option defaults, as the bench script restores them before each variant (one table for both;
+# test_vulkan_vs_cuda_variants.py checks that every key is an option the plugin knows)
+VK_DEFAULTS = load_script("vulkan_vs_cuda").DEFAULTS
+
+
 @contextlib.contextmanager
 def _options_logged(options, what):
     """Device `options` set on VK for the block (then back to the defaults); yields the list that
@@ -103,13 +109,7 @@ def _options_logged(options, what):
     finally:
         log.removeHandler(h)
         log.setLevel(old)
-        for key, value in (("matvec", "6"), ("params_dev", "auto"), ("matvec_rows", "2"), ("gemm", "auto"), ("fa", "auto"), ("norm_wg", "auto"),
-                           ("gemm_tile", "auto"), ("gemm_v", "0"), ("gemm_cfg", "auto"), ("cm_api", "auto"), ("cm_acc", "f16x4"), ("norm_v", "2"), ("fa_v", "0"), ("fuse_rope", "1"), ("fuse_glu", "0"),
-                           ("fa_split", "auto"), ("barrier", "memory"), ("fuse_swiglu", "0"), ("fuse_norm_mv", "auto"), ("fa_wgs", "4096"), ("fa_dec_wgs", "512"),
-                           ("fa_cm", "3"), ("gemm_dq", "auto"), ("gemm_b16", "auto"), ("gemm_bg", "0"), ("matvec_q4_K", "0"),
-                           ("debug_mv_parts", "0"), ("matvec_ahead", "0"), ("mv_q8", "1"), ("matvec_rp", "1"), ("matvec_rp_k", "1"), ("fuse_rope_mv", "1"), ("fold_norm", "0"),
-                           ("rp_norm_in", "auto"), ("gemm_lit", "1"), ("swiglu8", "2"), ("fa_cm_wgs", "512"), ("rp_lit", "0"), ("rp_rows", "8"), ("norm_b16", "1"), ("fa_lit", "0"),
-                           ("reorder", "1")):
+        for key, value in VK_DEFAULTS.items():
             dev.set_option(key, value)
         kernels.extend(m.rsplit(": ", 1)[1] for m in records if what in m)
 
