@@ -49,34 +49,37 @@ def run_steps(devs, build, feeds, options=None):
     return got, kernels
 
 
-def _fewest_dispatches(lines):
-    """the smallest plan's dispatch count among the plugin's 'plan for graph' lines (a model's decode plan)"""
-    return min(int(re.search(r"(\d+) dispatches", r).group(1)) for r in lines if "dispatches" in r)
+def _smallest_plan(lines):
+    """(dispatches, barriers) of the smallest plan among the plugin's 'plan for graph' lines (a model's decode plan)"""
+    plans = [re.search(r"(\d+) dispatches, (\d+) barriers", r) for r in lines if "dispatches" in r]
+    return min((int(m.group(1)), int(m.group(2))) for m in plans if m)
 
 
 def decode_on_off(tmp_path, on, off):
     """A small synthetic LLaMA (2 layers, _decode_model) run with Vulkan options `on`, then `off`: for each, its logits
-    per step, the kernels of its mul_mat nodes and its decode plan's dispatch count."""
+    per step, the kernels of its mul_mat nodes and its decode plan's (dispatches, barriers)."""
     run = _decode_model(tmp_path, "q4_0", 11)
     res = []
     for opts in (on, off):
         with debug_records() as records:
             logits, kernels = run(opts)
-        res.append((logits, kernels, _fewest_dispatches(records)))
+        res.append((logits, kernels, _smallest_plan(records)))
     return res
 
 
-def check_model_on_off(tmp_path, on, off, kernel, fewer, max_nmse=0.0):
+def check_model_on_off(tmp_path, on, off, kernel, fewer, max_nmse=0.0, fewer_barriers=None):
     """decode_on_off's model with Vulkan options `on` and `off`: its logits equal step by step (bit for bit, or within
     max_nmse), and where the device has the integer dot product, `kernel` among on's mat-vec kernels and not off's,
-    and on's decode plan `fewer` dispatches shorter (2 layers)."""
+    and on's decode plan `fewer` dispatches shorter (2 layers), and `fewer_barriers` barriers (where given)."""
     (got, k1, n_on), (ref, k0, n_off) = decode_on_off(tmp_path, on, off)
     for step, (a, b) in enumerate(zip(got, ref)):
         a, b = np.asarray(a), np.asarray(b)
-        assert (np.array_equal(a, b) if max_nmse == 0.0 else nmse(a, b) <= max_nmse), f"step {step}"
+        assert (np.array_equal(a, b) if max_nmse == 0.0 else nmse(a, b) <= max_nmse), f"step {step}: NMSE {nmse(a, b):.3g}"
     if has_int8():
         assert kernel in k1 and kernel not in k0, (k1, k0)
-        assert n_on == n_off - fewer, (n_on, n_off)
+        assert n_on[0] == n_off[0] - fewer, (n_on, n_off)
+        if fewer_barriers is not None:
+            assert n_on[1] == n_off[1] - fewer_barriers, (n_on, n_off)
 
 
 def check_gate_up_swiglu(wdt, m, k, seed, options):

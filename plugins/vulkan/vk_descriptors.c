@@ -1,9 +1,9 @@
 /* plugins/vulkan/vk_descriptors.c — a plan's descriptor pool and one descriptor set per dispatch (vk_graph.c builds the
  * dispatches). Bindings: 0..4 the tensor slots, except where the dispatch reads a copy instead (binding 0: its weight's
- * repacked copy, or gemm_dq's f16 copy in the plan's scratch; binding 1: gemm_b16's or mv_q8's copy; binding 2:
+ * repacked copy, or gemm_dq's f16 copy in the plan's scratch; binding 1: gemm_b16's, mv_q8's or fold_norm's copy; binding 2:
  * mul_mat_vec_rpg's second repacked copy); 5 its parameter block; 6 its region of the plan's scratch or a fused add's
  * output; 7 mv_q8's int8 copy or an extra output, 8 and 9 extra outputs. Where nothing is bound, the dummy buffer is,
- * except that mul_mat_vec_rpe / _rpn, whose modules write bindings 6..9, get an output they write anyway there. */
+ * except that mul_mat_vec_rpe, whose module writes bindings 6 and 7, gets an output it writes anyway there. */
 #include <stdlib.h>
 #include "vk_plan.h"
 
@@ -59,7 +59,7 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             if ((e = tensor_range(d, t, align, b))) break;
         }
         bi[i * VKP_NSET + VKP_NBIND] = (VkDescriptorBufferInfo){ plan->pbuf, (uint64_t)i * pstride, VKP_PARAM_WORDS * 4 };
-        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1 || dps[i].nfold
+        bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1 || dps[i].nfold == 1
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
@@ -80,6 +80,8 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
         }
         if (dps[i].q8 == 2)   /* the mat-vec's activations: the norm's int8 copy (slot 1 still describes them) */
             bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].q8_off, dps[i].q8_size };
+        if (dps[i].nfold == 2)   /* fold_norm's reader: the mul_mat_vec_rpn's region */
+            bi[i * VKP_NSET + 1] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size };
         if (dps[i].add_out && !e)   /* a fused add's (or rope's) output at binding 6 */
             e = tensor_range(d, dps[i].add_out, align, &bi[i * VKP_NSET + VKP_BIND_SCRATCH]);
         for (int x = 0; x < 3 && !e; x++)   /* extra outputs at bindings 7, 8, 9 */
@@ -90,8 +92,6 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             if (!dps[i].xout[0]) bi[i * VKP_NSET + VKP_BIND_Q8] = bi[i * VKP_NSET + VKP_BIND_SCRATCH];
             else if (!dps[i].add_out) bi[i * VKP_NSET + VKP_BIND_SCRATCH] = bi[i * VKP_NSET + VKP_BIND_Q8];
         }
-        if (dps[i].shader == VKP_SH_MUL_MAT_VEC_RPN && !dps[i].xout[1])   /* (the same for mul_mat_vec_rpn's norm output) */
-            bi[i * VKP_NSET + VKP_BIND_X8] = bi[i * VKP_NSET + VKP_BIND_X8 + 1];
         for (int w = 0; w < 4; w++) {
             uint32_t first = w == 0 ? 0 : w == 1 ? VKP_NBIND : w == 2 ? VKP_BIND_SCRATCH : VKP_BIND_Q8;
             wds[4 * i + w] = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = sets[i],

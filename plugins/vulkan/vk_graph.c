@@ -508,7 +508,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             nd++;
             continue;
         }
-        if (dps[nd - 1].nfold) {   /* fold_norm: its partial sums and counter, a region of its own */
+        if (dps[nd - 1].nfold == 1) {   /* fold_norm: its int8 copy and sums of squares, a region of its own */
             dps[nd - 1].scratch_off = scratch_total;
             scratch_total += (dps[nd - 1].scratch_size + align - 1) / align * align;
             continue;
@@ -593,7 +593,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
-        int nfill = 0;   /* flash_attn_dec's row counters and fold_norm's counters start at 0 in every run */
+        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
         for (int i = 0; i < nd; i++)
             if (dps[i].fa_fold) {
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);

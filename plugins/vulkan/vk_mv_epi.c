@@ -16,15 +16,15 @@
  * Taken: a normal-mode rope (adjacent pairs: both in one workgroup's 8 rows) of one token without frequency
  * factors, y and r f32 and contiguous; a 2-D cache of f32, f16 or bf16 as wide as y, one i32/i64 index.
  *
- * fold_norm (default 0, measured below; the RP_NORM build, mul_mat_vec_rpn): a layer's o and down projections with the residual
- * add, the rms_norm and the weight multiply that follow (a = r + y, n = rms_norm(a), h = n * w): the last
- * workgroup normalizes the row (mul_mat_vec_rp.comp's header), and the norm's stage goes away. y, a, n and h
- * are all written; a may take r's bytes (each element read, then written, by one invocation) and h n's (then
- * only h is written: what the unfused nodes leave there); anything else written is disjoint from all it touches.
- * The nodes taken are moved ahead under the same rule as above. f32, contiguous, one row of a multiple of 4; w as
- * wide as y; a, n, h and w 16-byte aligned in their bindings (the last workgroup's loads and stores).
- * H100 at 2e2104a, rounds interleaved: tg128 7b q4_0 256.0 against 270.8 t/s without it, 1b even (708 / 710): the
- * last workgroup's tail (about 5 us per dispatch in a profile) and every workgroup's count cost what the stage did. */
+ * fold_norm (the RP_NORM build, mul_mat_vec_rpn; vk_norm_in.c reads it): a layer's o and down projections, whose result
+ * y the graph adds to a residual r and normalizes next (a = r + y, n = rms_norm(a), h = n * w). Besides y, the dispatch
+ * writes into a region of the plan's scratch what h's readers need to read h without the norm's stage between: the
+ * int8 blocks of (r + y) * w, with a scale per 8 elements (a workgroup's rows), and the sums of (r + y)^2 per 8
+ * (mul_mat_vec_rp.comp's header). It takes none of the add, norm and mul nodes: they stay one dispatch
+ * (add+norm_mul_reg), which the readers then run beside. Taken where y, a, r and w are one f32 row of M, a multiple
+ * of 32, and nothing between the mat-vec and the add writes over r or w (the dispatch reads them at its place).
+ * The last-workgroup build before it (its last workgroup normalized the whole row; a counter per run) was 5% slower
+ * on 7b at 2e2104a: the tail and every workgroup's count cost what the stage did. */
 #include <string.h>
 #include "vk_plan.h"
 
@@ -165,22 +165,16 @@ static int rope_mv(pyg_device *d, const pyg_graph *g, int i, unsigned char *done
     return 1;
 }
 
-static int same_bytes(const pyg_tensor *a, const pyg_tensor *b) {
-    const pyg_buffer *ba, *bb; uint64_t oa, ob;
-    if (!vkp_resolve(a, &ba, &oa) || !vkp_resolve(b, &bb, &ob)) return 0;
-    return ba == bb && oa == ob && pyg_tensor_nbytes(a) == pyg_tensor_nbytes(b);
-}
-
 /* t: one row of M f32, contiguous */
 static int row_f32(const pyg_tensor *t, int64_t M) {
     return t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == M && pyg_tensor_nelements(t) == M;
 }
 
-static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
+static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp) {
     const pyg_tensor *y = g->nodes[i];
     if (!d->opts.fold_norm || y->op != PYG_OP_MUL_MAT) return 0;
     const int64_t M = y->ne[0];
-    int ja = row_f32(y, M) ? first_reader(g, i, done, y) : -1;
+    int ja = row_f32(y, M) && M % 32 == 0 ? first_reader(g, i, done, y) : -1;
     const pyg_tensor *a = ja >= 0 ? g->nodes[ja] : NULL;
     if (!a || a->op != PYG_OP_ADD || !a->src[1] || (a->src[0] == y) == (a->src[1] == y)) return 0;
     const pyg_tensor *r = a->src[0] == y ? a->src[1] : a->src[0];
@@ -190,37 +184,18 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
     int jm = first_reader(g, jn, done, n);
     const pyg_tensor *m = jm >= 0 ? g->nodes[jm] : NULL;
     if (!m || m->op != PYG_OP_MUL || m->src[0] != n || !m->src[1] || m->src[1] == n || !row_f32(m, M) || !row_f32(m->src[1], M)) return 0;
-    const pyg_tensor *w = m->src[1];
-    if (!vkp_supports_op(d, a) || !vkp_supports_op(d, n) || !vkp_supports_op(d, m)) return 0;
-    int n_alias = same_bytes(m, n), a_alias = same_bytes(a, r);
-    const pyg_tensor *wr[4] = { y, a, n, m }, *rd[4] = { y->src[0], y->src[1], r, w };
-    for (int u = 0; u < 4; u++) {
-        for (int v = u + 1; v < 4; v++) if (overlap(wr[u], wr[v]) && !(u == 2 && v == 3 && n_alias)) return 0;
-        for (int v = 0; v < 4; v++) if (overlap(wr[u], rd[v]) && !(u == 1 && v == 2 && a_alias)) return 0;
-    }
-    if (!hoistable(g, i, jm, done, wr + 1, 3, rd + 2, 2) || M % 4) return 0;
-    const uint64_t align = vkp_dev_align(d);
-    const pyg_tensor *v4[4] = { a, n, m, w };   /* the last workgroup's 16-byte loads and stores */
-    for (int k = 0; k < 4; k++) {
-        const pyg_buffer *b; uint64_t off;
-        if (!vkp_resolve(v4[k], &b, &off) || (off & (align - 1)) % 16) return 0;
-    }
+    const pyg_tensor *w = m->src[1], *rd[2] = { r, w };
+    if (overlap(y, r) || overlap(y, w) || !hoistable(g, i, ja, done, NULL, 0, rd, 2)) return 0;
     if (!become(d, y, VKP_SH_MUL_MAT_VEC_RPN, dp)) return 0;
-    memcpy(&p[80], n->op_params, sizeof n->op_params);   /* (eps) */
-    p[98] = n_alias ? 0u : 1u;
     dp->slot[2] = r;
     dp->slot[3] = w;
-    dp->xout[0] = a; dp->xout_word[0] = 14;
-    if (!n_alias) { dp->xout[1] = n; dp->xout_word[1] = 20; }
-    dp->xout[2] = m; dp->xout_word[2] = 26;
-    dp->nfold = 1;                                         /* a float per workgroup, then the counter */
-    dp->scratch_size = ((uint64_t)p[96] + 1) * 4;   /* (p[96]: its workgroups, as mul_mat_vec_rp's) */
-    dp->fa_fold = 4;
-    done[ja] = done[jn] = done[jm] = 1;
-    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' + add '%s' + rms_norm '%s' + mul '%s': mul_mat_vec_rpn", y->name, a->name, n->name, m->name);
+    dp->nfold = 1;
+    dp->scratch_size = (uint64_t)M * 2;   /* M int8, then M / 8 scales and M / 8 sums of squares (floats) */
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (int8 copy and squares of (+ '%s') * '%s' for rms_norm '%s'): mul_mat_vec_rpn", y->name,
+            r->name, w->name, n->name);
     return 1;
 }
 
 void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p) {
-    if (!rope_mv(d, g, i, done, dp, p)) norm_fold(d, g, i, done, dp, p);
+    if (!rope_mv(d, g, i, done, dp, p)) norm_fold(d, g, i, done, dp);
 }

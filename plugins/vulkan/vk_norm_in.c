@@ -1,6 +1,7 @@
 /* plugins/vulkan/vk_norm_in.c — how a repacked decode mat-vec reads a fused layer norm's result other than as the norm
- * wrote it: recomputed from the norm's inputs (norm_in, option rp_norm_in) or as the norm's int8 copy (q8_in, option
- * mv_q8; below), the first where it applies (vkp_rp_norm_read).
+ * wrote it: from what the mat-vec before the norm wrote for it (fold_in, option fold_norm; below), recomputed from the
+ * norm's inputs (norm_in, option rp_norm_in) or as the norm's int8 copy (q8_in, option mv_q8; below), the first where
+ * it applies (vkp_rp_norm_read).
  *
  * Option rp_norm_in: a layer's q/k/v (mul_mat_vec_rpe) or gate/up (mul_mat_vec_rpg)
  * mat-vec on matvec_rp that reads a fused norm's result m = rms_norm(x [+ r]) * w recomputes it from x, r and w
@@ -93,6 +94,37 @@ static int q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     return 1;
 }
 
+/* fold_norm for the readers: dispatch dp (mul_mat_vec_rpe or _rpg on q4_0 / q4_1 weights) reading the result m of the
+ * fused add + norm dispatch dps[ns], whose add sums y and r, where an earlier mul_mat_vec_rpn wrote y and, for this
+ * norm (its r and w the norm's), the int8 blocks of (r + y) * w and the squares (vk_mv_epi.c), reads that region at
+ * binding 1 (fold-in, specialization bit 16; slot 1 empty, so the dispatch reads nothing the norm writes and shares its
+ * stage) and scales its sums by 1 / rms (eps at extra word 7 or 8). Nothing else writes the region. */
+static int fold_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+    if (!d->opts.fold_norm || ns < 0 || ns >= nd) return 0;
+    int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG, ty = (int)(dp->spec0 & 255u);
+    if (!glu && dp->shader != VKP_SH_MUL_MAT_VEC_RPE) return 0;
+    if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1) return 0;
+    const dispatch *nm = &dps[ns];
+    const pyg_tensor *m = nm->slot[VKP_SLOT_DST], *norm = nm->slot[3];
+    if (!m || !norm || !nm->add_out || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || dp->xout[1] || dp->xout[2]) return 0;
+    int k = ns - 1;
+    for (; k >= 0; k--) {
+        const dispatch *f = &dps[k];
+        const pyg_tensor *y = f->slot[VKP_SLOT_DST];
+        if (f->nfold == 1 && f->slot[3] == nm->slot[1] && y && y->ne[0] == m->ne[0] &&
+            ((y == nm->slot[0] && f->slot[2] == nm->slot[2]) || (y == nm->slot[2] && f->slot[2] == nm->slot[0]))) break;
+    }
+    if (k < 0 || !respecialize(d, dp, 1u << 16)) return 0;
+    dp->slot[1] = NULL;
+    dp->nfold = 2;
+    dp->scratch_off = dps[k].scratch_off;
+    dp->scratch_size = dps[k].scratch_size;
+    p[96 + (glu ? 8 : 7)] = (uint32_t)norm->op_params[0];   /* eps (float bits) */
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s' as '%s' wrote it: %s fold-in", mv_name(dp), norm->name,
+            dps[k].slot[VKP_SLOT_DST]->name, vkp_shader_name(dp->shader));
+    return 1;
+}
+
 int vkp_rp_norm_read(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
-    return norm_in(d, dps, nd, ns, dp, p) || q8_in(d, dps, nd, ns, dp);
+    return fold_in(d, dps, nd, ns, dp, p) || norm_in(d, dps, nd, ns, dp, p) || q8_in(d, dps, nd, ns, dp);
 }

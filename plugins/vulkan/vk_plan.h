@@ -15,12 +15,13 @@ typedef struct dispatch {
     int writes_slot3;               /* fused rms_norm*w: slot 3 is the norm output, written too */
     const pyg_tensor *add_out;      /* fused add+rms_norm*w: the add's output, at binding 6 (rope_store: the rope's) */
     uint32_t out6_word;             /* its description's first extra word (0: 2) */
-    const pyg_tensor *xout[3];      /* extra outputs at bindings 7, 8, 9 (fuse_rope_mv: a cache row; fold_norm: the add, the
-                                     * norm and the mul it takes on), each described at extra word xout_word[k]: offset, type, nb */
+    const pyg_tensor *xout[3];      /* extra outputs at bindings 7, 8, 9 (fuse_rope_mv: a cache row), each described at extra
+                                     * word xout_word[k]: offset, type, nb */
     uint32_t xout_word[3];
     unsigned char xout_ro[3];       /* that extra binding only read (rp_norm_in: the norm's r and w): no write range */
-    int nfold;                      /* fold_norm: its workgroups' partial sums and a counter in the plan's scratch (scratch_off,
-                                     * scratch_size; the counter, fa_fold bytes at its end, zeroed before each run) */
+    int nfold;                      /* fold_norm: 1 a mul_mat_vec_rpn writing a norm's int8 input and squares into its region of
+                                     * the plan's scratch (scratch_off, scratch_size; at binding 6), 2 a mat-vec reading that
+                                     * region as its activations (at binding 1; slot 1 empty) */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */
@@ -98,7 +99,7 @@ pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *r
 pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
                          unsigned char *done);
 /* vk_mv_epi.c: dispatch dp, just built as mul_mat_vec_rp for node i, also does what the graph does next with its
- * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: a residual add, rms_norm and mul);
+ * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: the int8 input of the norm after it);
  * marks the nodes it took in done. */
 void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp, uint32_t *p);
 /* vk_norm_in.c: dispatch dp (mul_mat_vec_rp, _rpe or _rpg, just built) reading the result of the fused norm dispatch

@@ -24,7 +24,7 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
     const pyg_buffer *own = (const pyg_buffer *)(const void *)plan;
     if (dp->fa_split || dp->dq || dp->nfold) {
         my[n] = (range){ own, dp->scratch_off, dp->scratch_off + dp->scratch_size };
-        myw[n++] = dp->dq != 2;   /* (the GEMM only reads the copy) */
+        myw[n++] = dp->dq != 2 && dp->nfold != 2;   /* (the GEMM, fold_norm's reader only read it) */
     }
     if (dp->b16) { my[n] = (range){ own, dp->b16_off, dp->b16_off + dp->b16_size }; myw[n++] = dp->b16 == 1; }
     if (dp->q8) { my[n] = (range){ own, dp->q8_off, dp->q8_off + dp->q8_size }; myw[n++] = dp->q8 == 1; }

@@ -20,13 +20,14 @@
 // row idx[0] (slot 3) of a 2-D cache at binding 7 (offset ex[14], type ex[15], nb0 / nb1 ex[16] / ex[17]).
 // A rope pair is two adjacent rows of one workgroup (rows start at multiples of 8, the head size is even):
 // each of the pair's invocations sums its partner's row too. The rope's arithmetic is rope.comp's (rope_cs.glsl).
-// Built with RP_NORM (mul_mat_vec_rpn, option fold_norm: a layer's o and down projections, vk_norm_fold.c): the
-// residual add, rms_norm and weight multiply after y in the same dispatch. Each workgroup writes its rows of y
-// (slot 4) and of a = r + y (r: slot 2; a at binding 7, extras 14..), and the sum of their squares into the
-// scratch (binding 6: a float per workgroup, then a counter the plan zeroes before each run). The last workgroup to
-// count sums the partials in workgroup order, and over the whole row writes n = a / rms (binding 8, extras 20..;
-// ex[2] bit 0, else n and the product share their bytes) and n * w (w: slot 3; binding 9, extras 26..), eps the
-// norm's parameter at word 80. The norm's stage goes away; its arithmetic is norm_mul_reg's, summed in another order.
+// Built with RP_NORM (mul_mat_vec_rpn, option fold_norm: a layer's o and down projections, vk_mv_epi.c): besides y
+// (slot 4), what the next rms_norm's readers need to read that norm without waiting for it. With r (slot 2) the
+// residual the graph adds to y next and w (slot 3) the norm's weight, each workgroup owns elements [8 rg, 8 rg + 8) of
+// b = (r + y) * w and writes into its region of the plan's scratch (binding 6, M a multiple of 32): their int8 quants
+// (words 2 rg, 2 rg + 1: the layout a reader's unit of 32 takes as q8-in's), their scale amax / 127 (float word
+// M / 4 + rg) and the sum of the 8 squares (r + y)^2 (word M / 4 + M / 8 + rg). No workgroup waits for another: a
+// reader (fold-in, below) sums the M / 8 squares itself and scales its sums by 1 / rms. The add, norm and mul nodes
+// still run in their own dispatch, beside the readers, and write every result (R9).
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -66,15 +67,8 @@ layout(std430, binding = 6) buffer O6 { uint o6[]; };
 const uint RA = R;
 #endif
 #ifdef RP_NORM
-layout(std430, binding = 6) coherent buffer Sc { float sc[]; };
-layout(std430, binding = 6) coherent buffer ScU { uint scu[]; };
-layout(std430, binding = 7) coherent buffer A7 { float a7[]; };
-layout(std430, binding = 7) coherent buffer A7v { vec4 a7v[]; };
-layout(std430, binding = 3) readonly buffer S3v { vec4 s3v[]; };
-layout(std430, binding = 8) buffer N8v { vec4 n8v[]; };
-layout(std430, binding = 9) buffer H9v { vec4 h9v[]; };
-shared uint is_last;
-shared float red[64];
+layout(std430, binding = 6) buffer Sc { uint scu[]; };
+shared float red[16];
 #endif
 #ifdef RP_EPI
 #include "rope_cs.glsl"
@@ -97,8 +91,13 @@ const uint NEPS = 8u;
 #else
 const uint NEPS = 7u;
 #endif
+// fold-in (specialization bit 16, option fold_norm; vk_norm_in.c): the activations are the same norm's result, and
+// binding 1 is the region a mul_mat_vec_rpn before the norm wrote (RP_NORM above): b = (x + r) * w as int8 with a
+// scale per 8, then the squares of x + r per 8. Each workgroup sums the K / 8 squares (eps at NEPS) and scales its
+// row sums by 1 / rms as norm-in does; it reads nothing the norm dispatch writes, so the two share a stage.
+const uint QPS = (SPEC >> 16) & 1u;
 #else
-const uint NIN = 0u, NIR = 0u;
+const uint NIN = 0u, NIR = 0u, QPS = 0u;
 #endif
 // q8-in (specialization bit 13, option mv_q8; vk_norm_in.c): binding 1 is the fused norm dispatch's int8 copy of the
 // activations (norm_mul_reg.comp's Q8_OUT, one row: K / 4 words of quants, then (d, sum) per block of 32), read as
@@ -247,6 +246,31 @@ void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     }
 }
 
+// fold-in: unit u's 32 int8 activations with a scale per 8 (dv; sub-block s is words 2s, 2s + 1), dotted with the R
+// rows' nibbles (low nibbles of word k: elements 4k..4k+3, high: 16 + 4k..): q4_0 w = dw (q - 8), q4_1 w = dw q + mw
+void dot_ps(uint u, uint j, uint h, inout float acc[R]) {
+    uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
+    uint y[8] = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    vec4 dv = uintBitsToFloat(s1q[(qk4 >> 2) + u]);
+    ivec4 m4;
+    [[unroll]] for (uint s = 0u; s < 4u; s++) m4[s] = sdot4x8(y[2u * s], 0x01010101u, 0) + sdot4x8(y[2u * s + 1u], 0x01010101u, 0);
+    float ms = dot(dv, vec4(m4));
+    [[unroll]] for (uint r = 0u; r < R; r++) {
+        uvec4 q = wq[j * R + r], lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
+        ivec4 s4 = ivec4(sdot4x8(lo.x, y[0], 0) + sdot4x8(lo.y, y[1], 0), sdot4x8(lo.z, y[2], 0) + sdot4x8(lo.w, y[3], 0),
+                         sdot4x8(hi.x, y[4], 0) + sdot4x8(hi.y, y[5], 0), sdot4x8(hi.z, y[6], 0) + sdot4x8(hi.w, y[7], 0));
+        float sd = dot(dv, vec4(s4));
+        uint sl = h + (r < RA ? r : r - RA), o = j * NS;   // the row's slot among its group's 8 scales
+        float dsc = unpackHalf2x16((r < RA ? ws[o] : ws2[o])[sl >> 1] >> (16u * (sl & 1u))).x;
+        if (TY == TY_Q4_1) {
+            uint mwd = (r < RA ? ws[o + 1u] : ws2[o + 1u])[sl >> 1] >> (16u * (sl & 1u));
+            acc[r] += dsc * sd + unpackHalf2x16(mwd).x * ms;
+        } else {
+            acc[r] += dsc * (sd - 8.0 * ms);
+        }
+    }
+}
+
 void main() {
     uint rg = wg_linear();
     if (rg >= ex_u(0u)) return;   // uniform per workgroup: before the barrier
@@ -269,6 +293,8 @@ void main() {
             [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + RA + r] = ok ? rh2[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #endif
     }
+    if (QPS != 0u)   // fold-in: this invocation's share of the producer's per-8 squares
+        for (uint g = t; g < (K >> 3); g += W) nss += uintBitsToFloat(s1w[(K >> 2) + (K >> 3) + g]);
     float acc[R];
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
     [[unroll]] for (uint j = 0u; j < J; j++) {
@@ -280,6 +306,10 @@ void main() {
         }
         if (TY == TY_Q6_K) {
             dot_q6_K(yb, u, j, h, acc);
+            continue;
+        }
+        if (QPS != 0u) {
+            dot_ps(u, j, h, acc);
             continue;
         }
         uint y[8];
@@ -303,14 +333,14 @@ void main() {
     }
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
     if (subgroupElect()) [[unroll]] for (uint r = 0u; r < R; r++) part[gl_SubgroupID * R + r] = acc[r];
-    if (NIN != 0u) {
+    if (NIN != 0u || QPS != 0u) {
         float ss = subgroupAdd(nss);
         if (subgroupElect()) part_ss[gl_SubgroupID] = ss;
     }
     barrier();
     float nsc = 1.0;                                      // norm-in: 1 / rms of x + r (norm_mul_reg's arithmetic)
 #if defined(RP_GLU) || defined(RP_EPI)
-    if (NIN != 0u) {
+    if (NIN != 0u || QPS != 0u) {
         float tot = 0.0;
         for (uint s = 0u; s < gl_NumSubgroups; s++) tot += part_ss[s];
         nsc = 1.0 / sqrt(tot / float(K) + ex_f(NEPS));
@@ -327,68 +357,27 @@ void main() {
         }
     }
 #elif defined(RP_NORM)
-    float sq = 0.0;
     if (t < R) {
-        float v = part_sum(t);
+        float v = part_sum(t), ra = 0.0, rb = 0.0;
         uint row = rg * R + t;
         if (row < M) {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
-            float a = uintBitsToFloat(s2w[(t_off(2u) >> 2) + row]) + v;
-            a7[(ex_u(14u) >> 2) + row] = a;
-            sq = a * a;
+            ra = uintBitsToFloat(s2w[(t_off(2u) >> 2) + row]) + v;   // (r + y: the add's two operands, in either order)
+            rb = ra * uintBitsToFloat(s3w[(t_off(3u) >> 2) + row]);
         }
+        red[t] = rb;
+        red[R + t] = ra * ra;
     }
-    if (t < R) red[t] = sq;
     barrier();
-    if (t == 0u) {   // the workgroup's R squares in row order
-        float s8 = 0.0;
-        for (uint r = 0u; r < R; r++) s8 += red[r];
-        sc[rg] = s8;
-    }
-    memoryBarrierBuffer();                                // the partial and the rows of a before the count
-    barrier();
-    uint nwg = ex_u(0u);
-    if (t == 0u) is_last = atomicAdd(scu[nwg], 1u) == nwg - 1u ? 1u : 0u;
-    barrier();
-    if (is_last == 0u) return;
-    memoryBarrierBuffer();                                // the other workgroups' partials and rows after it
-    // The tail is one workgroup's. Every load of a round is issued before any is used: the row and the weights (16-byte
-    // words; the host checks M % 4 and 16-byte offsets) with the partials, 8 of each per invocation, since the
-    // finished row does not wait for the sum; rows past the first round's are loaded after it.
-    uint ab = ex_u(14u) >> 4, nb8 = ex_u(20u) >> 4, hb = ex_u(26u) >> 4, wb = t_off(3u) >> 4, M4 = M >> 2;
-    vec4 av[8], wv[8];
-    [[unroll]] for (uint q = 0u; q < 8u; q++) {
-        uint e = q * W + t;
-        av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
-        wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
-    }
-    float tot = 0.0;
-    for (uint g0 = 0u; g0 < nwg; g0 += 8u * W) {
-        float pv[8];
-        [[unroll]] for (uint q = 0u; q < 8u; q++) { uint g = g0 + q * W + t; pv[q] = g < nwg ? sc[g] : 0.0; }
-        [[unroll]] for (uint q = 0u; q < 8u; q++) tot += pv[q];
-    }
-    tot = subgroupAdd(tot);
-    if (subgroupElect()) red[gl_SubgroupID] = tot;
-    barrier();
-    tot = 0.0;
-    for (uint s = 0u; s < gl_NumSubgroups; s++) tot += red[s];
-    float scale = 1.0 / sqrt(tot / float(M) + op_f(0u));
-    bool wn = (ex_u(2u) & 1u) != 0u;
-    for (uint e0 = 0u; e0 < M4; e0 += 8u * W) {
-        if (e0 > 0u)
-            [[unroll]] for (uint q = 0u; q < 8u; q++) {
-                uint e = e0 + q * W + t;
-                av[q] = e < M4 ? a7v[ab + e] : vec4(0.0);
-                wv[q] = e < M4 ? s3v[wb + e] : vec4(0.0);
-            }
-        [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            uint e = e0 + q * W + t;
-            if (e >= M4) continue;
-            vec4 n = av[q] * scale;
-            if (wn) n8v[nb8 + e] = n;
-            h9v[hb + e] = n * wv[q];
-        }
+    if (t == 0u) {   // the workgroup's 8 elements of b as int8 (the readers' quantization), their scale, their squares
+        float amax = 0.0, ss = 0.0;
+        for (uint r = 0u; r < R; r++) { amax = max(amax, abs(red[r])); ss += red[R + r]; }
+        float d = amax / 127.0, id = d > 0.0 ? 1.0 / d : 0.0;
+        int qs = 0;
+        scu[2u * rg] = quant4(vec4(red[0], red[1], red[2], red[3]), id, qs);
+        scu[2u * rg + 1u] = quant4(vec4(red[4], red[5], red[6], red[7]), id, qs);
+        scu[(M >> 2) + rg] = floatBitsToUint(d);
+        scu[(M >> 2) + (M >> 3) + rg] = floatBitsToUint(ss);
     }
 #elif defined(RP_EPI)
     if (t < R) {
