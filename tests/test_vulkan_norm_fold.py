@@ -3,7 +3,8 @@ residual and normalizes next) as mul_mat_vec_rpn, which also writes the int8 blo
 and the sums of squares per 8 into the plan's scratch; the norm's q4_0 / q4_1 readers (mul_mat_vec_rpg, _rpe) read
 that region ("fold-in"), scale by 1 / rms themselves, and run beside the add + norm dispatch, a barrier stage fewer
 (vk_mv_epi.c, vk_norm_in.c). Every node's result against the CPU plugin and against fold_norm=0, over shapes with one
-and many workgroups, two blocks of K per invocation, both operand orders of the add and both weight types, three runs
+and many workgroups, two blocks of K per invocation, both operand orders of the add, the readers' weight types (q4_0,
+q4_1, q4_K, q6_K), three runs
 of one plan; what does not fit stays apart; a synthetic LLaMA decodes to fold_norm=0's logits within rounding with
 three barriers fewer."""
 import numpy as np
@@ -86,10 +87,12 @@ def test_norm_fold_fragment(m, k, f, swap):
             assert nmse(gv, wv) < 5e-4, (name, step, nmse(gv, wv))
 
 
-@pytest.mark.parametrize("m,k,f", [(2048, 512, 256), (576, 1024, 1536)])
-def test_norm_fold_q4_1_readers(m, k, f):
-    """gate and up in q4_1 read the copy too (w = d q + m: the scales' sums enter)."""
-    build = _fragment(m, k, f, 7, wdt="q4_1")
+@pytest.mark.parametrize("wdt,m,k,f", [("q4_1", 2048, 512, 256), ("q4_1", 576, 1024, 1536), ("q4_K", 2048, 512, 256),
+                                       ("q4_K", 256, 11008, 512), ("q6_K", 2048, 512, 256), ("q6_K", 256, 4096, 768)])
+def test_norm_fold_other_readers(wdt, m, k, f):
+    """gate and up in q4_1 (w = d q + m: the sums of the quants enter), q4_K (16-element halves, two scales of the copy
+    each) and q6_K read the copy too."""
+    build = _fragment(m, k, f, 7, wdt=wdt)
     feeds = [_feeds(m, k, s) for s in range(2)]
     cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
     want, _ = run_steps([cpu], build, feeds)

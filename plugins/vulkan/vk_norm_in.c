@@ -94,7 +94,7 @@ static int q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     return 1;
 }
 
-/* fold_norm for the readers: dispatch dp (mul_mat_vec_rpe or _rpg on q4_0 / q4_1 weights) reading the result m of the
+/* fold_norm for the readers: dispatch dp (mul_mat_vec_rpe or _rpg on q4_0, q4_1, q4_K or q6_K weights) reading the result m of the
  * fused add + norm dispatch dps[ns], whose add sums y and r, where an earlier mul_mat_vec_rpn wrote y and, for this
  * norm (its r and w the norm's), the int8 blocks of (r + y) * w and the squares (vk_mv_epi.c), reads that region at
  * binding 1 (fold-in, specialization bit 16; slot 1 empty, so the dispatch reads nothing the norm writes and shares its
@@ -103,7 +103,7 @@ static int fold_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
     if (!d->opts.fold_norm || ns < 0 || ns >= nd) return 0;
     int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG, ty = (int)(dp->spec0 & 255u);
     if (!glu && dp->shader != VKP_SH_MUL_MAT_VEC_RPE) return 0;
-    if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1) return 0;
+    if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1 && ty != PYG_TYPE_Q4_K && ty != PYG_TYPE_Q6_K) return 0;
     const dispatch *nm = &dps[ns];
     const pyg_tensor *m = nm->slot[VKP_SLOT_DST], *norm = nm->slot[3];
     if (!m || !norm || !nm->add_out || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || dp->xout[1] || dp->xout[2]) return 0;

@@ -183,31 +183,51 @@ float quant_unit(uint yb, uint u, out uint y[8], out int sa, out int sb) {
 
 // q4_K: unit u's two 16-element halves of the activations (sub-blocks 2g and 2g + 1 of its super-block) quantized to
 // int8 each with its own scale, dotted with the R rows' nibbles: acc[r] += d (sc0 dl lo + sc1 dh hi) - dmin (m0 dl sl +
-// m1 dh sh), sl / sh the sums of the quantized halves
+// m1 dh sh), sl / sh the sums of the quantized halves (fold-in: each half's two 8-element blocks with their own scales)
 void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     uint e4 = (u >> 3) * 64u + ((u & 7u) >> 1) * 16u + (u & 1u) * 4u;   // the low half's first vec4
-    vec4 x[8];
-    float al = 0.0, ah = 0.0;
-    [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        x[k] = act(yb, e4 + k);
-        x[4u + k] = act(yb, e4 + 8u + k);               // 32 elements on: the high nibbles' sub-block
-        al = max(al, amax4(x[k]));
-        ah = max(ah, amax4(x[4u + k]));
-    }
-    float dl = al / 127.0, dh = ah / 127.0, il = dl > 0.0 ? 1.0 / dl : 0.0, ih = dh > 0.0 ? 1.0 / dh : 0.0;
-    int sl = 0, sh = 0;
+    float dl = 0.0, dh = 0.0, msl, msh;
+    vec4 dq = vec4(0.0);                                 // fold-in: the halves' two scales each (low 0, 1, high 0, 1)
     uint yl[4], yh[4];
-    [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        yl[k] = quant4(x[k], il, sl);
-        yh[k] = quant4(x[4u + k], ih, sh);
+    if (QPS != 0u) {                                     // (int8 word e is vec4 e's four elements)
+        uvec4 a = s1q[e4 >> 2], b = s1q[(e4 >> 2) + 2u];
+        yl = uint[4](a.x, a.y, a.z, a.w);
+        yh = uint[4](b.x, b.y, b.z, b.w);
+        uint sb = qk4 + (e4 >> 1);
+        dq = vec4(uintBitsToFloat(s1w[sb]), uintBitsToFloat(s1w[sb + 1u]), uintBitsToFloat(s1w[sb + 4u]), uintBitsToFloat(s1w[sb + 5u]));
+        ivec4 n4;
+        [[unroll]] for (uint k = 0u; k < 2u; k++) {
+            n4[k] = sdot4x8(yl[2u * k], 0x01010101u, 0) + sdot4x8(yl[2u * k + 1u], 0x01010101u, 0);
+            n4[2u + k] = sdot4x8(yh[2u * k], 0x01010101u, 0) + sdot4x8(yh[2u * k + 1u], 0x01010101u, 0);
+        }
+        msl = dq.x * float(n4.x) + dq.y * float(n4.y);
+        msh = dq.z * float(n4.z) + dq.w * float(n4.w);
+    } else {
+        vec4 x[8];
+        float al = 0.0, ah = 0.0;
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            x[k] = act(yb, e4 + k);
+            x[4u + k] = act(yb, e4 + 8u + k);               // 32 elements on: the high nibbles' sub-block
+            al = max(al, amax4(x[k]));
+            ah = max(ah, amax4(x[4u + k]));
+        }
+        dl = al / 127.0;
+        dh = ah / 127.0;
+        float il = dl > 0.0 ? 1.0 / dl : 0.0, ih = dh > 0.0 ? 1.0 / dh : 0.0;
+        int sl = 0, sh = 0;
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            yl[k] = quant4(x[k], il, sl);
+            yh[k] = quant4(x[4u + k], ih, sh);
+        }
+        msl = dl * float(sl);
+        msh = dh * float(sh);
     }
-    float msl = dl * float(sl), msh = dh * float(sh);
     [[unroll]] for (uint r = 0u; r < R; r++) {
         uvec4 q = wq[j * R + r];
-        int lo = 0, hi = 0;
+        ivec4 lh = ivec4(0);                             // lo of the half's elements 0-7, 8-15, hi of 0-7, 8-15
         [[unroll]] for (uint k = 0u; k < 4u; k++) {
-            lo = sdot4x8(q[k] & 0x0f0f0f0fu, yl[k], 0) + lo;
-            hi = sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, yh[k], 0) + hi;
+            int dl4 = sdot4x8(q[k] & 0x0f0f0f0fu, yl[k], 0), dh4 = sdot4x8((q[k] >> 4) & 0x0f0f0f0fu, yh[k], 0);
+            if (k < 2u) { lh.x += dl4; lh.z += dh4; } else { lh.y += dl4; lh.w += dh4; }
         }
         uint s8 = h + (r < RA ? r : r - RA);             // the row's slot among its group's 8
         bool lo4 = s8 < 4u;                              // (words picked by selects: a computed index into a private
@@ -216,8 +236,12 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
         uvec4 smv = r < RA ? (lo4 ? ws[o + 2u] : ws[o + 3u]) : (lo4 ? ws2[o + 2u] : ws2[o + 3u]);
         uint hd = hdv[s8 & 3u], sm = smv[s8 & 3u];
         vec2 dm = unpackHalf2x16(hd);
-        acc[r] += dm.x * (float(sm & 255u) * dl * float(lo) + float((sm >> 8) & 255u) * dh * float(hi))
-                - dm.y * (float((sm >> 16) & 255u) * msl + float(sm >> 24) * msh);
+        if (QPS != 0u)
+            acc[r] += dm.x * (float(sm & 255u) * (dq.x * float(lh.x) + dq.y * float(lh.y)) + float((sm >> 8) & 255u) * (dq.z * float(lh.z) + dq.w * float(lh.w)))
+                    - dm.y * (float((sm >> 16) & 255u) * msl + float(sm >> 24) * msh);
+        else
+            acc[r] += dm.x * (float(sm & 255u) * dl * float(lh.x + lh.y) + float((sm >> 8) & 255u) * dh * float(lh.z + lh.w))
+                    - dm.y * (float((sm >> 16) & 255u) * msl + float(sm >> 24) * msh);
     }
 }
 
@@ -225,24 +249,39 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
 // nibbles | high bits << 4, biased by 32): acc[r] += d dy (sc0 (da - 32 sa) + sc1 (db - 32 sb)) over the unit's halves
 void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     uint y[8];
-    int sa, sb;
-    float dy = quant_unit(yb, u, y, sa, sb);
+    int sa = 0, sb = 0;
+    float dy = 0.0;
+    vec4 dv = vec4(0.0);                                 // fold-in: the unit's four scales
+    ivec4 m4 = ivec4(0);                                 // and its four 8-element sums
+    if (QPS != 0u) {
+        uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
+        y = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+        dv = uintBitsToFloat(s1q[(qk4 >> 2) + u]);
+        [[unroll]] for (uint s = 0u; s < 4u; s++) m4[s] = sdot4x8(y[2u * s], 0x01010101u, 0) + sdot4x8(y[2u * s + 1u], 0x01010101u, 0);
+    } else {
+        dy = quant_unit(yb, u, y, sa, sb);
+    }
     [[unroll]] for (uint r = 0u; r < R; r++) {
         uvec4 q = wq[j * R + r];
         uvec2 hb = wh[j * R + r];
-        int da = 0, db = 0;
+        ivec4 ab = ivec4(0);                             // da of words 0-1, 2-3, db of words 0-1, 2-3
         [[unroll]] for (uint k = 0u; k < 4u; k++) {
             uint qa = (q[k] & 0x0f0f0f0fu) | (((hb.x >> (2u * k)) & 0x03030303u) << 4);
             uint qb = ((q[k] >> 4) & 0x0f0f0f0fu) | (((hb.y >> (2u * k)) & 0x03030303u) << 4);
-            da = sdot4x8(qa, y[k], 0) + da;
-            db = sdot4x8(qb, y[4u + k], 0) + db;
+            int da4 = sdot4x8(qa, y[k], 0), db4 = sdot4x8(qb, y[4u + k], 0);
+            if (k < 2u) { ab.x += da4; ab.z += db4; } else { ab.y += da4; ab.w += db4; }
         }
         uint s8 = h + (r < RA ? r : r - RA);             // the row's slot among its group's 8
         uint o = j * NS;
         uint dwd = (r < RA ? ws[o] : ws2[o])[s8 >> 1] >> (16u * (s8 & 1u));
         uint scw = (r < RA ? ws[o + 1u] : ws2[o + 1u])[s8 >> 1] >> (16u * (s8 & 1u));
         int sc0 = int(scw << 24) >> 24, sc1 = int(scw << 16) >> 24;
-        acc[r] += unpackHalf2x16(dwd).x * dy * float(sc0 * (da - 32 * sa) + sc1 * (db - 32 * sb));
+        if (QPS != 0u) {
+            vec4 t4 = dv * vec4(ab - 32 * m4);
+            acc[r] += unpackHalf2x16(dwd).x * (float(sc0) * (t4.x + t4.y) + float(sc1) * (t4.z + t4.w));
+        } else {
+            acc[r] += unpackHalf2x16(dwd).x * dy * float(sc0 * (ab.x + ab.y - 32 * sa) + sc1 * (ab.z + ab.w - 32 * sb));
+        }
     }
 }
 
