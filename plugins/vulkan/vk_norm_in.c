@@ -106,7 +106,7 @@ static int fold_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
     if (ty != PYG_TYPE_Q4_0 && ty != PYG_TYPE_Q4_1 && ty != PYG_TYPE_Q4_K && ty != PYG_TYPE_Q6_K) return 0;
     const dispatch *nm = &dps[ns];
     const pyg_tensor *m = nm->slot[VKP_SLOT_DST], *norm = nm->slot[3];
-    if (!m || !norm || !nm->add_out || dp->slot[1] != m || pyg_tensor_nrows(m) != 1 || dp->xout[1] || dp->xout[2]) return 0;
+    if (!m || !norm || norm->op != PYG_OP_RMS_NORM || !nm->add_out || dp->slot[1] != m || pyg_tensor_nrows(m) != 1) return 0;
     int k = ns - 1;
     for (; k >= 0; k--) {
         const dispatch *f = &dps[k];
