@@ -33,8 +33,9 @@
  *   rp_norm_in   auto (default) / off / on: a layer's q/k/v (mul_mat_vec_rpe) and gate/up (mul_mat_vec_rpg) mat-vecs
  *                recompute the fused norm they read from its inputs, and share its stage (vk_norm_in.c); auto: rows
  *                up to 1024 (H100: SmolLM2-135M q4_1 tg128 +21%; 1b q4_0 -3%, 7b -21% with on)
- *   fold_norm    0 (default) / 1: such a mat-vec also adds the residual, normalizes and scales (a layer's o and
- *                down: mul_mat_vec_rpn, its last workgroup normalizing the row); H100: 7b 5% slower
+ *   fold_norm    0 (default) / 1: such a mat-vec whose result is added and rms-normalized next (a layer's o and
+ *                down: mul_mat_vec_rpn) also writes the norm's int8 input and squares per 8 elements; its
+ *                readers (q/k/v, gate/up) read them and run beside the norm (vk_mv_epi.c, vk_norm_in.c)
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
  *                rows per workgroup in mul_mat_vec3.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
