@@ -12,7 +12,7 @@ import pyggml as pg
 from test_vulkan_kernels import VALIDATING, VK, _compute, _decode_model, _rerun_under_validation, _validation_clean, _weight  # noqa: F401 (an autouse fixture)
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
-BASE = {"norm_wg": "on", "fuse_norm_mv": "off", "matvec": "6", "mv_q8": "0"}   # (the tests set mv_q8=1 against it)
+BASE = {"norm_wg": "on", "fuse_norm_mv": "off", "matvec": "6", "mv_q8": "0", "fold_norm": "0"}   # (the tests set mv_q8=1 against it)
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
@@ -86,7 +86,7 @@ def test_mv_q8_model_bytes(tmp_path):
 
 # the repacked mat-vecs (matvec_rp) read the copy themselves (mul_mat_vec_rp.comp's q8-in: vk_norm_in.c's q8_in), for
 # the weight types whose activations they quantize per 32 as the copy is
-RP = {"norm_wg": "on", "matvec_rp": "1", "matvec_rp_k": "1", "rp_norm_in": "off", "mv_q8": "0"}
+RP = {"norm_wg": "on", "matvec_rp": "1", "matvec_rp_k": "1", "rp_norm_in": "off", "mv_q8": "0", "fold_norm": "0"}
 
 
 @pytest.mark.parametrize("wdt", ["q4_0", "q4_1", "q6_K"])

@@ -15,8 +15,8 @@ from _vulkan_rp import debug_records, has_int8, run_steps
 from test_vulkan_kernels import VALIDATING, VK, _decode_model, _rerun_under_validation, _validation_clean, _weight  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
-ON = {"matvec_rp": "1", "rp_norm_in": "on", "norm_wg": "on"}     # (the norm on norm_mul_reg.comp's vec4 path)
-OFF = {"matvec_rp": "1", "rp_norm_in": "off", "norm_wg": "on"}
+ON = {"matvec_rp": "1", "rp_norm_in": "on", "norm_wg": "on", "fold_norm": "0"}     # (the norm on norm_mul_reg.comp's vec4 path)
+OFF = {"matvec_rp": "1", "rp_norm_in": "off", "norm_wg": "on", "fold_norm": "0"}
 EPS = 1e-5
 
 

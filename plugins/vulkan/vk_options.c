@@ -33,7 +33,7 @@
  *   rp_norm_in   auto (default) / off / on: a layer's q/k/v (mul_mat_vec_rpe) and gate/up (mul_mat_vec_rpg) mat-vecs
  *                recompute the fused norm they read from its inputs, and share its stage (vk_norm_in.c); auto: rows
  *                up to 1024 (H100: SmolLM2-135M q4_1 tg128 +21%; 1b q4_0 -3%, 7b -21% with on)
- *   fold_norm    0 (default) / 1: such a mat-vec whose result is added and rms-normalized next (a layer's o and
+ *   fold_norm    1 (default) / 0: such a mat-vec whose result is added and rms-normalized next (a layer's o and
  *                down: mul_mat_vec_rpn) also writes the norm's int8 input and squares per 8 elements; its
  *                readers (q/k/v, gate/up) read them and run beside the norm (vk_mv_epi.c, vk_norm_in.c)
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
@@ -130,7 +130,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rp = 1;
     d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
-    d->opts.fold_norm = 0;
+    d->opts.fold_norm = 1;   /* H100 at c28e222, interleaved: tg128 7b q4_0 +7%, 1b +16%, 1b q4_K +15% */
     d->opts.rp_norm_in = VKP_AUTO;
     d->opts.mv_q8 = 1;
 }
