@@ -332,8 +332,18 @@ void main() {
             [[unroll]] for (uint r = 0u; r < RA; r++) wh[j * R + RA + r] = ok ? rh2[2u * sc0 + (row0 + r) * nb + u] : uvec2(0u);
 #endif
     }
-    if (QPS != 0u)   // fold-in: this invocation's share of the producer's per-8 squares
-        for (uint g = t; g < (K >> 3); g += W) nss += uintBitsToFloat(s1w[(K >> 2) + (K >> 3) + g]);
+    // fold-in: this invocation's share of the producer's K / 8 squares (at most 4 J: W >= K / 32 / J), loaded here with
+    // the weights and summed after the dots (summed as loaded, each load's wait stalled the dots behind it: H100)
+    float pv[4u * J];
+    if (QPS != 0u)
+        [[unroll]] for (uint q = 0u; q < 4u * J; q++) {
+            uint g = q * W + t;
+            pv[q] = g < (K >> 3) ? uintBitsToFloat(s1w[(K >> 2) + (K >> 3) + g]) : 0.0;
+        }
+#ifdef RP_NORM
+    float rr = 0.0, rw = 0.0;                            // this invocation's element of r and of w (t < 8), loaded early
+    if (t < R && rg * R + t < M) { rr = uintBitsToFloat(s2w[(t_off(2u) >> 2) + rg * R + t]); rw = uintBitsToFloat(s3w[(t_off(3u) >> 2) + rg * R + t]); }
+#endif
     float acc[R];
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
     [[unroll]] for (uint j = 0u; j < J; j++) {
@@ -372,6 +382,7 @@ void main() {
     }
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = subgroupAdd(acc[r]);
     if (subgroupElect()) [[unroll]] for (uint r = 0u; r < R; r++) part[gl_SubgroupID * R + r] = acc[r];
+    if (QPS != 0u) [[unroll]] for (uint q = 0u; q < 4u * J; q++) nss += pv[q];
     if (NIN != 0u || QPS != 0u) {
         float ss = subgroupAdd(nss);
         if (subgroupElect()) part_ss[gl_SubgroupID] = ss;
@@ -401,8 +412,8 @@ void main() {
         uint row = rg * R + t;
         if (row < M) {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
-            ra = uintBitsToFloat(s2w[(t_off(2u) >> 2) + row]) + v;   // (r + y: the add's two operands, in either order)
-            rb = ra * uintBitsToFloat(s3w[(t_off(3u) >> 2) + row]);
+            ra = rr + v;                                  // (r + y: the add's two operands, in either order)
+            rb = ra * rw;
         }
         red[t] = rb;
         red[R + t] = ra * ra;
