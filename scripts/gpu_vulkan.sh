@@ -53,7 +53,7 @@
 # repacked mat-vec alone are within noise; a read-only L2 prefetch was slower (removed); the platform streams at 3 TB/s
 # (GPU_VK_BANDWIDTH=1); fewer stages per layer is what pays: gate/up/swiglu as one dispatch on the repacked copies
 # (+4-7%) and the q/k/v mat-vecs with their ropes and cache writes (fuse_rope_mv, +3-6%) are defaults; the o/down
-# mat-vecs with the norm folded in (fold_norm) cost as much as the stage they remove (off); flash_attn_dec issuing K and V
+# mat-vecs writing the next norm's int8 input so its readers run beside it (fold_norm, +14-15%) too; flash_attn_dec issuing K and V
 # with the mask (fa_dec_early) was slower at depth (removed). Variants run one after another spread as widely as these
 # effects: use GPU_VK_INTERLEAVE=1 for an A/B of tg128, and not for pp512 ratios against CUDA: CUDA's pp512 between
 # Vulkan runs is as slow as the first of its consecutive reps, about half the later ones (H100, 1b q4_0, every run of

@@ -211,7 +211,7 @@ int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint6
 }
 
 /* the same as `shader`, one of its builds with an epilogue (vk_mv_epi.c): mul_mat_vec_rpe, the mat-vec that ropes and/or
- * stores its result too, or mul_mat_vec_rpn, the one that adds, normalizes and scales it too */
+ * stores its result too, or mul_mat_vec_rpn, the one that writes the next rms_norm's int8 input too (fold_norm) */
 int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work, uint32_t *ex) {
     int *broken = shader == VKP_SH_MUL_MAT_VEC_RPE ? &d->mvrpe_broken : shader == VKP_SH_MUL_MAT_VEC_RPN ? &d->mvrpn_broken : NULL;
     return broken && rp_plan(d, mm, shader, broken, shader == VKP_SH_MUL_MAT_VEC_RPE ? 8u >> d->opts.rp_rows : 8u, spec, work, ex);

@@ -101,7 +101,7 @@ $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rp4_q0j$(j),mul_mat_ve
 $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_EPI)))
 $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_EPI -DRP_ROWS=4u)))
 $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_GLU)))
-# the same with the residual add, rms_norm and mul after it (option fold_norm)
+# the same writing the next rms_norm's int8 input and squares for its readers (option fold_norm)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn,mul_mat_vec_rp.comp,-DRP_NORM))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
