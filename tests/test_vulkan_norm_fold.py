@@ -119,6 +119,20 @@ def test_norm_fold_readers_it_does_not_serve(m):
         assert nmse(gv, wv) < 5e-4, name
 
 
+def test_norm_fold_needs_the_register_norm():
+    """norm_wg=off (lavapipe's default: the norm on norm_mul.comp, whose result the readers read): the o projection
+    stays mul_mat_vec_rp, since nothing would read what mul_mat_vec_rpn writes."""
+    m, k, f = 64, 256, 64
+    build = _fragment(m, k, f, 9)
+    feeds = [_feeds(m, k, 0)]
+    cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
+    want, _ = run_steps([cpu], build, feeds)
+    got, kernels = run_steps([VK], build, feeds, {**ON, "norm_wg": "off"})
+    assert "mul_mat_vec_rpn" not in kernels and not any("fold-in" in k for k in kernels), kernels
+    for name, gv, wv in zip(NAMES, got[0], want[0]):
+        assert nmse(gv, wv) < 5e-4, name
+
+
 def test_norm_fold_needs_the_add_first():
     """A node reading the product before the add does (here the graph's order puts a scale of it first): the mat-vec
     stays mul_mat_vec_rp, and the results match the CPU plugin."""
