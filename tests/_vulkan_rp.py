@@ -49,7 +49,7 @@ def run_steps(devs, build, feeds, options=None):
     return got, kernels
 
 
-def _smallest_plan(lines):
+def smallest_plan(lines):
     """(dispatches, barriers) of the smallest plan among the plugin's 'plan for graph' lines (a model's decode plan)"""
     plans = [re.search(r"(\d+) dispatches, (\d+) barriers", r) for r in lines if "dispatches" in r]
     return min((int(m.group(1)), int(m.group(2))) for m in plans if m)
@@ -63,7 +63,7 @@ def decode_on_off(tmp_path, on, off):
     for opts in (on, off):
         with debug_records() as records:
             logits, kernels = run(opts)
-        res.append((logits, kernels, _smallest_plan(records)))
+        res.append((logits, kernels, smallest_plan(records)))
     return res
 
 

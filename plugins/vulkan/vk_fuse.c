@@ -32,9 +32,11 @@ static int norm_wg_on(const pyg_device *d) { return vkp_auto_on(d, d->opts.norm_
 /* The fused norm's shader: the subgroup-per-row kernel, or where norm_wg is on the register kernel
  * (norm_v=2, rows up to 8192 = 256 invocations x 8 groups of 4: NV in norm_mul_reg.comp) or the
  * earlier workgroup kernel. */
+int vkp_norm_reg_on(const pyg_device *d, int64_t width) { return norm_wg_on(d) && d->opts.norm_v == 2 && width <= 8192; }
+
 static int norm_shader(const pyg_device *d, const pyg_tensor *n, int add) {
     if (!norm_wg_on(d)) return add ? VKP_SH_NORM_MUL_ADD : VKP_SH_NORM_MUL;
-    if (d->opts.norm_v == 2 && n->ne[0] <= 8192) return add ? VKP_SH_NORM_MUL_REG_ADD : VKP_SH_NORM_MUL_REG;
+    if (vkp_norm_reg_on(d, n->ne[0])) return add ? VKP_SH_NORM_MUL_REG_ADD : VKP_SH_NORM_MUL_REG;
     return add ? VKP_SH_NORM_MUL_WG_ADD : VKP_SH_NORM_MUL_WG;
 }
 

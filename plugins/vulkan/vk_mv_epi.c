@@ -174,8 +174,7 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
     const pyg_tensor *y = g->nodes[i];
     if (!d->opts.fold_norm || y->op != PYG_OP_MUL_MAT) return 0;
     const int64_t M = y->ne[0];
-    /* (its readers take the copy only from the register norm, norm_mul_reg: norm_wg on, as on GPUs, norm_v=2) */
-    if (!vkp_auto_on(d, d->opts.norm_wg) || d->opts.norm_v != 2 || M > 8192) return 0;
+    if (!vkp_norm_reg_on(d, M)) return 0;   /* (its readers take the copy only beside the register norm: as on GPUs) */
     int ja = row_f32(y, M) && M % 32 == 0 ? first_reader(g, i, done, y) : -1;
     const pyg_tensor *a = ja >= 0 ? g->nodes[ja] : NULL;
     if (!a || a->op != PYG_OP_ADD || !a->src[1] || (a->src[0] == y) == (a->src[1] == y)) return 0;

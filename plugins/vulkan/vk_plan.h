@@ -108,4 +108,6 @@ void vkp_mv_epilogue(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
 int vkp_rp_norm_read(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p);
 /* norm_mul_reg.comp's vec4 path for a fused norm's filled parameter block (extra word 1) */
 uint32_t vkp_norm_vec4_ok(const uint32_t *p, int add, uint64_t align);
+/* vk_fuse.c: whether a fused norm of rows this wide runs on norm_mul_reg.comp (norm_wg on, norm_v=2, up to 8192) */
+int vkp_norm_reg_on(const pyg_device *d, int64_t width);
 #endif

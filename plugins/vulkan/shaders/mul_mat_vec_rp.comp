@@ -245,6 +245,15 @@ void dot_q4_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     }
 }
 
+// fold-in: unit u of the producer's copy, returned: y[k] its quants 4k..4k+3 (sub-block s is words 2s, 2s + 1), m4[s]
+// the sum of sub-block s's quants, and the four sub-blocks' scales
+vec4 ps_unit(uint u, out uint y[8], out ivec4 m4) {
+    uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
+    y = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    [[unroll]] for (uint s = 0u; s < 4u; s++) m4[s] = sdot4x8(y[2u * s], 0x01010101u, 0) + sdot4x8(y[2u * s + 1u], 0x01010101u, 0);
+    return uintBitsToFloat(s1q[(qk4 >> 2) + u]);
+}
+
 // q6_K: unit u's 32 activations quantized to int8 with one scale (as q4_0's), dotted with the rows' 6-bit quants (low
 // nibbles | high bits << 4, biased by 32): acc[r] += d dy (sc0 (da - 32 sa) + sc1 (db - 32 sb)) over the unit's halves
 void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
@@ -254,10 +263,7 @@ void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     vec4 dv = vec4(0.0);                                 // fold-in: the unit's four scales
     ivec4 m4 = ivec4(0);                                 // and its four 8-element sums
     if (QPS != 0u) {
-        uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
-        y = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
-        dv = uintBitsToFloat(s1q[(qk4 >> 2) + u]);
-        [[unroll]] for (uint s = 0u; s < 4u; s++) m4[s] = sdot4x8(y[2u * s], 0x01010101u, 0) + sdot4x8(y[2u * s + 1u], 0x01010101u, 0);
+        dv = ps_unit(u, y, m4);
     } else {
         dy = quant_unit(yb, u, y, sa, sb);
     }
@@ -285,14 +291,12 @@ void dot_q6_K(uint yb, uint u, uint j, uint h, inout float acc[R]) {
     }
 }
 
-// fold-in: unit u's 32 int8 activations with a scale per 8 (dv; sub-block s is words 2s, 2s + 1), dotted with the R
+// fold-in: unit u's 32 int8 activations with a scale per 8 (ps_unit), dotted with the R
 // rows' nibbles (low nibbles of word k: elements 4k..4k+3, high: 16 + 4k..): q4_0 w = dw (q - 8), q4_1 w = dw q + mw
 void dot_ps(uint u, uint j, uint h, inout float acc[R]) {
-    uvec4 a = s1q[2u * u], b = s1q[2u * u + 1u];
-    uint y[8] = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
-    vec4 dv = uintBitsToFloat(s1q[(qk4 >> 2) + u]);
+    uint y[8];
     ivec4 m4;
-    [[unroll]] for (uint s = 0u; s < 4u; s++) m4[s] = sdot4x8(y[2u * s], 0x01010101u, 0) + sdot4x8(y[2u * s + 1u], 0x01010101u, 0);
+    vec4 dv = ps_unit(u, y, m4);
     float ms = dot(dv, vec4(m4));
     [[unroll]] for (uint r = 0u; r < R; r++) {
         uvec4 q = wq[j * R + r], lo = q & 0x0f0f0f0fu, hi = (q >> 4) & 0x0f0f0f0fu;
