@@ -35,7 +35,8 @@
 # rope + set_rows, mul_mat_vec3g against the gate/up mul_mat_vec3 + elementwise.swiglu),
 # GPU_VK_TESTS=0 (skip the tests), GPU_VK_TEST_TIMEOUT (420 s), GPU_VK_TEST_FILES / GPU_VK_TEST_K (the test files and pytest -k: a
 # shorter run than the whole suite's 3 minutes), GPU_VK_BENCH=0 (skip benches and profiles),
-# GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
+# GPU_VK_FAPROBE=1 (first the prefill attention alone: scripts/vulkan_fa_probe.py, GPU time per shape for each option
+# set of GPU_VK_FAPROBE_VARIANTS, default "fa_cm=3 fa_cm=2"), GPU_VK_MATVEC=1 (first the decode mat-vecs alone: scripts/vulkan_matvec_sweep.py, GB/s per weight shape
 # for GPU_VK_MATVEC_KERNELS), GPU_VK_FLOOR=1 (first what one dependent node costs on Vulkan and on
 # CUDA: scripts/dispatch_floor.py; GPU_VK_FLOOR_SETS: Vulkan option sets to run it under, as its --vk-sets;
 # GPU_VK_FLOOR_KINDS: its chains, as its --kinds, default its three; GPU_VK_FLOOR_ARGS: more of its arguments,
@@ -156,6 +157,11 @@ if [ "${GPU_VK_BENCH:-1}" != 0 ]; then
         else
             say "GPU_VK_CMPROBE=1 but no .gl/vk_cm_probe: build it here (make build/vk_cm_probe) and copy it into .gl/"
         fi
+    fi
+    if [ "${GPU_VK_FAPROBE:-0}" != 0 ]; then   # the prefill attention alone per shape and option set
+        say "prefill attention probe: scripts/vulkan_fa_probe.py (${GPU_VK_FAPROBE_VARIANTS:-fa_cm=3 fa_cm=2})"
+        timeout 120 $PY scripts/vulkan_fa_probe.py --out "$WORK" --variants ${GPU_VK_FAPROBE_VARIANTS:-fa_cm=3 fa_cm=2} 2>&1 | tee "$WORK/fa_probe.log"
+        pack
     fi
     if [ "${GPU_VK_BANDWIDTH:-0}" != 0 ]; then   # what bandwidth a Vulkan kernel reaches: argmax, a big mat-vec, torch
         say "bandwidth probe: scripts/vulkan_bandwidth.py"
