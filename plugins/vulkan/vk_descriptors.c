@@ -62,6 +62,8 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
         bi[i * VKP_NSET + VKP_BIND_SCRATCH] = dps[i].fa_split || dps[i].dq == 1 || dps[i].nfold == 1
             ? (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size }
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
+        if (dps[i].ks)   /* gemm_splitk: the partials of splits 1.. (the GEMM writes them, splitk_add reads them) */
+            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].ks_off, dps[i].ks_size };
         if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
             bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size };
         if (dps[i].b16 == 1)

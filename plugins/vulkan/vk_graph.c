@@ -158,6 +158,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     memset(dp->slot, 0, sizeof dp->slot);
     dp->dq = 0;
     dp->b16 = 0;
+    dp->ks = 0; dp->ksplit = 0; dp->ks_size = 0;
     dp->scratch_size = 0;
     dp->b16_size = 0;
     dp->slot[VKP_SLOT_DST] = n;
@@ -236,6 +237,10 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         dp->dq = copies[0] ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
         dp->b16_size = copies[1];
         dp->b16 = copies[1] ? 2 : 0;  /* gemm_b16: the same for its activations */
+        int cm4 = shader == VKP_SH_MUL_MAT_CM4 || shader == VKP_SH_MUL_MAT_CM4_EMU || shader == VKP_SH_MUL_MAT_CM4_KHR;
+        dp->ks = !e && cm4 && ex[2] > 1;   /* gemm_splitk: the plan puts splitk_add.comp after it (vk_graph_plan) */
+        dp->ksplit = dp->ks ? ex[2] : 0;
+        dp->ks_size = dp->ks ? (uint64_t)(ex[2] - 1) * pyg_tensor_nelements(n) * 4 : 0;
         if (e) return e;
         spec = sp[0]; spec1 = sp[1];
         break;
@@ -363,7 +368,7 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     memset(c->slot, 0, sizeof c->slot);
     c->slot[0] = src;
     c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; memset(c->xout, 0, sizeof c->xout); memset(c->xout_ro, 0, sizeof c->xout_ro); c->nfold = 0;
-    c->dq = 0; c->b16 = 0;
+    c->dq = 0; c->b16 = 0; c->ks = 0;
     c->shader = VKP_SH_DEQUANT;
     c->spec0 = (uint32_t)src->type;
     vkp_fold_groups((units + 127) / 128, c->groups);
@@ -376,10 +381,30 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     return NULL;
 }
 
+/* gemm_splitk: dispatch c (params pc) as splitk_add.comp after GEMM gm (params pg): adds the partials of gm's splits 1..
+ * (the plan's scratch) into its result, one invocation an element */
+static pyg_error *splitk_pass(pyg_device *d, const dispatch *gm, const uint32_t *pg, dispatch *c, uint32_t *pc, uint64_t pstride) {
+    memset(c, 0, sizeof *c);
+    c->slot[VKP_SLOT_DST] = gm->slot[VKP_SLOT_DST];
+    c->op = gm->op;
+    c->ks = 2;
+    c->ksplit = gm->ksplit;
+    c->ks_size = gm->ks_size;
+    memcpy(pc, pg, (size_t)pstride);   /* (slot 4's description) */
+    uint64_t total = (uint64_t)pyg_tensor_nelements(gm->slot[VKP_SLOT_DST]);
+    pc[96] = (uint32_t)total;
+    pc[97] = gm->ksplit - 1;
+    c->shader = VKP_SH_SPLITK_ADD;
+    c->spec0 = 0;
+    vkp_fold_groups((total + 255) / 256, c->groups);
+    uint32_t specs[2] = { 0, 1 };
+    return vkp_get_pipeline(d, VKP_SH_SPLITK_ADD, specs, &c->pipe);
+}
+
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
-    int cap = (nn > 0 ? nn : 1) * 3;   /* (a GEMM: up to two conversions first) */
+    int cap = (nn > 0 ? nn : 1) * 4;   /* (a GEMM: up to two conversions first, gemm_splitk's pass after) */
     dispatch *dps = calloc((size_t)cap, sizeof *dps);
     unsigned char *done = calloc((size_t)(nn > 0 ? nn : 1), 1);   /* nodes a dispatch took ahead of their place */
     uint32_t *params = NULL;
@@ -394,7 +419,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
-    uint64_t scratch_total = 0, dq_size = 0, b16_size = 0;
+    uint64_t scratch_total = 0, dq_size = 0, b16_size = 0, ks_size = 0;
     const pyg_tensor *b16_src = NULL;   /* what the b16 region holds while only its readers have run since */
     uint64_t b16_rows = 0, b16_k = 0;   /* and in which layout (gemm_bg pads it to the GEMM's tiles) */
     int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
@@ -506,6 +531,17 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             pg_[11] = (uint32_t)(2 * K * (uint64_t)(w->ne[1] * w->ne[2]));
             if (q->scratch_size > dq_size) dq_size = q->scratch_size;
             nd++;
+            if (dps[nd - 1].ks == 1) {   /* gemm_splitk: the pass adding its splits */
+                if (dps[nd - 1].ks_size > ks_size) ks_size = dps[nd - 1].ks_size;
+                if ((e = splitk_pass(d, &dps[nd - 1], pg_, &dps[nd], (uint32_t *)((char *)params + (size_t)nd * pstride), pstride))) goto fail;
+                nd++;
+            }
+            continue;
+        }
+        if (dps[nd - 1].ks == 1) {   /* gemm_splitk: the pass adding its splits */
+            if (dps[nd - 1].ks_size > ks_size) ks_size = dps[nd - 1].ks_size;
+            if ((e = splitk_pass(d, &dps[nd - 1], p, &dps[nd], (uint32_t *)((char *)params + (size_t)nd * pstride), pstride))) goto fail;
+            nd++;
             continue;
         }
         if (dps[nd - 1].nfold == 1) {   /* fold_norm: its int8 copy and sums of squares, a region of its own */
@@ -546,6 +582,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
     if (q8_size > 0) {
         for (int i = 0; i < nd; i++) if (dps[i].q8) { dps[i].q8_off = scratch_total; dps[i].q8_size = q8_size; }
         scratch_total += (q8_size + align - 1) / align * align;
+    }
+    if (ks_size > 0) {   /* gemm_splitk: one region every split GEMM / splitk_add pair shares (their stages keep them in order) */
+        for (int i = 0; i < nd; i++) if (dps[i].ks) { dps[i].ks_off = scratch_total; dps[i].ks_size = ks_size; }
+        scratch_total += (ks_size + align - 1) / align * align;
     }
     if (dq_size > 0) {   /* one region every dequant / GEMM pair shares (their stages keep them in order) */
         for (int i = 0; i < nd; i++) if (dps[i].dq) { dps[i].scratch_off = scratch_total; dps[i].scratch_size = dq_size; }

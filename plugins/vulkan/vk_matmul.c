@@ -335,6 +335,7 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
     uint64_t cm_shared = (v >= 2 ? 2u : 1u) * 2u * tile * 40u * 2u + 4096u, tile_m = tile, tile_n = tile;
     int *cm_disable = &d->cm_broken, cm4_bad = 0, ci = 0;
     uint64_t cm4_dq = 0, cm4_b16 = 0, cm4_np = 0, cm4_kp = 0;   /* gemm_dq, gemm_b16: the f16 copies' bytes; the activation copy's rows, row length */
+    uint64_t cm4_nsp = 1, cm4_per = 0;   /* gemm_splitk: K splits, K steps a split */
     char cm4_name[64];
     if (v == 4) {   /* mul_mat_cm4 */
         /* gemm_dq: a quantized weight dequantized into the plan's scratch as f16 rows first (dequant.comp,
@@ -409,6 +410,22 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         cm_shared = gemm_cfg_shared_bg(&c, use_bg);
         tile_m = c.bm;
         tile_n = c.bn;
+        /* gemm_splitk: K cut into splits, a workgroup each, where the grid has fewer workgroups than the option and
+         * K >= 4096 (a 1b's down projection: 128 tiles of 64 x 128, 128 K steps, one workgroup a multiprocessor of an
+         * H100), at most 8 splits of at least 32 steps; all but the first split's sums go to the plan's scratch and
+         * splitk_add.comp, the dispatch after it, adds them into the result (vk_graph.c) */
+        uint64_t grid = (M + c.bm - 1) / c.bm * ((N + c.bn - 1) / c.bn) * B, steps = ((uint64_t)s0->ne[0] + c.bk - 1) / c.bk;
+        if (d->opts.gemm_splitk > 0 && s0->ne[0] >= 4096 && grid < (uint64_t)d->opts.gemm_splitk) {
+            uint64_t nsp = (uint64_t)d->opts.gemm_splitk / grid;
+            if (nsp > steps / 32) nsp = steps / 32;
+            if (nsp > 8) nsp = 8;
+            if (nsp >= 2 && (nsp - 1) * M * N * B * 4 <= d->max_range && grid * nsp <= 0xFFFFFFFFull) {
+                cm4_per = (steps + nsp - 1) / nsp;
+                cm4_nsp = (steps + cm4_per - 1) / cm4_per;
+                size_t l = strlen(cm4_name);
+                snprintf(cm4_name + l, sizeof cm4_name - l, " split%u", (unsigned)cm4_nsp);
+            }
+        }
         cm_disable = &cm4_bad;
     }
     /* mul_mat_vec3.comp: 8 << matvec_rows rows per workgroup (8, 16 or 32; default 16); its 128
@@ -462,6 +479,11 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         spec[0] = cm_spec[0];
         spec[1] = cm_spec[1];   /* workgroup size: 4 subgroups (mul_mat_cm4: its configuration's) */
         *work = (M + tile_m - 1) / tile_m * ((N + tile_n - 1) / tile_n) * B;
+        if (v == 4 && cm4_nsp > 1) {   /* gemm_splitk: a workgroup per tile and split */
+            *work *= cm4_nsp;
+            ex[2] = (uint32_t)cm4_nsp;
+            ex[3] = (uint32_t)cm4_per;
+        }
         ex[0] = (uint32_t)*work;
         uint64_t o0 = 0;
         ex[1] = mv_layout_ok(d, s0, s1, &o0);   /* mul_mat_cm3/4: activation rows read as 16-byte words */

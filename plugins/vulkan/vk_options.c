@@ -81,6 +81,10 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
+ *   gemm_splitk  0 (default: never) / W: mul_mat_cm4 over K splits, a workgroup each, where its grid has fewer than W
+ *                workgroups and K >= 4096 (at most 8 splits of at least 32 K steps); the splits past the first write
+ *                their sums into the plan's scratch, splitk_add.comp adds them into the result after it (a 1b's down
+ *                projection: 128 workgroups of 64 x 128 on an H100's 132 multiprocessors, 128 K steps each)
  *   gemm_bg      0 (default) / 1: with gemm_b16's copy, mul_mat_cm4 loads its activation fragments from it in
  *                global memory (rows padded to whole tiles), shared memory holding the weight tiles alone;
  *                tested on lavapipe, not yet timed on a GPU

@@ -42,6 +42,11 @@ typedef struct dispatch {
     struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
                                      * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
+    int ks;                         /* gemm_splitk: 1 a GEMM over ksplit K splits writing splits 1.. into the plan's scratch
+                                     * (ks_off, ks_size: one region every such pair shares in turn; at binding 6), 2 the
+                                     * splitk_add.comp pass after it adding them into its result */
+    uint32_t ksplit;
+    uint64_t ks_off, ks_size;
 } dispatch;
 
 /* A plan (vk_graph.c builds it, records it once, resubmits it) */
@@ -67,7 +72,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
-#define VKP_RPD (VKP_NBIND + 7)   /* byte ranges per dispatch at most: slots, add_out, xout, up to three scratch regions */
+#define VKP_RPD (VKP_NBIND + 8)   /* byte ranges per dispatch at most: slots, add_out, xout, up to four scratch regions */
 
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */

@@ -66,6 +66,9 @@ const uint DG = (SPEC >> 20) & 7u;
 #include "coopmat.glsl"
 layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
+// (option gemm_splitk) the K steps cut into ex[2] splits of ex[3] steps, a workgroup each: split 0 writes the result, split
+// s > 0 its partial sums at binding 6, [s - 1][i13][i12][n][m], which splitk_add.comp then adds into it
+layout(std430, binding = 6) writeonly buffer Pk { float pkf[]; };
 #ifdef CM_EMULATE
 #define UNROLL_CM [[dont_unroll]]               // (one copy of the emulated product: lavapipe compiles it in seconds)
 #else
@@ -282,6 +285,8 @@ void main() {
     M = t_ne(0u, 1u); N = t_ne(1u, 1u); K = t_ne(0u, 0u);
     uint B2 = t_ne(1u, 2u);
     uint tm = (M + BM - 1u) / BM, tn = (N + BN - 1u) / BN;
+    uint nsp = max(ex_u(2u), 1u), ks = w % nsp;   // K split ks of nsp
+    w /= nsp;
     bm = w % tm; w /= tm;
     bn = w % tn; w /= tn;
     i12 = w % B2; i13 = w / B2;
@@ -292,9 +297,10 @@ void main() {
     uint wm = (s2 % WM) * (BM / WM), wn = (s2 / WM) * (BN / WN);
     ACC acc[FM * FN];
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) CM_ZERO(acc[f]);
-    uint nk = (K + BK - 1u) / BK;
-    fetch_a(0u); fetch_b(0u);
-    put_a(0u, 0u); put_b(0u);
+    uint nk = (K + BK - 1u) / BK, k0s = 0u;   // the split's steps and its first element of K
+    if (nsp > 1u) { k0s = ks * ex_u(3u); nk = min(nk - min(nk, k0s), ex_u(3u)); k0s *= BK; }
+    fetch_a(k0s); fetch_b(k0s);
+    put_a(k0s, 0u); put_b(0u);
     barrier();
 #if defined(CM_KHR)
     ACC_H ph[FM * FN];                          // (AH) the f16 sums of the last steps
@@ -302,7 +308,7 @@ void main() {
 #endif
     if (DG == 3u || DG == 5u) {   // the products alone, on fragments loaded once
         FRAG_A fa[FM]; FRAG_B fb[FN];
-        LOAD_FRAGS(0u, BG != 0u ? gb0 : 0u, 0u);
+        LOAD_FRAGS(0u, BG != 0u ? gb0 + k0s / 8u : 0u, 0u);
 #if defined(CM_KHR)
         if (AH != 0u) {
             for (uint s = 0u; s < nk; s++) {
@@ -320,9 +326,10 @@ void main() {
         nk = 0u;
     }
     for (uint s = 0u; s < nk; s++) {
-        uint st = s % NST, ao = st * BM * LD4, bo = BG != 0u ? gb0 + s * (BK / 8u) : st * BN * LD4;
+        uint st = s % NST, ao = st * BM * LD4, bo = BG != 0u ? gb0 + (k0s + s * BK) / 8u : st * BN * LD4;
         bool more = s + 1u < nk && DG != 1u;
-        if (PF != 0u && more) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
+        uint kn = k0s + (s + 1u) * BK;          // the next step's first element
+        if (PF != 0u && more) { fetch_a(kn); fetch_b(kn); }
 #if defined(CM_KHR)
         if (DG != 2u && AH != 0u) {   // the KQ sub-steps of AHS steps summed in f16, then into the f32 sums
             UNROLL_CM for (uint q = 0u; q < KQ; q++) {
@@ -344,8 +351,8 @@ void main() {
         }
         if (NST == 1u) barrier();               // the one stage read before it is rewritten
         if (more) {
-            if (PF == 0u) { fetch_a((s + 1u) * BK); fetch_b((s + 1u) * BK); }
-            put_a((s + 1u) * BK, (s + 1u) % NST); put_b((s + 1u) % NST);
+            if (PF == 0u) { fetch_a(kn); fetch_b(kn); }
+            put_a(kn, (s + 1u) % NST); put_b((s + 1u) % NST);
         }
         barrier();   // the next stage written before it is read; (2 stages) this one read before it is rewritten
     }
@@ -361,7 +368,10 @@ void main() {
                 uint m = bm * BM + wm + 16u * i + (e & 15u), n = bn * BN + wn + CM_N * j + (e >> 4);
                 uint x = 4u * cs + e, y = x + WM * WN * 256u;
                 float v = uintBitsToFloat(Cs[x >> 2][x & 3u]) + (KS > 1u ? uintBitsToFloat(Cs[y >> 2][y & 3u]) : 0.0);
-                if (m < M && n < N) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
+                if (m < M && n < N) {
+                    if (ks == 0u) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
+                    else pkf[(((ks - 1u) * t_ne(1u, 3u) + i13) * B2 + i12) * N * M + n * M + m] = v;
+                }
             }
         if (KS > 1u) barrier(); else { SG_SYNC(); }
     }

@@ -1,0 +1,85 @@
+"""gemm_splitk: mul_mat_cm4 over K splits, a workgroup each, where the GEMM's grid has fewer workgroups than the option and
+K >= 4096; splitk_add.comp adds the partial sums of splits 1.. (the plan's scratch) into split 0's result after it.
+Against the CPU plugin, emulated everywhere (gemm=cm_emulated; lavapipe in CI) and on the tensor cores where the device
+has them (the H100/H200: scripts/gpu_vulkan.sh)."""
+import numpy as np
+import pytest
+
+import pyggml as pg
+from pyggml.conformance.cases import nmse
+from test_vulkan_kernels import VK, _compute, _has_coopmat
+
+
+def _gemm(wtype, M, K, N, batch=1, seed=0):
+    rng = np.random.default_rng(seed)
+    g = pg.Graph()
+    wf = rng.standard_normal((M, K)).astype(np.float32)
+    w = g.weight("w", wf.astype(np.float16)) if wtype == "f16" else g.weight("w", pg.quantize(wf, wtype), type=wtype, shape=(M, K))
+    shape = (batch, N, K) if batch > 1 else (N, K)
+    x = g.input("x", shape)
+    y = pg.mul_mat(w, x)
+    xv = rng.standard_normal(shape).astype(np.float32)
+    ref = np.asarray(pg.Scheduler(["cpu"]).compute(y, {"x": xv}), np.float64)
+    return y, {"x": xv}, ref
+
+
+def _gemm_opts(gemm, splitk):
+    return {"gemm": gemm, "gemm_v": "4", "gemm_splitk": str(splitk)}
+
+
+def _skip_without(gemm):
+    if gemm == "coopmat" and not _has_coopmat():
+        pytest.skip("no cooperative matrices on this device")
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+@pytest.mark.parametrize("wtype,M,K,N,batch", [("q4_0", 64, 4096, 40, 1), ("q4_0", 130, 4096, 70, 1), ("q4_K", 64, 4096, 40, 1),
+                                               ("f16", 64, 4608, 33, 1), ("q8_0", 64, 4096, 40, 2)])
+def test_split_gemm_against_cpu(gemm, wtype, M, K, N, batch):
+    """The split GEMM (its kernel name ends in ' splitN': N splits of at least 32 K steps) against the CPU plugin: q4_0
+    read directly, q4_K through gemm_dq's f16 copy where that runs, f16, a partial last tile of rows, K not a multiple
+    of the splits' steps (4608), a batch of two."""
+    _skip_without(gemm)
+    y, feeds, ref = _gemm(wtype, M, K, N, batch)
+    got, kernels = _compute(y, feeds, _gemm_opts(gemm, 1024), "mul_mat '")
+    assert kernels and " split" in kernels[0], kernels
+    assert nmse(np.asarray(got), ref) <= 5e-4, f"NMSE {nmse(np.asarray(got), ref):.3g} ({kernels})"
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_split_sums_in_split_order(gemm):
+    """splitk_add adds the partials in split order: two runs give the same bytes, and the plan has the pass after the
+    GEMM (2 dispatches, 1 barrier)."""
+    _skip_without(gemm)
+    y, feeds, ref = _gemm("q4_0", 64, 4096, 40)
+    a, k1 = _compute(y, feeds, _gemm_opts(gemm, 1024), "mul_mat '")
+    b, k2 = _compute(y, feeds, _gemm_opts(gemm, 1024), "plan for graph")
+    assert " split" in k1[0], k1
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert any("2 dispatches, 1 barriers" in k for k in k2), k2
+    assert nmse(np.asarray(a), ref) <= 5e-4
+
+
+@pytest.mark.parametrize("M,K,N,splitk", [(64, 2048, 40, 1024),    # K below 4096
+                                          (64, 4096, 40, 1),       # the grid (1 workgroup) not below the option
+                                          (64, 4096, 40, 0),       # never
+                                          (64, 4096, 40, 8)])      # 8 splits asked, the emulated build's 128 K steps allow 4
+def test_when_not_split(M, K, N, splitk):
+    """No split below K 4096, where the grid is not smaller than the option, with the option 0; the split count is
+    capped by 32 K steps a split."""
+    y, feeds, ref = _gemm("q4_0", M, K, N)
+    got, kernels = _compute(y, feeds, _gemm_opts("cm_emulated", splitk), "mul_mat '")
+    assert kernels and kernels[0].startswith("mul_mat_cm4"), kernels
+    if splitk == 8:
+        assert kernels[0].startswith("mul_mat_cm4 64x64.k32") and kernels[0].endswith(" split4"), kernels
+    else:
+        assert " split" not in kernels[0], kernels
+    assert nmse(np.asarray(got), ref) <= 5e-4
+
+
+def test_option_values():
+    dev = pg.get_device(VK)
+    for bad in ("-1", "x", "2000000"):
+        with pytest.raises(pg.PyggmlError, match="gemm_splitk"):
+            dev.set_option("gemm_splitk", bad)
+    dev.set_option("gemm_splitk", "0")
