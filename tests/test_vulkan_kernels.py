@@ -373,7 +373,7 @@ def test_gemm_option_values():
     for bad in ("fast", "", "COOPMAT"):
         with pytest.raises(pg.PyggmlError, match="gemm"):
             dev.set_option("gemm", bad)
-    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_dec_wgs", "8"), ("fa_cm", "5"), ("fa_cm", "0")):
+    for key, bad in (("matvec", "8"), ("matvec", "0"), ("matvec_rows", "3"), ("matvec_rows", "8"), ("gemm_tile", "32"), ("gemm_v", "5"), ("fa_v", "-1"), ("fa_v", "5"), ("fa_wgs", "10"), ("fa_dec_wgs", "8"), ("fa_cm", "4"), ("fa_cm", "0")):
         with pytest.raises(pg.PyggmlError, match=key):
             dev.set_option(key, bad)
 
@@ -490,7 +490,7 @@ def prefill_fa_case(D, n_q, n_kv, kv_type, opts, H=4, Hk=2):
     return nmse(got, ref), kernels
 
 
-@pytest.mark.parametrize("fa_cm", [1, 2, 3, 4])
+@pytest.mark.parametrize("fa_cm", [1, 2, 3])
 @pytest.mark.parametrize("fa", ["cm_emulated", "coopmat", "auto", "scalar"])
 @pytest.mark.parametrize("D,n_q,n_kv,kv_type", [(64, 70, 200, "f16"), (48, 16, 64, "f16"), (64, 33, 130, "f32"),
                                                 (128, 40, 100, "f16"), (64, 40, 100, "f16"), (32, 17, 72, "f16"),
@@ -518,7 +518,7 @@ def test_prefill_flash_attn(fa, D, n_q, n_kv, kv_type, fa_cm):
     opts = {"fa": fa, "fa_split": "off"} if fa == "scalar" else {"fa": fa, "fa_cm": str(fa_cm), "fa_cm_wgs": "0"}
     e, kernels = prefill_fa_case(D, n_q, n_kv, kv_type, opts)
     assert e <= 5e-4, f"NMSE {e:.3g} ({kernels})"
-    cm = {2: "flash_attn_cm2", 3: "flash_attn_cm3", 4: "flash_attn_cm3p"}.get(fa_cm, "flash_attn_cm") if kv_type == "f16" else "flash_attn_cm"
+    cm = {2: "flash_attn_cm2", 3: "flash_attn_cm3"}.get(fa_cm, "flash_attn_cm") if kv_type == "f16" else "flash_attn_cm"
     if fa == "scalar" or (fa == "auto" and not _has_coopmat()):
         assert kernels == ["flash_attn"]
     elif fa in ("coopmat", "auto"):

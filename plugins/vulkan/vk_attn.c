@@ -28,9 +28,6 @@ static uint64_t fa_cm2_shared(uint32_t dmax) { return fa_cm_tiles_shared(dmax) +
 /* flash_attn_cm3.comp's: the tiles (K / V^T's words also stage each chunk's P V), the rows' scales and sums */
 static uint64_t fa_cm3_shared(uint32_t dmax) { return fa_cm_tiles_shared(dmax) + 2 * FA_BQ * 4; }
 
-/* its FA_PF build's (fa_cm=4): those and the open-chunk bits (64 words) */
-static uint64_t fa_cm3p_shared(uint32_t dmax) { return fa_cm3_shared(dmax) + 64 * 4; }
-
 /* t (K, V or the mask) is read in 16-byte words: unit element stride, rows, heads and batches on
  * 16-byte boundaries, and its offset within the binding (which starts on `align`) too */
 static int fa_rows16(const pyg_tensor *t, uint64_t align) {
@@ -43,8 +40,8 @@ static int fa_rows16(const pyg_tensor *t, uint64_t align) {
 int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
                     uint32_t *ns_out, uint64_t *scratch) {
     const pyg_tensor *q = n->src[0], *v = n->src[2];
-    int emu = *shader == VKP_SH_FLASH_ATTN_CM2_EMU || *shader == VKP_SH_FLASH_ATTN_CM3_EMU || *shader == VKP_SH_FLASH_ATTN_CM3P_EMU;   /* (cm3 too: the split is cm2's build) */
-    if (d->opts.fa_cm_wgs <= 0 || (!emu && *shader != VKP_SH_FLASH_ATTN_CM2 && *shader != VKP_SH_FLASH_ATTN_CM3 && *shader != VKP_SH_FLASH_ATTN_CM3P)) return 0;
+    int emu = *shader == VKP_SH_FLASH_ATTN_CM2_EMU || *shader == VKP_SH_FLASH_ATTN_CM3_EMU;   /* (cm3 too: the split is cm2's build) */
+    if (d->opts.fa_cm_wgs <= 0 || (!emu && *shader != VKP_SH_FLASH_ATTN_CM2 && *shader != VKP_SH_FLASH_ATTN_CM3)) return 0;
     uint64_t nqb = (uint64_t)(q->ne[1] + FA_BQ - 1) / FA_BQ, base = nqb * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
     uint64_t nch = (uint64_t)(n->src[1]->ne[1] + FA_BKV - 1) / FA_BKV;
     uint64_t ns = (uint64_t)d->opts.fa_cm_wgs / base, most = (nch + 1) / 2;   /* (at least two chunks a split) */
@@ -100,9 +97,7 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     /* the third (fa_cm=3) or second build where K and V are 16-byte rows (a model's f16 cache), its shared memory
      * fits and the driver takes it; a refused pipeline falls back to the next build, the first one last */
     int sh = 0;
-    if (ok && v2 && d->opts.fa_cm == 4)
-        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM3P, VKP_SH_FLASH_ATTN_CM3P_EMU, emulated, fa_cm3p_shared(dmax), &d->fa_cm3p_broken, sp);
-    if (ok && v2 && !sh && d->opts.fa_cm >= 3)
+    if (ok && v2 && d->opts.fa_cm == 3)
         sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, emulated, fa_cm3_shared(dmax), &d->fa_cm3_broken, sp);
     if (ok && v2 && !sh)
         sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, emulated, fa_cm2_shared(dmax), &d->fa_cm2_broken, sp);

@@ -49,7 +49,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_SWIGLU8, VKP_SH_SWIGLU8_B16, VKP_SH_FLASH_ATTN_CM2S, VKP_SH_FLASH_ATTN_CM2S_EMU, VKP_SH_NORM_MUL_REG_B16, VKP_SH_NORM_MUL_REG_ADD_B16, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, VKP_SH_FLASH_ATTN_CM3P, VKP_SH_FLASH_ATTN_CM3P_EMU, VKP_SH_SPLITK_ADD, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_SWIGLU8, VKP_SH_SWIGLU8_B16, VKP_SH_FLASH_ATTN_CM2S, VKP_SH_FLASH_ATTN_CM2S_EMU, VKP_SH_NORM_MUL_REG_B16, VKP_SH_NORM_MUL_REG_ADD_B16, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, VKP_SH_SPLITK_ADD, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -167,7 +167,7 @@ struct pyg_device {
     PFN_vkGetPipelineExecutablePropertiesKHR exec_props_fn;
     PFN_vkGetPipelineExecutableStatisticsKHR exec_stats_fn;
     PFN_vkCmdPipelineBarrier2KHR barrier2;   /* its vkCmdPipelineBarrier2KHR (NULL without it) */
-    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_cm2s_broken, fa_cm3_broken, fa_cm3p_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
+    int mv2_broken, mv3_broken, mv3p_broken, mv3g_broken, mv3i_broken, mv3w_broken, mv3s_broken, mv3n_broken, mv4_broken, mv3q_broken, mvrp_broken, mvrpg_broken, mvrpe_broken, mvrpn_broken, cm_broken, fa_cm_broken, fa_cm2_broken, fa_cm2s_broken, fa_cm3_broken, fa_dec_broken, fa_dec2_broken, dq_broken;   /* the driver refused that pipeline: not chosen again */
     uint32_t cm4_broken;            /* the same per mul_mat_cm4 configuration (bit: index in vkp_gemm_cfgs) */
     int timestamps;                 /* the compute queue writes timestamps (profiling) */
     float ts_period;                /* ns per timestamp tick */

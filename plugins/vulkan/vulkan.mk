@@ -37,8 +37,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
             $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H) \
             $(VK_BUILD)/swiglu8_b16.spv.h $(VK_BUILD)/flash_attn_cm2s.spv.h $(VK_BUILD)/flash_attn_cm2s_emu.spv.h \
-            $(VK_BUILD)/norm_mul_reg_b16.spv.h $(VK_BUILD)/norm_mul_reg_add_b16.spv.h $(VK_BUILD)/flash_attn_cm3_emu.spv.h \
-            $(VK_BUILD)/flash_attn_cm3p.spv.h $(VK_BUILD)/flash_attn_cm3p_emu.spv.h
+            $(VK_BUILD)/norm_mul_reg_b16.spv.h $(VK_BUILD)/norm_mul_reg_add_b16.spv.h $(VK_BUILD)/flash_attn_cm3_emu.spv.h
 VK_CFLAGS := $(PLUGIN_CFLAGS) -std=gnu11 -O2 -I$(VK_DIR) -I$(VK_BUILD)
 
 $(VK_BUILD)/%.spv.h: $(VK_DIR)/shaders/%.comp $(VK_GLSL)
@@ -61,9 +60,6 @@ $(eval $(call VK_VARIANT_RULE,swiglu8_b16,swiglu8.comp,-DB16))
 # the prefill flash attention over KV splits, their partials merged by flash_attn.comp (option fa_cm_wgs)
 $(eval $(call VK_VARIANT_RULE,flash_attn_cm2s,flash_attn_cm2.comp,-DFA_SPLIT))
 $(eval $(call VK_VARIANT_RULE,flash_attn_cm2s_emu,flash_attn_cm2.comp,-DFA_SPLIT -DCM_EMULATE))
-# the one-pass prefill attention over the open chunks alone, found first, with K loaded a chunk ahead (option fa_cm=4)
-$(eval $(call VK_VARIANT_RULE,flash_attn_cm3p,flash_attn_cm3.comp,-DFA_PF))
-$(eval $(call VK_VARIANT_RULE,flash_attn_cm3p_emu,flash_attn_cm3.comp,-DFA_PF -DCM_EMULATE))
 # the cooperative-matrix GEMM with 128x128 tiles (option gemm_tile)
 $(eval $(call VK_VARIANT_RULE,mul_mat_cm128,mul_mat_cm.comp,-DCM_TILE=128))
 $(eval $(call VK_VARIANT_RULE,mul_mat_cm128_emu,mul_mat_cm.comp,-DCM_TILE=128 -DCM_EMULATE))

@@ -44,32 +44,8 @@ shared uvec4 Ps4[BQ * LDP4];                     // P row-major [query][key word
 shared uint any_open[4];                         // [0]: the last chunk with an unmasked (row, key) pair
 shared float row_a[BQ];                          // each row's scale for the outputs this chunk: exp(old max - new max)
 shared float row_l[BQ];                          // at the end: each row's sum
-#ifdef FA_PF
-#define PSB (8u / RMAX)                          // chunks whose mask terms one invocation loads at once
-#define OBW 64u                                  // words of open-chunk bits: chunks past 32 OBW count as open
-shared uint obits[OBW];                          // bit c: chunk c has an unmasked (row, key) pair
-#endif
 
 #include "fa_cm_mask.glsl"
-#ifdef FA_PF
-// the first open chunk at or after c (a chunk past the bits' reach counts as open), nch where none is left
-uint next_open(uint c, uint nch) {
-    while (c < nch && c < 32u * OBW) {
-        uint w = obits[c >> 5] >> (c & 31u);
-        if (w != 0u) return c + uint(findLSB(w));
-        c = (c | 31u) + 1u;
-    }
-    return min(c, nch);
-}
-// chunk c's mask terms for the invocation's rows and 16 keys (a) and its K words (kr); nothing loaded for c = nch
-#define FA_LOAD_K_MASK(c) \
-    [[unroll]] for (uint k = 0u; k < RMAX; k++) \
-        if (k < RPT && (c) < nch) mask16(q0 + (t >> 2) + k * (WG >> 2), (c) * BKV + c0, a[k]); \
-    [[unroll]] for (uint i = 0u; i < KR; i++) { \
-        uint e = t + i * WG, j = (c) * BKV + e / DW; \
-        kr[i] = ((c) < nch && e < nkw && j < nkv) ? s1v[kb + j * kn1 + e % DW] : uvec4(0u); \
-    }
-#endif
 
 void main() {
     uint w = wg_linear();
@@ -109,137 +85,6 @@ void main() {
     [[unroll]] for (uint i = 0u; i < OMAX; i++) O[i] = 0.0;
     uint nt = D / 16u, ntiles = 2u * nt, nch = (nkv + BKV - 1u) / BKV, nkw = BKV * DW, nvb = (BKV / 8u) * DW;
 
-#ifdef FA_PF
-    // which chunks hold an unmasked pair: each invocation's rows and 16 keys of 8 chunks loaded at once, their bits
-    // joined across the subgroup by shuffles and into the workgroup's words by one atomic per subgroup and word
-    for (uint i = t; i < OBW; i += WG) obits[i] = 0u;
-    barrier();
-    uint ncb = min(nch, 32u * OBW);
-    for (uint g0 = 0u; g0 < ncb; g0 += 32u) {
-        uint bits = 0u;
-        for (uint c8 = g0; c8 < min(g0 + 32u, ncb); c8 += PSB) {
-            float am[PSB][RMAX][16];
-            [[unroll]] for (uint c = 0u; c < PSB; c++)
-                [[unroll]] for (uint k = 0u; k < RMAX; k++)
-                    if (k < RPT && c8 + c < ncb) mask16(q0 + (t >> 2) + k * (WG >> 2), (c8 + c) * BKV + c0, am[c][k]);
-            [[unroll]] for (uint c = 0u; c < PSB; c++) {
-                bool op = false;
-                [[unroll]] for (uint k = 0u; k < RMAX; k++)
-                    if (k < RPT && c8 + c < ncb) [[unroll]] for (uint i = 0u; i < 16u; i++) op = op || am[c][k][i] != NEG_INF;
-                if (op) bits |= 1u << (c8 + c - g0);
-            }
-        }
-        for (uint x = 1u; x < gl_SubgroupSize; x <<= 1) bits |= subgroupShuffleXor(bits, x);
-        if (gl_SubgroupInvocationID == 0u && bits != 0u) atomicOr(obits[g0 >> 5], bits);
-    }
-    barrier();
-    // the open chunks in order; K and the mask terms of the next one are loaded while this one's softmax and P V run,
-    // V of this one at its start (used after the softmax)
-    float a[RMAX][16];
-    uvec4 kr[KR];
-    uint ci = next_open(0u, nch);
-    FA_LOAD_K_MASK(ci)
-    while (ci < nch) {
-        uint j0 = ci * BKV;
-        [[unroll]] for (uint i = 0u; i < KR; i++) {   // K rows [key][word]
-            uint e = t + i * WG;
-            if (e < nkw) KV4[(e / DW) * LDQ4 + e % DW] = kr[i];
-        }
-        barrier();
-        uvec4 vr[8u * VB];
-        [[unroll]] for (uint i = 0u; i < VB; i++) {
-            uint bi = t + i * WG, kg = bi % 8u, dg = bi / 8u;
-            [[unroll]] for (uint r = 0u; r < 8u; r++) {
-                uint j = j0 + 8u * kg + r;
-                vr[8u * i + r] = (bi < nvb && j < nkv) ? s2v[vb + j * vn1 + dg] : uvec4(0u);
-            }
-        }
-        {   // S tiles (2 x 4 of 16 x 16): subgroup sg the two of key block sg, both products of a K fragment at once
-            ACC s[2];
-            CM_ZERO(s[0]); CM_ZERO(s[1]);
-            [[unroll]] for (uint kk = 0u; kk < DMAX; kk += 16u) {
-                if (kk < D) {   // A = Q rows, B = K^T (column-major: K rows)
-                    FRAG_B fk;
-                    CM_LOAD_V4(fk, KV4, sg * 16u * LDQ4 + kk / 8u, LDQ4, true);
-                    [[unroll]] for (uint i = 0u; i < 2u; i++) {
-                        FRAG_A fq;
-                        CM_LOAD_V4(fq, Qs, i * 16u * LDQ4 + kk / 8u, LDQ4, false);
-                        CM_MAD_V4(s[i], Qs, fq, KV4, fk, true);
-                    }
-                }
-            }
-            [[unroll]] for (uint i = 0u; i < 2u; i++)
-                CM_STORE(s[i], Ss, sg * 16u * LDS + i * 16u, LDS, true);   // (query, key) at key * LDS + query
-        }
-        barrier();
-        [[unroll]] for (uint k = 0u; k < RMAX; k++) {   // the running max and sum, P = exp(S - max)
-            if (k >= RPT) continue;
-            uint r = (t >> 2) + k * (WG >> 2);
-            float sv[16];
-            float cmax = NEG_INF;
-            [[unroll]] for (uint i = 0u; i < 16u; i++) {
-                sv[i] = a[k][i] == NEG_INF ? NEG_INF : Ss[(c0 + i) * LDS + r] * scale + a[k][i];
-                cmax = max(cmax, sv[i]);
-            }
-            cmax = max(cmax, subgroupShuffleXor(cmax, 1u));   // the row's 4 invocations are neighbouring lanes
-            cmax = max(cmax, subgroupShuffleXor(cmax, 2u));
-            float mn = max(M[k], cmax);
-            float al = M[k] == NEG_INF ? 0.0 : exp(M[k] - mn);
-            float p[16];
-            float psum = 0.0;
-            [[unroll]] for (uint i = 0u; i < 16u; i++) {
-                p[i] = sv[i] == NEG_INF ? 0.0 : exp(sv[i] - mn);
-                psum += p[i];
-            }
-            psum += subgroupShuffleXor(psum, 1u);
-            psum += subgroupShuffleXor(psum, 2u);
-            L[k] = L[k] * al + psum;
-            M[k] = mn;
-            if ((t & 3u) == 0u) row_a[r] = al;
-            Ps4[r * LDP4 + c0 / 8u] = uvec4(pack_h2(p[0], p[1]), pack_h2(p[2], p[3]), pack_h2(p[4], p[5]), pack_h2(p[6], p[7]));
-            Ps4[r * LDP4 + c0 / 8u + 1u] = uvec4(pack_h2(p[8], p[9]), pack_h2(p[10], p[11]), pack_h2(p[12], p[13]), pack_h2(p[14], p[15]));
-        }
-        uint cn = next_open(ci + 1u, nch);
-        FA_LOAD_K_MASK(cn)
-        [[unroll]] for (uint i = 0u; i < VB; i++) {   // V^T (K is done with: read before the last barrier)
-            uint bi = t + i * WG, kg = bi % 8u, dg = bi / 8u;
-            if (bi < nvb) {
-                [[unroll]] for (uint c = 0u; c < 8u; c++) {   // dimension 8 dg + c, keys 8 kg .. 8 kg + 7
-                    uvec4 x;
-                    [[unroll]] for (uint q = 0u; q < 4u; q++)
-                        x[q] = h16(vr[8u * i + 2u * q], c) | (h16(vr[8u * i + 2u * q + 1u], c) << 16);
-                    KV4[(8u * dg + c) * LDV4 + kg] = x;
-                }
-            }
-        }
-        barrier();
-        ACC pv[4];                                     // this chunk's P V: the subgroup's tiles (oi, oj) = (q / nt, q % nt), q = sg + 4i
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            uint q = sg + 4u * i;   // (uniform in the subgroup)
-            CM_ZERO(pv[i]);
-            if (q < ntiles) {
-                uint oi = q / nt, oj = q % nt;
-                [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u)
-                    CM_MMA_V4(pv[i], Ps4, oi * 16u * LDP4 + kk / 8u, LDP4, KV4, oj * 16u * LDV4 + kk / 8u, LDV4, true);
-            }
-        }
-        barrier();                                     // V^T read: its words take the tiles as f32, [dim][query]
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            uint q = sg + 4u * i;
-            if (q < ntiles) {
-                uint oi = q / nt, oj = q % nt;   // (query, dim) at float (oj 16 + dim) BQ + oi 16 + query
-                CM_STORE_V4(pv[i], KV4, (oj * 16u * BQ + oi * 16u) / 4u, BQ / 4u, true);
-            }
-        }
-        barrier();
-        [[unroll]] for (uint i = 0u; i < OMAX; i++) {
-            uint e = t + i * WG;
-            if (e < BQ * D) O[i] = O[i] * row_a[e % BQ] + uintBitsToFloat(KV4[e >> 2][e & 3u]);
-        }
-        barrier();                                     // the staged tiles and the scales read before the next chunk
-        ci = cn;
-    }
-#else
     for (uint ci = 0u; ci < nch; ci++) {
         uint j0 = ci * BKV;
         // every load of the chunk first: the mask terms, K and V
@@ -325,7 +170,6 @@ void main() {
         }
         barrier();                                     // the staged tiles and the scales read before the next chunk
     }
-#endif
     [[unroll]] for (uint k = 0u; k < RMAX; k++) {
         uint r = (t >> 2) + k * (WG >> 2);
         if (k < RPT && (t & 3u) == 0u) row_l[r] = L[k];
