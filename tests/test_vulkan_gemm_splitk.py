@@ -7,7 +7,8 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import VK, _compute, _has_coopmat
+from test_vulkan_kernels import VALIDATING, VK, _compute, _has_coopmat, _rerun_under_validation
+from test_vulkan_kernels import _validation_clean  # noqa: F401 (an autouse fixture)
 
 
 def _gemm(wtype, M, K, N, batch=1, seed=0):
@@ -76,6 +77,34 @@ def test_when_not_split(M, K, N, splitk):
     else:
         assert " split" not in kernels[0], kernels
     assert nmse(np.asarray(got), ref) <= 5e-4
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_split_and_unsplit_in_one_stage(gemm):
+    """A split GEMM (K 4096) and two unsplit ones (K 1024) share a barrier stage: each against the CPU plugin (under the
+    validation layer: no hazard between them, though every module of theirs declares a write to binding 6; the unsplit
+    ones bind their results there)."""
+    _skip_without(gemm)
+    rng = np.random.default_rng(3)
+    g = pg.Graph()
+    w1 = g.weight("w1", pg.quantize(rng.standard_normal((64, 4096)).astype(np.float32), "q4_0"), type="q4_0", shape=(64, 4096))
+    w2 = g.weight("w2", pg.quantize(rng.standard_normal((96, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(96, 1024))
+    x, x2 = g.input("x", (40, 4096)), g.input("x2", (40, 1024))
+    w3 = g.weight("w3", pg.quantize(rng.standard_normal((32, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(32, 1024))
+    y1, y2, y3 = pg.mul_mat(w1, x), pg.mul_mat(w2, x2), pg.mul_mat(w3, x2)
+    feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32), "x2": rng.standard_normal((40, 1024)).astype(np.float32)}
+    cpu = pg.Scheduler(["cpu"])
+    refs = [np.asarray(r, np.float64) for r in cpu.compute([y1, y2, y3], feeds)]
+    got, kernels = _compute([y1, y2, y3], feeds, _gemm_opts(gemm, 1024), "mul_mat '")
+    assert sum(" split" in k for k in kernels) == 1, kernels
+    for o, r in zip(got, refs):
+        assert nmse(np.asarray(o), r) <= 5e-4
+
+
+@pytest.mark.skipif(VALIDATING, reason="this process is the validated run")
+def test_split_under_validation_layer():
+    """Re-runs this file in a child process with PYGGML_VULKAN_VALIDATION=1 (synchronization validation)."""
+    _rerun_under_validation(__file__)
 
 
 def test_option_values():
