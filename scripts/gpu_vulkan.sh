@@ -81,6 +81,11 @@
 # 64x128.k64.w2x2). The literal builds (gemm_lit) are the default since 48e570e (1b pp512 +5-6.5%, the GEMM +8-11%).
 # Next (prefill): bisect between the probe and the GEMM: the probe plus mul_mat_cm4's weight and activation loads, or
 # the GEMM without them (debug_gemm_parts=3 still compiles them), to find what makes f32 products run at 1/20 rate.
+# Run on 2026-12-07 (H200, gpu-vulkan-splitk-h200-20261207T1748/): GPU_VK_FAPROBE=1 timed the prefill attention alone
+# (fa_cm=4, the mask scanned first and K loaded a chunk ahead, was slower than cm3 and was removed), and gemm_splitk=256
+# (a small grid's GEMM over two K splits: the 1b's down projection) gave 1b pp512 +7.1%: the default since 71e06a9.
+# Next (prefill): a split rule that sees the barrier stage (the 1b's o projection stands alone with 128 workgroups;
+# its q/k/v share a stage of 192), and the attention's fixed cost per query block.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
