@@ -64,7 +64,7 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             : (VkDescriptorBufferInfo){ d->dummy, 0, VK_WHOLE_SIZE };
         if (dps[i].ks)   /* gemm_splitk: the partials of splits 1.. (the GEMM writes them, splitk_add reads them) */
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].ks_off, dps[i].ks_size };
-        else if (dps[i].shader == VKP_SH_MUL_MAT_CM4 || dps[i].shader == VKP_SH_MUL_MAT_CM4_EMU || dps[i].shader == VKP_SH_MUL_MAT_CM4_KHR)
+        else if (vkp_is_cm4(dps[i].shader))
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = bi[i * VKP_NSET + VKP_SLOT_DST];   /* (its module writes binding 6; unsplit
             it never does, but for the validation layer every dispatch of it does: its result, which it writes anyway,
             not the dummy others of its stage would "write" too) */

@@ -158,7 +158,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     memset(dp->slot, 0, sizeof dp->slot);
     dp->dq = 0;
     dp->b16 = 0;
-    dp->ks = 0; dp->ksplit = 0; dp->ks_size = 0;
+    dp->ks = 0; dp->ks_size = 0;
     dp->scratch_size = 0;
     dp->b16_size = 0;
     dp->slot[VKP_SLOT_DST] = n;
@@ -237,9 +237,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         dp->dq = copies[0] ? 2 : 0;   /* gemm_dq: the plan puts dequant.comp before it (vk_graph_plan) */
         dp->b16_size = copies[1];
         dp->b16 = copies[1] ? 2 : 0;  /* gemm_b16: the same for its activations */
-        int cm4 = shader == VKP_SH_MUL_MAT_CM4 || shader == VKP_SH_MUL_MAT_CM4_EMU || shader == VKP_SH_MUL_MAT_CM4_KHR;
-        dp->ks = !e && cm4 && ex[2] > 1;   /* gemm_splitk: the plan puts splitk_add.comp after it (vk_graph_plan) */
-        dp->ksplit = dp->ks ? ex[2] : 0;
+        dp->ks = !e && vkp_is_cm4(shader) && ex[2] > 1;   /* gemm_splitk: the plan puts splitk_add.comp after it (vk_graph_plan) */
         dp->ks_size = dp->ks ? (uint64_t)(ex[2] - 1) * pyg_tensor_nelements(n) * 4 : 0;
         if (e) return e;
         spec = sp[0]; spec1 = sp[1];
@@ -381,19 +379,18 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     return NULL;
 }
 
-/* gemm_splitk: dispatch c (params pc) as splitk_add.comp after GEMM gm (params pg): adds the partials of gm's splits 1..
- * (the plan's scratch) into its result, one invocation an element */
+/* gemm_splitk: dispatch c (params pc) as splitk_add.comp after GEMM gm (params pg, its split count at extra word 2): adds
+ * the partials of gm's splits 1.. (the plan's scratch) into its result, one invocation an element */
 static pyg_error *splitk_pass(pyg_device *d, const dispatch *gm, const uint32_t *pg, dispatch *c, uint32_t *pc, uint64_t pstride) {
     memset(c, 0, sizeof *c);
     c->slot[VKP_SLOT_DST] = gm->slot[VKP_SLOT_DST];
     c->op = gm->op;
     c->ks = 2;
-    c->ksplit = gm->ksplit;
     c->ks_size = gm->ks_size;
     memcpy(pc, pg, (size_t)pstride);   /* (slot 4's description) */
     uint64_t total = (uint64_t)pyg_tensor_nelements(gm->slot[VKP_SLOT_DST]);
     pc[96] = (uint32_t)total;
-    pc[97] = gm->ksplit - 1;
+    pc[97] = pg[96 + 2] - 1;
     c->shader = VKP_SH_SPLITK_ADD;
     c->spec0 = 0;
     vkp_fold_groups((total + 255) / 256, c->groups);
@@ -530,13 +527,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             pg_[8] = 2; pg_[9] = (uint32_t)(2 * K); pg_[10] = (uint32_t)(2 * K * (uint64_t)w->ne[1]);
             pg_[11] = (uint32_t)(2 * K * (uint64_t)(w->ne[1] * w->ne[2]));
             if (q->scratch_size > dq_size) dq_size = q->scratch_size;
+            p = pg_;   /* (the GEMM's parameters, for its split pass below) */
             nd++;
-            if (dps[nd - 1].ks == 1) {   /* gemm_splitk: the pass adding its splits */
-                if (dps[nd - 1].ks_size > ks_size) ks_size = dps[nd - 1].ks_size;
-                if ((e = splitk_pass(d, &dps[nd - 1], pg_, &dps[nd], (uint32_t *)((char *)params + (size_t)nd * pstride), pstride))) goto fail;
-                nd++;
-            }
-            continue;
         }
         if (dps[nd - 1].ks == 1) {   /* gemm_splitk: the pass adding its splits */
             if (dps[nd - 1].ks_size > ks_size) ks_size = dps[nd - 1].ks_size;

@@ -42,10 +42,9 @@ typedef struct dispatch {
     struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
                                      * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
-    int ks;                         /* gemm_splitk: 1 a GEMM over ksplit K splits writing splits 1.. into the plan's scratch
-                                     * (ks_off, ks_size: one region every such pair shares in turn; at binding 6), 2 the
-                                     * splitk_add.comp pass after it adding them into its result */
-    uint32_t ksplit;
+    int ks;                         /* gemm_splitk: 1 a GEMM over K splits (their count at extra word 2) writing splits 1.. into
+                                     * the plan's scratch (ks_off, ks_size: one region every such pair shares in turn; at
+                                     * binding 6), 2 the splitk_add.comp pass after it adding them into its result */
     uint64_t ks_off, ks_size;
 } dispatch;
 
