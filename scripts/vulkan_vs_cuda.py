@@ -112,6 +112,9 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
             # the o and down mat-vecs writing the next norm's int8 input, its readers beside the norm (fold_norm, the default
             # since the H100 run at c28e222): fn1 with it, fn0 without; fused0 without it and without fuse_rope_mv
             "fn1": {"fold_norm": "1"}, "fn0": {"fold_norm": "0"}, "fused0": {"fold_norm": "0", "fuse_rope_mv": "0"},
+            # with fold_norm, the o/down mat-vec writing the residual sum and the norm's first reader the norm's nodes, so the
+            # add + norm dispatch is not run (fold_nodes): fnodes with it, fnodes0 without
+            "fnodes": {"fold_nodes": "1"}, "fnodes0": {"fold_nodes": "0"},
             # decode attention on flash_attn_dec2 (fa_v=4: a workgroup per query row and KV head, subgroup shuffles), about
             # 512 (fad2), 1024 (fad2w1k) or 2048 (fad2w2k) workgroups; fad3: fa_v=3's flash_attn_dec
             "fad2": {"fa_v": "4"}, "fad2w1k": {"fa_v": "4", "fa_dec_wgs": "1024"}, "fad2w2k": {"fa_v": "4", "fa_dec_wgs": "2048"},
@@ -148,7 +151,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 # variants after them, and `new` ran fa_cm=2 once 3 was the default.)
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16x4", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "3", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
-            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "1", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "1", "fa_dec_wgs": "512",
+            "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "1", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "1", "fold_nodes": "0", "fa_dec_wgs": "512",
             "rp_norm_in": "auto", "fa_cm_wgs": "512", "swiglu8": "2", "norm_b16": "1", "gemm_lit": "1", "gemm_splitk": "256", "fa_lit": "0", "rp_lit": "0",
             "rp_rows": "8", "fa_split": "auto", "fuse": "1", "norm_wg": "auto", "subgroups": "1", "debug_gemm_parts": "0"}
 

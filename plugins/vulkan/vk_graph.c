@@ -366,6 +366,7 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     memset(c->slot, 0, sizeof c->slot);
     c->slot[0] = src;
     c->add_out = NULL; c->writes_slot3 = 0; c->out6_word = 0; memset(c->xout, 0, sizeof c->xout); memset(c->xout_ro, 0, sizeof c->xout_ro); c->nfold = 0;
+    c->fold_a = NULL; c->fold_wr = 0; c->dropped = 0;
     c->dq = 0; c->b16 = 0; c->ks = 0;
     c->shader = VKP_SH_DEQUANT;
     c->spec0 = (uint32_t)src->type;
@@ -376,6 +377,23 @@ static pyg_error *as_dequant(pyg_device *d, dispatch *c, uint32_t *p, const pyg_
     p[96] = (uint32_t)units;
     p[97] = rows;
     p[98] = per_row;
+    return NULL;
+}
+
+/* a dispatch's outputs beyond the slots, each described in its extras from its word: offset in its binding, type, nb */
+static pyg_error *describe_outs(pyg_device *d, const dispatch *dp, uint32_t *p, uint64_t align) {
+    const pyg_tensor *outs[4] = { dp->add_out, dp->xout[0], dp->xout[1], dp->xout[2] };
+    const uint32_t words[4] = { dp->out6_word ? dp->out6_word : 2, dp->xout_word[0], dp->xout_word[1], dp->xout_word[2] };
+    for (int x = 0; x < 4; x++) {
+        const pyg_tensor *t = outs[x];
+        if (!t) continue;
+        const pyg_buffer *b; uint64_t off;
+        if (!vkp_resolve(t, &b, &off) || b->dev != d) return vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name);
+        uint32_t *w = &p[96 + words[x]];
+        w[0] = (uint32_t)(off & (align - 1));
+        w[1] = (uint32_t)t->type;
+        for (int k = 0; k < 4; k++) w[2 + k] = (uint32_t)t->nb[k];
+    }
     return NULL;
 }
 
@@ -450,20 +468,10 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p[16 * s + 1] = (uint32_t)t->type;
             for (int k = 0; k < 4; k++) { p[16 * s + 4 + k] = (uint32_t)t->ne[k]; p[16 * s + 8 + k] = (uint32_t)t->nb[k]; }
         }
-        /* outputs beyond the slots, each described in the extras from its word: offset in its binding, type, nb */
-        const pyg_tensor *outs[4] = { dps[nd].add_out, dps[nd].xout[0], dps[nd].xout[1], dps[nd].xout[2] };
-        const uint32_t words[4] = { dps[nd].out6_word ? dps[nd].out6_word : 2, dps[nd].xout_word[0], dps[nd].xout_word[1],
-                                    dps[nd].xout_word[2] };
-        for (int x = 0; x < 4; x++) {
-            const pyg_tensor *t = outs[x];
-            if (!t) continue;
-            const pyg_buffer *b; uint64_t off;
-            if (!vkp_resolve(t, &b, &off) || b->dev != d) { e = vkp_err(PYG_ERR_INVALID_ARGUMENT, "tensor '%s' has no buffer of this device", t->name); goto fail; }
-            uint32_t *w = &p[96 + words[x]];
-            w[0] = (uint32_t)(off & (align - 1));
-            w[1] = (uint32_t)t->type;
-            for (int k = 0; k < 4; k++) w[2 + k] = (uint32_t)t->nb[k];
-        }
+        if ((e = describe_outs(d, &dps[nd], p, align))) goto fail;
+        if (dps[nd].fold_wr &&   /* fold_nodes: the mul_mat_vec_rpn it made write the add's result */
+            (e = describe_outs(d, &dps[dps[nd].fold_wr - 1], (uint32_t *)((char *)params + (size_t)(dps[nd].fold_wr - 1) * pstride), align)))
+            goto fail;
         if (dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD)
             p[96 + 1] = vkp_norm_vec4_ok(p, dps[nd].add_out != NULL, align);
         if ((dps[nd].shader == VKP_SH_NORM_MUL_REG || dps[nd].shader == VKP_SH_NORM_MUL_REG_ADD) && p[96 + 1]) {
@@ -560,6 +568,18 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             if ((e = vkp_get_pipeline(d, VKP_SH_FLASH_ATTN, specs, &c->pipe))) goto fail;
             nd++;
         }
+    }
+    {   /* fold_nodes: the add + norm dispatches whose nodes other dispatches write are left out */
+        int kept = 0;
+        for (int i = 0; i < nd; i++) {
+            if (dps[i].dropped) continue;
+            if (kept != i) {
+                dps[kept] = dps[i];
+                memcpy((char *)params + (size_t)kept * pstride, (char *)params + (size_t)i * pstride, (size_t)pstride);
+            }
+            kept++;
+        }
+        nd = kept;
     }
     plan->n_dispatch = nd;
     uint64_t q8_size = 0;   /* mv_q8: the norms whose int8 copy a mat-vec reads write it (one region they share in turn) */

@@ -80,6 +80,7 @@ typedef struct vkp_options {
     int64_t fuse_rope_mv;           /* a matvec_rp mat-vec + the rope and/or cache write of its result as one dispatch (vk_mv_epi.c) */
     int64_t rp_norm_in;             /* auto/off/on: mul_mat_vec_rpe / _rpg recompute the fused norm they read (vk_norm_in.c) */
     int64_t fold_norm;              /* o/down mat-vecs write the next rms_norm's int8 input; its readers run beside it (vk_mv_epi.c) */
+    int64_t fold_nodes;             /* with fold_norm: they and the norm's first reader write the add + norm's nodes (vk_norm_in.c) */
     int64_t fuse_swiglu;            /* a swiglu and the mat-vec that reads it as one dispatch (mul_mat_vec3s) */
     int64_t fuse_norm_mv;           /* auto/off/on: mat-vecs reading a fused norm recompute it beside that dispatch (mul_mat_vec3n) */
     int64_t norm_wg;                /* workgroup-per-row norm+mul kernel (auto: off on CPU devices) */

@@ -24,7 +24,9 @@
  * (add+norm_mul_reg), which the readers then run beside. Taken where y, a, r and w are one f32 row of M, a multiple
  * of 32, and nothing between the mat-vec and the add writes over r or w (the dispatch reads them at its place).
  * The last-workgroup build before it (its last workgroup normalized the whole row; a counter per run) was 5% slower
- * on 7b at 2e2104a: the tail and every workgroup's count cost what the stage did. */
+ * on 7b at 2e2104a: the tail and every workgroup's count cost what the stage did.
+ * With fold_nodes, where a_writable holds, the region also has room for a and w as floats (fold_a): a reader that takes
+ * the norm's nodes (vk_norm_in.c's fold_write) makes this dispatch write a itself and the add + norm dispatch goes. */
 #include <string.h>
 #include "vk_plan.h"
 
@@ -170,6 +172,22 @@ static int row_f32(const pyg_tensor *t, int64_t M) {
     return t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == M && pyg_tensor_nelements(t) == M;
 }
 
+/* a, one f32 row, the same bytes as t or apart from them */
+static int same_or_apart(const pyg_tensor *a, const pyg_tensor *t) {
+    const pyg_buffer *ba, *bt; uint64_t oa, ot;
+    if (!overlap(a, t)) return 1;
+    return vkp_resolve(a, &ba, &oa) && vkp_resolve(t, &bt, &ot) && ba == bt && oa == ot && row_f32(t, a->ne[0]);
+}
+
+/* fold_nodes: whether mul_mat_vec_rpn for y (node i) may write the add's result a = y + r (node ja) at its own place:
+ * a apart from what the dispatch reads (the weight, x, w; or the same elements of r or y, each read then written by one
+ * invocation), and no compute node between the two touches a */
+static int a_writable(const pyg_graph *g, int i, int ja, const unsigned char *done, const pyg_tensor *y, const pyg_tensor *a,
+                      const pyg_tensor *r, const pyg_tensor *w) {
+    if (overlap(a, y->src[0]) || overlap(a, y->src[1]) || overlap(a, w) || !same_or_apart(a, y) || !same_or_apart(a, r)) return 0;
+    return hoistable(g, i, ja, done, &a, 1, NULL, 0);
+}
+
 static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *done, dispatch *dp) {
     const pyg_tensor *y = g->nodes[i];
     if (!d->opts.fold_norm || y->op != PYG_OP_MUL_MAT) return 0;
@@ -192,6 +210,10 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
     dp->slot[3] = w;
     dp->nfold = 1;
     dp->scratch_size = (uint64_t)M * 2;   /* M int8, then M / 8 scales and M / 8 sums of squares (floats) */
+    if (d->opts.fold_nodes && a_writable(g, i, ja, done, y, a, r, w)) {
+        dp->fold_a = a;   /* (written once a reader takes the norm's nodes: vk_norm_in.c) */
+        dp->scratch_size += (uint64_t)M * 8;   /* then a and w as floats */
+    }
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' (int8 copy and squares of (+ '%s') * '%s' for rms_norm '%s'): mul_mat_vec_rpn", y->name,
             r->name, w->name, n->name);
     return 1;

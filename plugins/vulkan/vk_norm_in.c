@@ -1,5 +1,6 @@
 /* plugins/vulkan/vk_norm_in.c — how a repacked decode mat-vec reads a fused layer norm's result other than as the norm
- * wrote it: from what the mat-vec before the norm wrote for it (fold_in, option fold_norm; below), recomputed from the
+ * wrote it: from what the mat-vec before the norm wrote for it (fold_in, option fold_norm, and with option fold_nodes
+ * fold_write, which writes the norm's nodes there and leaves the norm dispatch out; below), recomputed from the
  * norm's inputs (norm_in, option rp_norm_in) or as the norm's int8 copy (q8_in, option mv_q8; below), the first where
  * it applies (vkp_rp_norm_read).
  *
@@ -36,9 +37,10 @@ static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
     const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
     uint32_t spec[2], ex[2]; uint64_t work;
     int ok = sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, &work, ex)
-           : sh == VKP_SH_MUL_MAT_VEC_RPE ? vkp_mv_rp_epi_setup(d, y, sh, spec, &work, ex) : vkp_mv_rp_setup(d, y, spec, &work, ex);
-    if (!ok || spec[0] != dp->spec0) return 0;
-    spec[0] |= bits;
+           : sh == VKP_SH_MUL_MAT_VEC_RPE || sh == VKP_SH_MUL_MAT_VEC_RPN ? vkp_mv_rp_epi_setup(d, y, sh, spec, &work, ex)
+           : vkp_mv_rp_setup(d, y, spec, &work, ex);
+    if (!ok || (spec[0] & ~(1u << 16)) != (dp->spec0 & ~(1u << 16))) return 0;   /* (bit 16 kept: the fold-in build) */
+    spec[0] = dp->spec0 | bits;
     VkPipeline pipe = VK_NULL_HANDLE;
     pyg_error *e = vkp_get_pipeline(d, sh, spec, &pipe);
     if (e) {   /* (the build without the bits stays in use) */
@@ -94,12 +96,64 @@ static int q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     return 1;
 }
 
+/* f32 row t of n elements, contiguous */
+static int row_f32(const pyg_tensor *t, int64_t n) {
+    return t && t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == n && pyg_tensor_nelements(t) == n;
+}
+
+/* whether dispatch dp reads or writes any of t's bytes (its slots, a fused add's output, extra bindings) */
+static int touches(const dispatch *dp, const pyg_tensor *t) {
+    for (int s = 0; s < VKP_NBIND; s++) if (dp->slot[s] && !vkp_disjoint(dp->slot[s], t)) return 1;
+    if (dp->add_out && !vkp_disjoint(dp->add_out, t)) return 1;
+    for (int k = 0; k < 3; k++) if (dp->xout[k] && !vkp_disjoint(dp->xout[k], t)) return 1;
+    return 0;
+}
+
+/* fold_nodes: the fold-in reader dp (built as such, its norm dispatch dps[ns], the rpn that wrote its region dps[k])
+ * also writes that norm's results n and m, and the rpn the add's result a (mul_mat_vec_rp.comp's RP_NWR builds,
+ * specialization bit 17), so the norm dispatch is left out of the plan (dropped; vk_graph.c). Taken for the norm's
+ * first fold-in reader, where the rpn may write a at its place (vk_mv_epi.c: fold_a), n and m are rows of K f32 (the
+ * same bytes, or apart), no dispatch between the norm's place and dp's touches them (they are written later than
+ * the norm dispatch wrote them), they are apart from all dp touches, nobody reads the norm's int8 copy, and dp's
+ * invocations, one element each, cover the row. */
+static int fold_write(pyg_device *d, dispatch *dps, int nd, int ns, int k, dispatch *dp) {
+    dispatch *nm = &dps[ns], *f = &dps[k];
+    const pyg_tensor *n = nm->slot[3], *m = nm->slot[VKP_SLOT_DST];
+    int64_t K = m->ne[0];
+    if (!d->opts.fold_nodes || nm->dropped || !f->fold_a || f->fold_a != nm->add_out || (nm->q8 == 1 && nm->q8_n > 0)) return 0;
+    if ((dp->spec0 | f->spec0) & 3u << 14 || !row_f32(n, K) || !row_f32(m, K)) return 0;   /* (the 8-row builds, J specialized) */
+    if (!vkp_disjoint(n, m)) {   /* an in-place mul: the same elements (each invocation writes n, then m) */
+        const pyg_buffer *bn, *bm; uint64_t on, om;
+        if (!vkp_resolve(n, &bn, &on) || !vkp_resolve(m, &bm, &om) || bn != bm || on != om) return 0;
+    }
+    if (touches(dp, n) || touches(dp, m)) return 0;
+    for (int j = ns + 1; j < nd; j++) if (touches(&dps[j], n) || touches(&dps[j], m)) return 0;
+    uint32_t spec[2], ex[2]; uint64_t work;   /* dp's workgroups and their size */
+    int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG;
+    if (!(glu ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, dp->slot[VKP_SLOT_DST], spec, &work, ex)
+              : vkp_mv_rp_epi_setup(d, dp->slot[VKP_SLOT_DST], dp->shader, spec, &work, ex)) || work * spec[1] < (uint64_t)K) return 0;
+    dispatch wf = *f;
+    if (!respecialize(d, &wf, 1u << 17) || !respecialize(d, dp, 1u << 17)) return 0;
+    f->pipe = wf.pipe;
+    f->spec0 = wf.spec0;
+    f->xout[0] = f->fold_a;
+    f->xout_word[0] = 14;
+    dp->xout[1] = n; dp->xout_word[1] = 20;
+    dp->xout[2] = m; dp->xout_word[2] = 26;
+    dp->fold_wr = k + 1;
+    nm->dropped = 1;
+    nm->q8 = 0;
+    vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' writes rms_norm '%s' and mul '%s', mul_mat '%s' the add '%s': the add + norm dispatch "
+            "is not run (fold_nodes)", mv_name(dp), n->name, m->name, f->slot[VKP_SLOT_DST]->name, f->fold_a->name);
+    return 1;
+}
+
 /* fold_norm for the readers: dispatch dp (mul_mat_vec_rpe or _rpg on q4_0, q4_1, q4_K or q6_K weights) reading the result m of the
  * fused add + norm dispatch dps[ns], whose add sums y and r, where an earlier mul_mat_vec_rpn wrote y and, for this
  * norm (its r and w the norm's), the int8 blocks of (r + y) * w and the squares (vk_mv_epi.c), reads that region at
  * binding 1 (fold-in, specialization bit 16; slot 1 empty, so the dispatch reads nothing the norm writes and shares its
  * stage) and scales its sums by 1 / rms (eps at extra word 7 or 8). Nothing else writes the region. */
-static int fold_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
+static int fold_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp, uint32_t *p) {
     if (!d->opts.fold_norm || ns < 0 || ns >= nd) return 0;
     int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG, ty = (int)(dp->spec0 & 255u);
     if (!glu && dp->shader != VKP_SH_MUL_MAT_VEC_RPE) return 0;
@@ -122,6 +176,7 @@ static int fold_in(pyg_device *d, const dispatch *dps, int nd, int ns, dispatch 
     p[96 + (glu ? 8 : 7)] = (uint32_t)norm->op_params[0];   /* eps (float bits) */
     vkp_log(PYG_LOG_DEBUG, "mul_mat '%s' reads rms_norm '%s' as '%s' wrote it: %s fold-in", mv_name(dp), norm->name,
             dps[k].slot[VKP_SLOT_DST]->name, vkp_shader_name(dp->shader));
+    fold_write(d, dps, nd, ns, k, dp);   /* (fold_nodes: and the norm's nodes, where it can) */
     return 1;
 }
 

@@ -36,6 +36,9 @@
  *   fold_norm    1 (default) / 0: such a mat-vec whose result is added and rms-normalized next (a layer's o and
  *                down: mul_mat_vec_rpn) also writes the norm's int8 input and squares per 8 elements; its
  *                readers (q/k/v, gate/up) read them and run beside the norm (vk_mv_epi.c, vk_norm_in.c)
+ *   fold_nodes   0 (default) / 1: with fold_norm, that mat-vec also writes the residual add's result, and the norm's
+ *                first reader writes the norm's and its product's results, so the add + norm dispatch is not run
+ *                (vk_norm_in.c's fold_write)
  *   matvec_rows  1, 2 (default) or 4: weight rows per subgroup in mul_mat_vec2.comp; 8, 16 or 32
  *                rows per workgroup in mul_mat_vec3.comp
  *   gemm         auto (default): the cooperative-matrix GEMM where the device has it, else the tiled
@@ -136,6 +139,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rp = 1;
     d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
+    d->opts.fold_nodes = 0;
     d->opts.fold_norm = 1;   /* H100 at e8b42ef, interleaved: tg128 7b q4_0 +14.6%, 1b +13.7% (1b q4_K +15% at c28e222) */
     d->opts.rp_norm_in = VKP_AUTO;
     d->opts.mv_q8 = 1;

@@ -22,6 +22,10 @@ typedef struct dispatch {
     int nfold;                      /* fold_norm: 1 a mul_mat_vec_rpn writing a norm's int8 input and squares into its region of
                                      * the plan's scratch (scratch_off, scratch_size; at binding 6), 2 a mat-vec reading that
                                      * region as its activations (at binding 1; slot 1 empty) */
+    const pyg_tensor *fold_a;       /* fold_nodes: a mul_mat_vec_rpn's add output it may write itself (its region then has room
+                                     * for a and w as floats); written once a reader takes the norm's nodes (xout[0]) */
+    int fold_wr;                    /* fold_nodes: a reader writing the norm's nodes, 1 + the index of the rpn it made write a */
+    int dropped;                    /* fold_nodes: the add + norm dispatch whose nodes others write: left out of the plan */
     int op;
     int shader; uint32_t spec0;     /* what runs it (profile labels) */
     uint32_t fa_split, fa_len;      /* flash attention over KV splits: splits, keys per split (0: one pass) */

@@ -173,6 +173,15 @@ VKP_SPV(mul_mat_vec_rpg_q0j2)
 VKP_SPV(mul_mat_vec_rpn)
 #include "mul_mat_vec_rpn.spv.h"
 ;
+VKP_SPV(mul_mat_vec_rpn_nw)
+#include "mul_mat_vec_rpn_nw.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpe_nw)
+#include "mul_mat_vec_rpe_nw.spv.h"
+;
+VKP_SPV(mul_mat_vec_rpg_nw)
+#include "mul_mat_vec_rpg_nw.spv.h"
+;
 VKP_SPV(norm_mul_reg_q8)
 #include "norm_mul_reg_q8.spv.h"
 ;
@@ -340,7 +349,8 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
  * plan: flash_attn_dec2 with bit 31 of its second specialization word (option fa_lit) from flash_attn_dec2_d128g1;
  * mul_mat_cm4_khr with specialization bit 31 (option gemm_lit) from its literal build for the rest of the
  * specialization; with specialization bit 15 (option rp_lit) mul_mat_vec_rp / _rpe / _rpg from their q4_0 builds with J literal;
- * mul_mat_vec_rp / _rpe with bit 14 (option rp_rows=4) from their 4-row builds; else shader's */
+ * mul_mat_vec_rp / _rpe with bit 14 (option rp_rows=4) from their 4-row builds; mul_mat_vec_rpn / _rpe / _rpg with bit 17
+ * (option fold_nodes) from their RP_NWR builds; else shader's */
 const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t *bytes) {
     const vkp_cm4_lit *lit = shader == VKP_SH_MUL_MAT_CM4_KHR && (spec[0] >> 31) ? cm4_lit_find(spec[0] & ~(1u << 31), spec[1]) : NULL;
     if (lit) { *bytes = lit->bytes; return lit->code; }   /* option gemm_lit (vk_matmul.c sets bit 31 where one matches) */
@@ -359,6 +369,11 @@ const uint32_t *vkp_shader_code_spec(int shader, const uint32_t spec[2], size_t 
         { { { 0 }, VKP_MOD(mul_mat_vec_rpg_q0j1), VKP_MOD(mul_mat_vec_rpg_q0j2) }, { { 0 } } },   /* (_rpg: 4 + 4 rows always) */
     };
 #undef VKP_MOD
+    if (spec[0] >> 17 & 1u) {   /* option fold_nodes: the builds writing the add + norm's nodes (8 rows, J from the specialization) */
+        if (shader == VKP_SH_MUL_MAT_VEC_RPN) { *bytes = sizeof spv_mul_mat_vec_rpn_nw; return spv_mul_mat_vec_rpn_nw; }
+        if (shader == VKP_SH_MUL_MAT_VEC_RPE) { *bytes = sizeof spv_mul_mat_vec_rpe_nw; return spv_mul_mat_vec_rpe_nw; }
+        if (shader == VKP_SH_MUL_MAT_VEC_RPG) { *bytes = sizeof spv_mul_mat_vec_rpg_nw; return spv_mul_mat_vec_rpg_nw; }
+    }
     int kind = shader == VKP_SH_MUL_MAT_VEC_RP ? 0 : shader == VKP_SH_MUL_MAT_VEC_RPE ? 1 : shader == VKP_SH_MUL_MAT_VEC_RPG ? 2 : -1;
     uint32_t j = spec[0] >> 15 & 1u ? spec[0] >> 8 & 7u : 0u;   /* (rp_plan sets bit 15 for J = 1 or 2 alone) */
     if (kind >= 0 && j <= 2u) {

@@ -34,6 +34,7 @@ VK_SPV_H := $(patsubst $(VK_DIR)/shaders/%.comp,$(VK_BUILD)/%.spv.h,$(VK_SHADERS
             $(VK_BUILD)/mul_mat_cm4_emu.spv.h $(VK_BUILD)/mul_mat_cm4_khr.spv.h $(VK_BUILD)/flash_attn_cm2_emu.spv.h \
             $(VK_BUILD)/norm_mul_reg_q8.spv.h $(VK_BUILD)/norm_mul_reg_add_q8.spv.h $(VK_BUILD)/mul_mat_vec3q.spv.h \
             $(VK_BUILD)/mul_mat_vec_rpg.spv.h $(VK_BUILD)/mul_mat_vec_rpe.spv.h $(VK_BUILD)/mul_mat_vec_rpn.spv.h \
+            $(VK_BUILD)/mul_mat_vec_rpg_nw.spv.h $(VK_BUILD)/mul_mat_vec_rpe_nw.spv.h $(VK_BUILD)/mul_mat_vec_rpn_nw.spv.h \
             $(VK_BUILD)/mul_mat_vec_rp4.spv.h $(VK_BUILD)/mul_mat_vec_rpe4.spv.h \
             $(foreach b,$(RP_LIT_BUILDS),$(VK_BUILD)/$(b).spv.h) $(VK_BUILD)/cm4_lit.h $(VK_BUILD)/flash_attn_dec2_d128g1.spv.h $(CM4_LIT_H) \
             $(VK_BUILD)/swiglu8_b16.spv.h $(VK_BUILD)/flash_attn_cm2s.spv.h $(VK_BUILD)/flash_attn_cm2s_emu.spv.h \
@@ -103,6 +104,10 @@ $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe4_q0j$(j),mul_mat_v
 $(foreach j,1 2,$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg_q0j$(j),mul_mat_vec_rp.comp,-DRP_LIT=$(j)u -DRP_GLU)))
 # the same writing the next rms_norm's int8 input and squares for its readers (option fold_norm)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn,mul_mat_vec_rp.comp,-DRP_NORM))
+# the three writing the add + norm's nodes instead of its dispatch (option fold_nodes: specialization bit 17)
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpn_nw,mul_mat_vec_rp.comp,-DRP_NORM -DRP_NWR))
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpe_nw,mul_mat_vec_rp.comp,-DRP_EPI -DRP_NWR))
+$(eval $(call VK_VARIANT_RULE,mul_mat_vec_rpg_nw,mul_mat_vec_rp.comp,-DRP_GLU -DRP_NWR))
 # mul_mat_vec3.comp for two weights and their swiglu (option fuse_glu=1)
 $(eval $(call VK_VARIANT_RULE,mul_mat_vec3g,mul_mat_vec3.comp,-DMV_GLU))
 # rope.comp writing its result's cache rows too (option fuse_rope=1)

@@ -28,6 +28,13 @@
 // M / 4 + rg) and the sum of the 8 squares (r + y)^2 (word M / 4 + M / 8 + rg). No workgroup waits for another: a
 // reader (fold-in, below) sums the M / 8 squares itself and scales its sums by 1 / rms. The add, norm and mul nodes
 // still run in their own dispatch, beside the readers, and write every result (R9).
+// Built with RP_NWR as well (option fold_nodes, vk_norm_in.c's fold_write; picked by specialization bit 17): the nodes
+// that dispatch wrote are written here instead, and it is not run. The RP_NORM build writes a = r + y into binding 7
+// (f32, offset ex[14]) and, after its quants, scales and squares, a and w as floats (words M / 2 + e and 3 M / 2 + e).
+// The norm's first reader (the RP_EPI or RP_GLU build with fold-in) writes n = a / rms into binding 8 (offset ex[20])
+// and n * w into binding 9 (offset ex[26]), its invocation j of all (rg W + t) element j: the plan takes it only
+// where its workgroups cover the row. Those are norm_mul_reg's products, from the same a, w and squares its own sums
+// are scaled by.
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_spirv_intrinsics : require
@@ -69,6 +76,9 @@ const uint RA = R;
 #ifdef RP_NORM
 layout(std430, binding = 6) buffer Sc { uint scu[]; };
 shared float red[16];
+#ifdef RP_NWR
+layout(std430, binding = 7) writeonly buffer A7 { uint a7[]; };
+#endif
 #endif
 #ifdef RP_EPI
 #include "rope_cs.glsl"
@@ -96,6 +106,10 @@ const uint NEPS = 7u;
 // scale per 8, then the squares of x + r per 8. Each workgroup sums the K / 8 squares (eps at NEPS) and scales its
 // row sums by 1 / rms as norm-in does; it reads nothing the norm dispatch writes, so the two share a stage.
 const uint QPS = (SPEC >> 16) & 1u;
+#ifdef RP_NWR
+layout(std430, binding = 8) writeonly buffer Nn8 { uint nn8[]; };
+layout(std430, binding = 9) writeonly buffer Nm9 { uint nm9[]; };
+#endif
 #else
 const uint NIN = 0u, NIR = 0u, QPS = 0u;
 #endif
@@ -344,6 +358,11 @@ void main() {
             uint g = q * W + t;
             pv[q] = g < (K >> 3) ? uintBitsToFloat(s1w[(K >> 2) + (K >> 3) + g]) : 0.0;
         }
+#if defined(RP_NWR) && !defined(RP_NORM)
+    uint ei = rg * W + t;                                // fold_nodes: this invocation's element of the norm's row
+    float ea = 0.0, ew = 0.0;
+    if (ei < K) { ea = uintBitsToFloat(s1w[(K >> 1) + ei]); ew = uintBitsToFloat(s1w[(K >> 1) + K + ei]); }
+#endif
 #ifdef RP_NORM
     float rr = 0.0, rw = 0.0;                            // this invocation's element of r and of w (t < 8), loaded early
     if (t < R && rg * R + t < M) { rr = uintBitsToFloat(s2w[(t_off(2u) >> 2) + rg * R + t]); rw = uintBitsToFloat(s3w[(t_off(3u) >> 2) + rg * R + t]); }
@@ -399,6 +418,13 @@ void main() {
         for (uint s = 0u; s < gl_NumSubgroups; s++) tot += part_ss[s];
         nsc = 1.0 / sqrt(tot / float(K) + ex_f(NEPS));
     }
+#ifdef RP_NWR
+    if (ei < K) {
+        float nv = ea * nsc;
+        nn8[(ex_u(20u) >> 2) + ei] = floatBitsToUint(nv);
+        nm9[(ex_u(26u) >> 2) + ei] = floatBitsToUint(nv * ew);
+    }
+#endif
 #endif
 #ifdef RP_GLU
     if (t < RA) {
@@ -418,6 +444,11 @@ void main() {
             dw[(t_off(4u) >> 2) + row] = floatBitsToUint(v);
             ra = rr + v;                                  // (r + y: the add's two operands, in either order)
             rb = ra * rw;
+#ifdef RP_NWR
+            a7[(ex_u(14u) >> 2) + row] = floatBitsToUint(ra);
+            scu[(M >> 1) + row] = floatBitsToUint(ra);
+            scu[(M >> 1) + M + row] = floatBitsToUint(rw);
+#endif
         }
         red[t] = rb;
         red[R + t] = ra * ra;
