@@ -1,5 +1,6 @@
-"""gemm_splitk: mul_mat_cm4 over K splits, a workgroup each, where the GEMM's grid has fewer workgroups than the option and
-K >= 4096; splitk_add.comp adds the partial sums of splits 1.. (the plan's scratch) into split 0's result after it.
+"""gemm_splitk: mul_mat_cm4 over K splits (at least gemm_splitk_steps K steps each), a workgroup each, where the GEMM's
+grid, with those of the other GEMMs reading the same activations (its barrier stage), has fewer workgroups than the
+option; splitk_add.comp adds the partial sums of splits 1.. (the plan's scratch) into split 0's result after it.
 Against the CPU plugin, emulated everywhere (gemm=cm_emulated; lavapipe in CI) and on the tensor cores where the device
 has them (the H100/H200: scripts/gpu_vulkan.sh)."""
 import numpy as np
@@ -62,13 +63,13 @@ def test_split_sums_in_split_order(gemm):
     assert nmse(np.asarray(a), ref) <= 5e-4
 
 
-@pytest.mark.parametrize("M,K,N,splitk", [(64, 2048, 40, 1024),    # K below 4096
+@pytest.mark.parametrize("M,K,N,splitk", [(64, 512, 40, 1024),     # 16 K steps: not two splits of 16
                                           (64, 4096, 40, 1),       # the grid (1 workgroup) not below the option
                                           (64, 4096, 40, 0),       # never
-                                          (64, 4096, 40, 8)])      # 8 splits asked, the emulated build's 128 K steps allow 4
+                                          (64, 2048, 40, 8)])      # 8 splits asked, the emulated build's 64 K steps allow 4
 def test_when_not_split(M, K, N, splitk):
-    """No split below K 4096, where the grid is not smaller than the option, with the option 0; the split count is
-    capped by 32 K steps a split."""
+    """No split with fewer K steps than two splits take, where the grid is not smaller than the option, with the
+    option 0; the split count is capped by 16 K steps a split (gemm_splitk_steps)."""
     y, feeds, ref = _gemm("q4_0", M, K, N)
     got, kernels = _compute(y, feeds, _gemm_opts("cm_emulated", splitk), "mul_mat '")
     assert kernels and kernels[0].startswith("mul_mat_cm4"), kernels
@@ -81,24 +82,55 @@ def test_when_not_split(M, K, N, splitk):
 
 @pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
 def test_split_and_unsplit_in_one_stage(gemm):
-    """A split GEMM (K 4096) and two unsplit ones (K 1024) share a barrier stage: each against the CPU plugin (under the
+    """A split GEMM (K 4096) and two unsplit ones (K 512) share a barrier stage: each against the CPU plugin (under the
     validation layer: no hazard between them, though every module of theirs declares a write to binding 6; the unsplit
     ones bind their results there)."""
     _skip_without(gemm)
     rng = np.random.default_rng(3)
     g = pg.Graph()
     w1 = g.weight("w1", pg.quantize(rng.standard_normal((64, 4096)).astype(np.float32), "q4_0"), type="q4_0", shape=(64, 4096))
-    w2 = g.weight("w2", pg.quantize(rng.standard_normal((96, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(96, 1024))
-    x, x2 = g.input("x", (40, 4096)), g.input("x2", (40, 1024))
-    w3 = g.weight("w3", pg.quantize(rng.standard_normal((32, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(32, 1024))
+    w2 = g.weight("w2", pg.quantize(rng.standard_normal((96, 512)).astype(np.float32), "q4_0"), type="q4_0", shape=(96, 512))
+    x, x2 = g.input("x", (40, 4096)), g.input("x2", (40, 512))
+    w3 = g.weight("w3", pg.quantize(rng.standard_normal((32, 512)).astype(np.float32), "q4_0"), type="q4_0", shape=(32, 512))
     y1, y2, y3 = pg.mul_mat(w1, x), pg.mul_mat(w2, x2), pg.mul_mat(w3, x2)
-    feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32), "x2": rng.standard_normal((40, 1024)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32), "x2": rng.standard_normal((40, 512)).astype(np.float32)}
     cpu = pg.Scheduler(["cpu"])
     refs = [np.asarray(r, np.float64) for r in cpu.compute([y1, y2, y3], feeds)]
     got, kernels = _compute([y1, y2, y3], feeds, _gemm_opts(gemm, 1024), "mul_mat '")
     assert sum(" split" in k for k in kernels) == 1, kernels
     for o, r in zip(got, refs):
         assert nmse(np.asarray(o), r) <= 5e-4
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+@pytest.mark.parametrize("readers", [1, 2, 3])
+def test_the_stage_counts(gemm, readers):
+    """GEMMs reading the same activations share a barrier stage, so the rule counts their tiles together: 64-row GEMMs
+    (one tile each) of K 4096 with the option 4 split alone (4 splits), two together (2 each), three not at all. Each
+    against the CPU plugin."""
+    _skip_without(gemm)
+    rng = np.random.default_rng(8)
+    g = pg.Graph()
+    x = g.input("x", (40, 4096))
+    ws = [pg.quantize(rng.standard_normal((64, 4096)).astype(np.float32), "q4_0") for _ in range(readers)]
+    ys = [pg.mul_mat(g.weight(f"w{i}", w, type="q4_0", shape=(64, 4096)), x) for i, w in enumerate(ws)]
+    feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32)}
+    refs = [np.asarray(r, np.float64) for r in pg.Scheduler(["cpu"]).compute(ys, feeds)]
+    got, kernels = _compute(ys, feeds, _gemm_opts(gemm, 4), "mul_mat '")
+    want = {1: " split4", 2: " split2", 3: None}[readers]
+    assert len(kernels) == readers and all((k.endswith(want) if want else " split" not in k) for k in kernels), kernels
+    for o, r in zip(got, refs):
+        assert nmse(np.asarray(o), r) <= 5e-4
+
+
+def test_split_steps_option():
+    """gemm_splitk_steps sets the fewest K steps a split takes: 32 leaves a 64-step GEMM two splits where 16 gives it 4."""
+    y, feeds, ref = _gemm("q4_0", 64, 2048, 40)
+    got, kernels = _compute(y, feeds, {**_gemm_opts("cm_emulated", 8), "gemm_splitk_steps": "32"}, "mul_mat '")
+    assert kernels[0].endswith(" split2"), kernels
+    assert nmse(np.asarray(got), ref) <= 5e-4
+    with pytest.raises(pg.PyggmlError, match="gemm_splitk_steps"):
+        pg.get_device(VK).set_option("gemm_splitk_steps", "0")
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")

@@ -230,7 +230,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
             break;
         }
         uint64_t copies[4];
-        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies);
+        pyg_error *e = vkp_mul_mat_setup(d, n, &shader, sp, &work, ex, copies, dp->graph);
         dp->b16_rows = copies[2];
         dp->b16_k = copies[3];
         dp->scratch_size = copies[0];
@@ -448,6 +448,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         }
         uint32_t *p = (uint32_t *)((char *)params + (size_t)nd * pstride);
         dps[nd].rp = dps[nd].rp2 = NULL;
+        dps[nd].graph = g;   /* (gemm_splitk) */
         e = vkp_plan_node(d, g, &i, dps, nd, p, norm_src, done);
         for (int k = 0; k < 2; k++) {   /* the plan holds the copies' references */
             struct vkp_repack *r = k ? dps[nd].rp2 : dps[nd].rp;

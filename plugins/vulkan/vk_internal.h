@@ -109,7 +109,8 @@ typedef struct vkp_options {
     int64_t swiglu8;                /* prefill swiglu: 0 elementwise.comp, 1 swiglu8.comp (8 elements an invocation), 2 (default)
                                      * that and, before a gemm_b16 GEMM reading it, the GEMM's f16 copy written beside it */
     int64_t gemm_lit;               /* mul_mat_cm4_khr from its literal builds where one has the GEMM's specialization */
-    int64_t gemm_splitk;            /* mul_mat_cm4 over K splits where its grid has fewer workgroups than this and K >= 4096 (0: never) */
+    int64_t gemm_splitk;            /* mul_mat_cm4 over K splits where its stage's grids have fewer workgroups than this (0: never) */
+    int64_t gemm_splitk_steps;      /* the fewest K steps a split takes */
     int64_t rp_lit;                 /* q4_0 mul_mat_vec_rp / _rpe / _rpg with 1 or 2 blocks per invocation from builds where those are literals */
     int64_t rp_rows;                /* mul_mat_vec_rp / _rpe rows per workgroup: 8 >> rp_rows (index of vk_plugin.c's k_rp_rows; 4: the _rp4 / _rpe4 builds) */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */
@@ -376,7 +377,8 @@ uint32_t vkp_rows_per_wg(const pyg_device *d);   /* rows of a 64-invocation subg
 /* dq[0]: gemm_dq chose the f16 copy of the weights: its bytes (else 0); dq[1]: gemm_b16 the f16 copy of
  * the activations, dq[2] its rows per (ne2, ne3) and dq[3] its row length in elements (gemm_bg: padded) */
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2], uint64_t *work, uint32_t *ex,
-                             uint64_t dq[4]);
+                             uint64_t dq[4], const pyg_graph *g);   /* g: n's graph, or NULL (gemm_splitk counts the GEMMs
+                             that share its stage) */
 /* vk_matmul.c: 1 when the pipeline can be created; else logged, *disable set, 0 */
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 enum { VKP_COPY_AUTO, VKP_COPY_OFF, VKP_COPY_ON };   /* options gemm_dq (auto: the k-quants) and gemm_b16: auto, 0, 1 */

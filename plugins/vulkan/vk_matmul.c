@@ -304,8 +304,23 @@ int vkp_glu_setup(pyg_device *d, const pyg_tensor *a, const pyg_tensor *b, const
     return 1;
 }
 
+/* gemm_splitk: tiles of bm rows over the other GEMMs (mul_mat) of graph g that read GEMM n's activations (the same
+ * tensor through views, as many columns): independent of n, they share its barrier stage */
+static uint64_t gemm_share_tiles(const pyg_graph *g, const pyg_tensor *n, uint64_t bm) {
+    const pyg_tensor *x = n->src[1];
+    while (x->view_src && pyg_op_is_view(x->op)) x = x->view_src;
+    uint64_t tiles = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const pyg_tensor *o = g->nodes[j], *ox = o ? o->src[1] : NULL;
+        if (o == n || !o || o->op != PYG_OP_MUL_MAT || !ox || ox->ne[1] != n->src[1]->ne[1]) continue;
+        while (ox->view_src && pyg_op_is_view(ox->op)) ox = ox->view_src;
+        if (ox == x) tiles += ((uint64_t)o->src[0]->ne[1] + bm - 1) / bm;
+    }
+    return tiles;
+}
+
 pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t spec[2],
-                             uint64_t *work, uint32_t *ex, uint64_t dq[4]) {
+                             uint64_t *work, uint32_t *ex, uint64_t dq[4], const pyg_graph *g) {
     const pyg_tensor *s0 = n->src[0], *s1 = n->src[1];
     dq[0] = dq[1] = dq[2] = dq[3] = 0;
     uint64_t M = (uint64_t)s0->ne[1], N = (uint64_t)s1->ne[1], B = (uint64_t)(s1->ne[2] * s1->ne[3]);
@@ -410,14 +425,18 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
         cm_shared = gemm_cfg_shared_bg(&c, use_bg);
         tile_m = c.bm;
         tile_n = c.bn;
-        /* gemm_splitk: K cut into splits, a workgroup each, where the grid has fewer workgroups than the option and
-         * K >= 4096 (a 1b's down projection: 128 tiles of 64 x 128, 128 K steps, one workgroup a multiprocessor of an
-         * H100), at most 8 splits of at least 32 steps; all but the first split's sums go to the plan's scratch and
-         * splitk_add.comp, the dispatch after it, adds them into the result (vk_graph.c) */
+        /* gemm_splitk: K cut into splits, a workgroup each, where the grid, with the other GEMMs of its stage (their rows
+         * on tiles as tall: gemm_share_tiles), has fewer workgroups than the option (a 1b's down and o projections: 128
+         * tiles of 64 x 128 alone in their stages, one workgroup a multiprocessor of an H100; not its q/k/v, 192 tiles
+         * together), at most 8 splits of at least gemm_splitk_steps steps; all but the first split's sums go to the
+         * plan's scratch and splitk_add.comp, the dispatch after it, adds them into the result (vk_graph.c) */
         uint64_t grid = (M + c.bm - 1) / c.bm * ((N + c.bn - 1) / c.bn) * B, steps = ((uint64_t)s0->ne[0] + c.bk - 1) / c.bk;
-        if (d->opts.gemm_splitk > 0 && s0->ne[0] >= 4096 && grid < (uint64_t)d->opts.gemm_splitk) {
-            uint64_t nsp = (uint64_t)d->opts.gemm_splitk / grid;
-            if (nsp > steps / 32) nsp = steps / 32;
+        uint64_t stage_grid = grid;
+        if (d->opts.gemm_splitk > 0 && grid < (uint64_t)d->opts.gemm_splitk && g)
+            stage_grid += gemm_share_tiles(g, n, c.bm) * ((N + c.bn - 1) / c.bn) * B;
+        if (d->opts.gemm_splitk > 0 && stage_grid < (uint64_t)d->opts.gemm_splitk) {
+            uint64_t nsp = (uint64_t)d->opts.gemm_splitk / stage_grid;
+            if (nsp > steps / (uint64_t)d->opts.gemm_splitk_steps) nsp = steps / (uint64_t)d->opts.gemm_splitk_steps;
             if (nsp > 8) nsp = 8;
             if (nsp >= 2 && (nsp - 1) * M * N * B * 4 <= d->max_range && grid * nsp <= 0xFFFFFFFFull) {
                 cm4_per = (steps + nsp - 1) / nsp;

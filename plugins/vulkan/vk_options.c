@@ -84,10 +84,13 @@
  *                cm_emulated (flash_attn_cm.comp); auto (default) is coopmat where the device has
  *                cooperative matrices (H200: pp512 7b q4_0 1.93k vs 1.74k t/s, 1b 8.95k vs 8.90k),
  *                else scalar
- *   gemm_splitk  256 (default) / W / 0 (never): mul_mat_cm4 over K splits, a workgroup each, where its grid has fewer than W
- *                workgroups and K >= 4096 (at most 8 splits of at least 32 K steps); the splits past the first write
- *                their sums into the plan's scratch, splitk_add.comp adds them into the result after it (a 1b's down
+ *   gemm_splitk  256 (default) / W / 0 (never): mul_mat_cm4 over K splits, a workgroup each, where its grid, with the
+ *                grids of the GEMMs that read the same activations (its barrier stage), has fewer than W workgroups
+ *                (at most 8 splits of at least gemm_splitk_steps K steps); the splits past the first write their
+ *                sums into the plan's scratch, splitk_add.comp adds them into the result after it (a 1b's down
  *                projection: 128 workgroups of 64 x 128 on an H100's 132 multiprocessors, 128 K steps each)
+ *   gemm_splitk_steps 16 (default) / S: the fewest K steps a split of gemm_splitk takes (32 until 2026-12-07: a 1b's
+ *                o projection, K 2048, 32 steps, alone in its stage, then stayed whole)
  *   gemm_bg      0 (default) / 1: with gemm_b16's copy, mul_mat_cm4 loads its activation fragments from it in
  *                global memory (rows padded to whole tiles), shared memory holding the weight tiles alone;
  *                tested on lavapipe, not yet timed on a GPU
@@ -133,6 +136,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_wgs = 4096;
     d->opts.gemm_splitk = 256;   /* H200 at a10c05c: 1b q4_0 pp512 +7.1% (4 interleaved rounds, 41.7k against 38.9k t/s; a 1b's
                                   * down projection split in two), 7b unchanged (its GEMMs have 256 workgroups or more) */
+    d->opts.gemm_splitk_steps = 16;
     d->opts.fa_cm_wgs = 512;   /* H100 at 70a3cce: 2048 (4 splits at pp512) slowed the 1b / 7b prefill 3% */
     d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 3;   /* H100 at f5503cb: the prefill attention 1.53 / 4.11 ms against cm2's 1.84 / 4.81 (1b / 7b pp512) */

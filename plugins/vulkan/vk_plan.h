@@ -50,6 +50,7 @@ typedef struct dispatch {
                                      * the plan's scratch (ks_off, ks_size: one region every such pair shares in turn; at
                                      * binding 6), 2 the splitk_add.comp pass after it adding them into its result */
     uint64_t ks_off, ks_size;
+    const pyg_graph *graph;         /* while it is built: its node's graph (gemm_splitk counts the GEMMs sharing its stage) */
 } dispatch;
 
 /* A plan (vk_graph.c builds it, records it once, resubmits it) */
