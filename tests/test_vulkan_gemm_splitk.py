@@ -26,7 +26,7 @@ def _gemm(wtype, M, K, N, batch=1, seed=0):
 
 
 def _gemm_opts(gemm, splitk):
-    return {"gemm": gemm, "gemm_v": "4", "gemm_splitk": str(splitk)}
+    return {"gemm": gemm, "gemm_v": "4", "gemm_splitk": str(splitk), "gemm_splitk_steps": "16"}
 
 
 def _skip_without(gemm):
@@ -124,7 +124,8 @@ def test_the_stage_counts(gemm, readers):
 
 
 def test_split_steps_option():
-    """gemm_splitk_steps sets the fewest K steps a split takes: 32 leaves a 64-step GEMM two splits where 16 gives it 4."""
+    """gemm_splitk_steps sets the fewest K steps a split takes: 32 (the default) leaves a 64-step GEMM two splits where 16
+    gives it 4."""
     y, feeds, ref = _gemm("q4_0", 64, 2048, 40)
     got, kernels = _compute(y, feeds, {**_gemm_opts("cm_emulated", 8), "gemm_splitk_steps": "32"}, "mul_mat '")
     assert kernels[0].endswith(" split2"), kernels
