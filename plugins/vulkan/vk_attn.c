@@ -6,7 +6,8 @@
  * KV split) stays on flash_attn.comp (vk_graph.c). The choice is logged per plan at debug level
  * ("flash_attn 'name': kernel", vkp_fa_log). Decode nodes the KV split takes run flash_attn_dec.comp
  * with fa_v=3 where its layout holds (vkp_fa_dec_setup), flash_attn_dec2.comp with fa_v=4 (vkp_fa_dec2_setup). */
-#include "vk_internal.h"
+#include <string.h>
+#include "vk_plan.h"
 
 #define FA_BQ 32
 #define FA_BKV 64
@@ -196,4 +197,53 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
     ex[4] = (uint32_t)(rows * ns * (Dv + 2));
     *scratch_size += rows * 4;
     return 1;
+}
+
+/* fa_span (vk_plan.h): the open chunks of flash_attn_cm3's mask, found once per mask and shape by fa_mask_span.comp,
+ * a workgroup per (mask plane, 32-row query block) writing (first, one past the last) chunk with an unmasked key into
+ * a region of the plan's scratch; the attention reads its block's pair at binding 6 (extra word 5 set) and walks those
+ * chunks alone. The pass reads the mask alone (the shapes come in its extras 3 and 4), so it lands in the plan's first
+ * barrier stage and costs a stage nowhere; one pass serves every layer of a model's prefill. */
+pyg_error *vkp_fa_span(pyg_device *d, dispatch *dps, int *nd, void *params, uint64_t pstride, uint64_t align, uint64_t *scratch_total) {
+    dispatch *fa = &dps[*nd - 1];
+    uint32_t *p = (uint32_t *)((char *)params + (size_t)(*nd - 1) * pstride);
+    if (!d->opts.fa_span || fa->fa_split || (fa->shader != VKP_SH_FLASH_ATTN_CM3 && fa->shader != VKP_SH_FLASH_ATTN_CM3_EMU) ||
+        !p[96 + 1] || !fa->slot[3])
+        return NULL;
+    const pyg_tensor *m = fa->slot[3];
+    uint32_t nq = p[4 + 1], nkv = p[16 + 4 + 1], nqb = (nq + FA_BQ - 1) / FA_BQ;
+    uint64_t planes = (uint64_t)(m->ne[2] * m->ne[3]), size = planes * nqb * 8;
+    if (planes * nqb > 0xFFFFFFFFull) return NULL;
+    for (int j = 0; j < *nd - 1; j++) {   /* a pass over the same mask and shape: its region */
+        const uint32_t *pj = (const uint32_t *)((const char *)params + (size_t)j * pstride);
+        if (dps[j].span == 1 && dps[j].slot[3] == m && pj[96 + 3] == nq && pj[96 + 4] == nkv) {
+            fa->span = 2; fa->span_off = dps[j].span_off; fa->span_size = dps[j].span_size;
+            p[96 + 5] = 1;
+            return NULL;
+        }
+    }
+    uint32_t *pn = (uint32_t *)((char *)params + (size_t)*nd * pstride);   /* the attention moves one up */
+    dps[*nd] = *fa;
+    memcpy(pn, p, (size_t)pstride);
+    dispatch *sp = fa;
+    memset(sp, 0, sizeof *sp);
+    sp->slot[3] = m;
+    sp->op = dps[*nd].op;
+    sp->span = 1;
+    sp->span_off = *scratch_total;
+    sp->span_size = size;
+    *scratch_total += (size + align - 1) / align * align;
+    p[96 + 0] = (uint32_t)(planes * nqb);
+    p[96 + 1] = nqb;   /* (p[96 + 2]: the mask as 16-byte f16 words, as the attention reads it) */
+    p[96 + 3] = nq;
+    p[96 + 4] = nkv;
+    sp->shader = VKP_SH_FA_MASK_SPAN;
+    vkp_fold_groups(planes * nqb, sp->groups);
+    dispatch *a = &dps[*nd];
+    a->span = 2; a->span_off = sp->span_off; a->span_size = size;
+    pn[96 + 5] = 1;
+    (*nd)++;
+    vkp_log(PYG_LOG_DEBUG, "flash_attn_ext '%s': fa_mask_span for mask '%s' first", a->slot[VKP_SLOT_DST]->name, m->name);
+    uint32_t specs[2] = { 0, 1 };
+    return vkp_get_pipeline(d, VKP_SH_FA_MASK_SPAN, specs, &sp->pipe);
 }

@@ -68,6 +68,8 @@ pyg_error *vkp_plan_descriptors(pyg_device *d, pyg_graph_plan *plan, const dispa
             bi[i * VKP_NSET + VKP_BIND_SCRATCH] = bi[i * VKP_NSET + VKP_SLOT_DST];   /* (its module writes binding 6; unsplit
             it never does, but for the validation layer every dispatch of it does: its result, which it writes anyway,
             not the dummy others of its stage would "write" too) */
+        if (dps[i].span)   /* fa_span: the open chunks (fa_mask_span writes them, flash_attn_cm3 reads them) */
+            bi[i * VKP_NSET + VKP_BIND_SCRATCH] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].span_off, dps[i].span_size };
         if (dps[i].dq == 2)   /* the GEMM's weights: the f16 copy */
             bi[i * VKP_NSET + 0] = (VkDescriptorBufferInfo){ plan->sbuf, dps[i].scratch_off, dps[i].scratch_size };
         if (dps[i].b16 == 1)

@@ -550,6 +550,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             scratch_total += (dps[nd - 1].scratch_size + align - 1) / align * align;
             continue;
         }
+        if ((e = vkp_fa_span(d, dps, &nd, params, pstride, align, &scratch_total))) goto fail;   /* (fa_span) */
         if (dps[nd - 1].fa_split) {   /* the combine pass: same operands, reads the partials */
             dispatch *a = &dps[nd - 1], *c = &dps[nd];
             a->scratch_off = scratch_total;

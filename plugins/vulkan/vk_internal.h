@@ -49,7 +49,7 @@ enum {
     VKP_SH_MUL_MAT_CM2_128, VKP_SH_MUL_MAT_CM2_128_EMU, VKP_SH_NORM_MUL_REG, VKP_SH_NORM_MUL_REG_ADD,
     VKP_SH_MUL_MAT_VEC3, VKP_SH_MUL_MAT_CM3, VKP_SH_MUL_MAT_CM3_EMU, VKP_SH_MUL_MAT_CM3_128, VKP_SH_MUL_MAT_CM3_128_EMU,
     VKP_SH_FLASH_ATTN2, VKP_SH_FLASH_ATTN_DEC, VKP_SH_MUL_MAT_VEC3P, VKP_SH_ROPE_STORE, VKP_SH_MUL_MAT_VEC3G, VKP_SH_MUL_MAT_CM4, VKP_SH_MUL_MAT_CM4_EMU, VKP_SH_MUL_MAT_VEC3I, VKP_SH_MUL_MAT_VEC3W, VKP_SH_MUL_MAT_VEC4, VKP_SH_MUL_MAT_VEC3S, VKP_SH_MUL_MAT_VEC3N, VKP_SH_MUL_MAT_CM4_KHR,
-    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_SWIGLU8, VKP_SH_SWIGLU8_B16, VKP_SH_FLASH_ATTN_CM2S, VKP_SH_FLASH_ATTN_CM2S_EMU, VKP_SH_NORM_MUL_REG_B16, VKP_SH_NORM_MUL_REG_ADD_B16, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, VKP_SH_SPLITK_ADD, VKP_SH_COUNT
+    VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, VKP_SH_DEQUANT, VKP_SH_NORM_MUL_REG_Q8, VKP_SH_NORM_MUL_REG_ADD_Q8, VKP_SH_MUL_MAT_VEC3Q, VKP_SH_REPACK, VKP_SH_MUL_MAT_VEC_RP, VKP_SH_MUL_MAT_VEC_RPG, VKP_SH_MUL_MAT_VEC_RPE, VKP_SH_MUL_MAT_VEC_RPN, VKP_SH_FLASH_ATTN_DEC2, VKP_SH_SWIGLU8, VKP_SH_SWIGLU8_B16, VKP_SH_FLASH_ATTN_CM2S, VKP_SH_FLASH_ATTN_CM2S_EMU, VKP_SH_NORM_MUL_REG_B16, VKP_SH_NORM_MUL_REG_ADD_B16, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, VKP_SH_SPLITK_ADD, VKP_SH_FA_MASK_SPAN, VKP_SH_COUNT
 };
 #define VKP_MAX_PIPELINES 512  /* cache slots: (shader, specialization constants) pairs; every weight type x kernel variant fits */
 
@@ -101,6 +101,7 @@ typedef struct vkp_options {
     int64_t gemm_cfg;               /* mul_mat_cm4's configuration: 0 auto, else 1 + an index of vkp_gemm_cfgs (vk_matmul.c) */
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
+    int64_t fa_span;                /* flash_attn_cm3 walks each query block's open chunks alone (fa_mask_span.comp: vk_attn.c) */
     int64_t fa_cm_wgs;              /* flash_attn_cm2 over KV splits (flash_attn_cm2s) up to about this many workgroups; 0: never */
     int64_t fa_dec_wgs;             /* fa_v=4: about this many workgroups over a node's row groups (splits of at least 32 cells) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: products summed in f16 over 1, 2, 4 or 8 K steps (1, 2, 3 = default, 4) before the f32 sums, 0 f32 accumulators */

@@ -50,6 +50,9 @@ typedef struct dispatch {
                                      * the plan's scratch (ks_off, ks_size: one region every such pair shares in turn; at
                                      * binding 6), 2 the splitk_add.comp pass after it adding them into its result */
     uint64_t ks_off, ks_size;
+    int span;                       /* fa_span: 1 fa_mask_span.comp writing the open chunks of a mask into the plan's scratch
+                                     * (span_off, span_size; at binding 6), 2 a flash_attn_cm3 reading them there */
+    uint64_t span_off, span_size;
     const pyg_graph *graph;         /* while it is built: its node's graph (gemm_splitk counts the GEMMs sharing its stage) */
 } dispatch;
 
@@ -76,7 +79,7 @@ struct pyg_graph_plan {
     struct vkp_repack **rps; int n_rps;   /* matvec_rp: the repacked copies its dispatches read (one reference each) */
 };
 
-#define VKP_RPD (VKP_NBIND + 8)   /* byte ranges per dispatch at most: slots, add_out, xout, up to four scratch regions */
+#define VKP_RPD (VKP_NBIND + 9)   /* byte ranges per dispatch at most: slots, add_out, xout, up to five scratch regions */
 
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
@@ -107,6 +110,10 @@ pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *r
  * nodes a dispatch took ahead of their place (fuse_rope_mv sets them; the caller skips them). */
 pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
                          unsigned char *done);
+/* vk_attn.c: fa_span for the dispatch just built, dps[nd - 1] (params at params + (nd - 1) * pstride): where it is a
+ * flash_attn_cm3 with a mask, it reads the open chunks that an earlier fa_mask_span dispatch of the same mask and shape
+ * found, or one is put before it (*nd grows; its region from *scratch_total) */
+pyg_error *vkp_fa_span(pyg_device *d, dispatch *dps, int *nd, void *params, uint64_t pstride, uint64_t align, uint64_t *scratch_total);
 /* vk_mv_epi.c: dispatch dp, just built as mul_mat_vec_rp for node i, also does what the graph does next with its
  * result where it can (fuse_rope_mv: a rope and/or a cache write; fold_norm: the int8 input of the norm after it);
  * marks the nodes it took in done. */

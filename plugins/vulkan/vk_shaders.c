@@ -224,6 +224,9 @@ VKP_SPV(flash_attn_cm3_emu)
 VKP_SPV(splitk_add)
 #include "splitk_add.spv.h"
 ;
+VKP_SPV(fa_mask_span)
+#include "fa_mask_span.spv.h"
+;
 VKP_SPV(swiglu8)
 #include "swiglu8.spv.h"
 ;
@@ -335,6 +338,7 @@ const uint32_t *vkp_shader_code(int shader, size_t *bytes) {
     VKP_CASE(VKP_SH_FLASH_ATTN_CM3_EMU, flash_attn_cm3_emu)
     VKP_CASE(VKP_SH_SWIGLU8, swiglu8)
     VKP_CASE(VKP_SH_SPLITK_ADD, splitk_add)
+    VKP_CASE(VKP_SH_FA_MASK_SPAN, fa_mask_span)
     VKP_CASE(VKP_SH_SWIGLU8_B16, swiglu8_b16)
     VKP_CASE(VKP_SH_NORM_MUL_ADD, norm_mul_add)
     VKP_CASE(VKP_SH_NORM_MUL_WG_ADD, norm_mul_wg_add)
@@ -407,7 +411,7 @@ const char *vkp_shader_name(int shader) {
         [VKP_SH_NORM_MUL_REG_Q8] = "norm_mul_reg_q8", [VKP_SH_NORM_MUL_REG_ADD_Q8] = "norm_mul_reg_q8",
         [VKP_SH_MUL_MAT_VEC3S] = "mul_mat_vec3s", [VKP_SH_MUL_MAT_VEC3N] = "mul_mat_vec3n", [VKP_SH_MUL_MAT_CM4] = "mul_mat_cm4", [VKP_SH_MUL_MAT_CM4_EMU] = "mul_mat_cm4_emu",
         [VKP_SH_MUL_MAT_CM4_KHR] = "mul_mat_cm4_khr", [VKP_SH_FLASH_ATTN_CM2] = "flash_attn_cm2",
-        [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu", [VKP_SH_DEQUANT] = "dequant", [VKP_SH_SWIGLU8] = "swiglu8", [VKP_SH_FLASH_ATTN_CM3] = "flash_attn_cm3", [VKP_SH_FLASH_ATTN_CM3_EMU] = "flash_attn_cm3_emu", [VKP_SH_SPLITK_ADD] = "splitk_add", [VKP_SH_NORM_MUL_REG_B16] = "norm_mul_reg_b16", [VKP_SH_NORM_MUL_REG_ADD_B16] = "norm_mul_reg_b16", [VKP_SH_FLASH_ATTN_CM2S] = "flash_attn_cm2s", [VKP_SH_FLASH_ATTN_CM2S_EMU] = "flash_attn_cm2s_emu", [VKP_SH_SWIGLU8_B16] = "swiglu8_b16",
+        [VKP_SH_FLASH_ATTN_CM2_EMU] = "flash_attn_cm2_emu", [VKP_SH_DEQUANT] = "dequant", [VKP_SH_SWIGLU8] = "swiglu8", [VKP_SH_FLASH_ATTN_CM3] = "flash_attn_cm3", [VKP_SH_FLASH_ATTN_CM3_EMU] = "flash_attn_cm3_emu", [VKP_SH_SPLITK_ADD] = "splitk_add", [VKP_SH_FA_MASK_SPAN] = "fa_mask_span", [VKP_SH_NORM_MUL_REG_B16] = "norm_mul_reg_b16", [VKP_SH_NORM_MUL_REG_ADD_B16] = "norm_mul_reg_b16", [VKP_SH_FLASH_ATTN_CM2S] = "flash_attn_cm2s", [VKP_SH_FLASH_ATTN_CM2S_EMU] = "flash_attn_cm2s_emu", [VKP_SH_SWIGLU8_B16] = "swiglu8_b16",
         [VKP_SH_REPACK] = "repack", [VKP_SH_MUL_MAT_VEC_RP] = "mul_mat_vec_rp", [VKP_SH_MUL_MAT_VEC_RPG] = "mul_mat_vec_rpg", [VKP_SH_MUL_MAT_VEC_RPE] = "mul_mat_vec_rpe", [VKP_SH_MUL_MAT_VEC_RPN] = "mul_mat_vec_rpn",
     };
     return shader >= 0 && shader < VKP_SH_COUNT && names[shader] ? names[shader] : "?";

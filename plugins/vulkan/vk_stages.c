@@ -29,6 +29,7 @@ int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *m
     if (dp->b16) { my[n] = (range){ own, dp->b16_off, dp->b16_off + dp->b16_size }; myw[n++] = dp->b16 == 1; }
     if (dp->q8) { my[n] = (range){ own, dp->q8_off, dp->q8_off + dp->q8_size }; myw[n++] = dp->q8 == 1; }
     if (dp->ks) { my[n] = (range){ own, dp->ks_off, dp->ks_off + dp->ks_size }; myw[n++] = dp->ks == 1; }
+    if (dp->span) { my[n] = (range){ own, dp->span_off, dp->span_off + dp->span_size }; myw[n++] = dp->span == 1; }
     return n;
 }
 

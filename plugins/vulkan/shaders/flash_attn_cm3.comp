@@ -9,6 +9,8 @@
 // accumulators never rescale). At the end the outputs are divided by the row sums.
 // D = Dv <= 128 and a multiple of 16, no softcap, 32-wide subgroups with shuffles (vk_attn.c's checks for cm2).
 // CM_EMULATE builds flash_attn_cm3_emu (option fa=cm_emulated: the tests on lavapipe).
+// With ex[5] set (option fa_span), binding 6 holds fa_mask_span.comp's open chunks of each (mask plane, query block):
+// the loop walks those alone, so the chunks every row masks (half of a causal prefill's) cost no load and no barrier.
 #include "common.glsl"
 #include "coopmat.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -36,6 +38,7 @@ uint pack_h2(float a, float b) { return packHalf2x16(vec2(a, b)); }
 layout(std430, binding = 1) readonly buffer S1v { uvec4 s1v[]; };
 layout(std430, binding = 2) readonly buffer S2v { uvec4 s2v[]; };
 layout(std430, binding = 3) readonly buffer S3v { uvec4 s3v[]; };
+layout(std430, binding = 6) readonly buffer Sp { uvec2 span[]; };
 // every shared variable a multiple of 16 bytes (coopmat.glsl: alignment)
 shared uvec4 Qs[BQ * LDQ4];
 shared uvec4 KV4[DMAX * LDV4];                   // K rows [key][word], then V^T [dim][key word], then P V as f32 [dim][query]
@@ -85,7 +88,12 @@ void main() {
     [[unroll]] for (uint i = 0u; i < OMAX; i++) O[i] = 0.0;
     uint nt = D / 16u, ntiles = 2u * nt, nch = (nkv + BKV - 1u) / BKV, nkw = BKV * DW, nvb = (BKV / 8u) * DW;
 
-    for (uint ci = 0u; ci < nch; ci++) {
+    uint cl = 0u, ch = nch;
+    if (ex_u(5u) != 0u) {   // fa_span: the block's open chunks (fa_mask_span.comp)
+        uvec2 sp = span[((h % t_ne(3u, 2u)) + t_ne(3u, 2u) * (b % t_ne(3u, 3u))) * nqb + qb];
+        cl = sp.x; ch = min(sp.y, nch);
+    }
+    for (uint ci = cl; ci < ch; ci++) {
         uint j0 = ci * BKV;
         // every load of the chunk first: the mask terms, K and V
         FA_CM_LOADS(bi < nvb)
