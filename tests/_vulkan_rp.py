@@ -49,6 +49,19 @@ def run_steps(devs, build, feeds, options=None):
     return got, kernels
 
 
+def cpu_on_off(build, feeds, on, off):
+    """build()'s outputs per feed on the CPU plugin, then on VK with options `on` and `off`: (CPU results, (results,
+    mat-vec kernels, debug log lines) with `on`, the same with `off`)"""
+    cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
+    want, _ = run_steps([cpu], build, feeds)
+    res = []
+    for opts in (on, off):
+        with debug_records() as records:
+            got, kernels = run_steps([VK], build, feeds, opts)
+        res.append((got, kernels, records))
+    return want, res[0], res[1]
+
+
 def smallest_plan(lines):
     """(dispatches, barriers) of the smallest plan among the plugin's 'plan for graph' lines (a model's decode plan)"""
     plans = [re.search(r"(\d+) dispatches, (\d+) barriers", r) for r in lines if "dispatches" in r]

@@ -10,7 +10,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import debug_records, decode_on_off, has_int8, run_steps, smallest_plan
+from _vulkan_rp import cpu_on_off, debug_records, decode_on_off, has_int8, run_steps, smallest_plan
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 from test_vulkan_norm_fold import NAMES, _fragment, _feeds
 
@@ -41,11 +41,7 @@ def test_fold_nodes_fragment(m, k, f, swap):
     order); one dispatch fewer, as many barriers."""
     build = _fragment(m, k, f, m + k, swap=swap)
     feeds = [_feeds(m, k, s) for s in range(3)]
-    want, _ = run_steps([CPU], build, feeds)
-    with debug_records() as r1:
-        got, _ = run_steps([VK], build, feeds, ON)
-    with debug_records() as r0:
-        base, _ = run_steps([VK], build, feeds, OFF)
+    want, (got, _, r1), (base, _, r0) = cpu_on_off(build, feeds, ON, OFF)
     if has_int8():
         assert len(_took(r1)) == 1 and not _took(r0), _took(r1)
         (n1, b1), (n0, b0) = smallest_plan(r1), smallest_plan(r0)

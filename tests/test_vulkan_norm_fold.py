@@ -12,7 +12,7 @@ import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from _vulkan_rp import check_model_on_off, debug_records, has_int8, run_steps, smallest_plan
+from _vulkan_rp import check_model_on_off, cpu_on_off, has_int8, run_steps, smallest_plan
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
@@ -65,12 +65,7 @@ def _feeds(m, k, step):
 def test_norm_fold_fragment(m, k, f, swap):
     build = _fragment(m, k, f, m + k, swap=swap)
     feeds = [_feeds(m, k, s) for s in range(3)]
-    cpu = [d for d in pg.devices() if str(d).startswith("cpu")][0]
-    want, _ = run_steps([cpu], build, feeds)
-    with debug_records() as r1:
-        got, k1 = run_steps([VK], build, feeds, ON)
-    with debug_records() as r0:
-        base, k0 = run_steps([VK], build, feeds, OFF)
+    want, (got, k1, r1), (base, k0, r0) = cpu_on_off(build, feeds, ON, OFF)
     if has_int8():
         assert "mul_mat_vec_rpn" in k1 and "mul_mat_vec_rpg fold-in" in k1, k1
         assert "mul_mat_vec_rpn" not in k0 and "mul_mat_vec_rpg fold-in" not in k0, k0
