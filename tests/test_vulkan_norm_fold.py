@@ -16,10 +16,11 @@ from _vulkan_rp import check_model_on_off, cpu_on_off, has_int8, run_steps, smal
 from test_vulkan_kernels import VALIDATING, VK, _rerun_under_validation, _validation_clean  # noqa: F401
 
 pytestmark = pytest.mark.skipif(VK is None, reason="no Vulkan device (install lavapipe: .ci/apt-vulkan.sh)")
-# (rp_norm_in=off: on the GPU its auto takes the 512-wide test model's q/k/v and gate/up where fold_norm=0, which changes
+# (fold_nodes=0: the add + norm dispatch stays, as these counts expect; test_vulkan_fold_nodes.py takes it out.
+# rp_norm_in=off: on the GPU its auto takes the 512-wide test model's q/k/v and gate/up where fold_norm=0, which changes
 # that plan; lavapipe keeps it off. norm_wg=on: the register norm, whose readers take the copy, which GPUs run and lavapipe not)
-ON = {"matvec_rp": "1", "fold_norm": "1", "rp_norm_in": "off", "norm_wg": "on"}
-OFF = {"matvec_rp": "1", "fold_norm": "0", "rp_norm_in": "off", "norm_wg": "on"}
+ON = {"matvec_rp": "1", "fold_norm": "1", "rp_norm_in": "off", "norm_wg": "on", "fold_nodes": "0"}
+OFF = {"matvec_rp": "1", "fold_norm": "0", "rp_norm_in": "off", "norm_wg": "on", "fold_nodes": "0"}
 NAMES = ("norm", "norm * w", "product", "sum", "gate", "up", "swiglu")
 
 
