@@ -86,8 +86,9 @@
 # (a small grid's GEMM over two K splits: the 1b's down projection) gave 1b pp512 +7.1%: the default since 71e06a9.
 # Built on 2026-12-07 (session 51) and tested on lavapipe, not yet run on a GPU (no machine was lent): fold_nodes (the
 # decode's add + norm dispatch left out: mul_mat_vec_rpn writes the sum, the norm's first reader its nodes),
-# gemm_splitk_steps=16 (with the stage-aware split rule: the 1b's o projection in two splits) and fa_span (the prefill
-# attention walks each query block's open chunks alone). Next, one call on the plugin built at <sha>:
+# gemm_splitk_steps=16 (with the stage-aware split rule: the 1b's o projection in two splits), splitk_last (the last split
+# of a tile adds the sums: no splitk_add stage) and fa_span (the prefill attention walks each query block's open chunks
+# alone). Next, one call on the plugin built at <sha>:
 #   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_TIMEOUT=200 GPU_VK_TEST_FILES="tests/test_vulkan_fold_nodes.py \
 #   tests/test_vulkan_gemm_splitk.py tests/test_vulkan_fa_span.py tests/test_vulkan_norm_fold.py" GPU_VK_TEST_K="" \
 #   GPU_VK_FAPROBE=1 GPU_VK_FAPROBE_VARIANTS="fa_span=0 fa_span=1" GPU_VK_PROFILE=0 GPU_VK_REPS=3 GPU_VK_INTERLEAVE=1 \

@@ -3,12 +3,14 @@ grid, with those of the other GEMMs reading the same activations (its barrier st
 option; splitk_add.comp adds the partial sums of splits 1.. (the plan's scratch) into split 0's result after it.
 Against the CPU plugin, emulated everywhere (gemm=cm_emulated; lavapipe in CI) and on the tensor cores where the device
 has them (the H100/H200: scripts/gpu_vulkan.sh)."""
+import re
+
 import numpy as np
 import pytest
 
 import pyggml as pg
 from pyggml.conformance.cases import nmse
-from test_vulkan_kernels import VALIDATING, VK, _compute, _has_coopmat, _rerun_under_validation
+from test_vulkan_kernels import VALIDATING, VK, _compute, _has_coopmat, _options_logged, _rerun_under_validation
 from test_vulkan_kernels import _validation_clean  # noqa: F401 (an autouse fixture)
 
 
@@ -132,6 +134,50 @@ def test_split_steps_option():
     assert nmse(np.asarray(got), ref) <= 5e-4
     with pytest.raises(pg.PyggmlError, match="gemm_splitk_steps"):
         pg.get_device(VK).set_option("gemm_splitk_steps", "0")
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+@pytest.mark.parametrize("wtype,M,K,N,batch", [("q4_0", 130, 4096, 70, 1), ("f16", 64, 4608, 33, 1), ("q8_0", 64, 4096, 40, 2)])
+def test_split_last(gemm, wtype, M, K, N, batch):
+    """splitk_last=1: each tile's last split adds the partials in split order, so the result is splitk_add's byte for
+    byte (a partial last tile of rows, K not a multiple of the splits' steps, a batch of two), and the plan has no pass
+    (one dispatch and one barrier fewer); three runs of one plan (the counters set back each time) agree."""
+    _skip_without(gemm)
+    y, feeds, ref = _gemm(wtype, M, K, N, batch)
+    base, k0 = _compute(y, feeds, _gemm_opts(gemm, 1024), "plan for graph")
+    opts = {**_gemm_opts(gemm, 1024), "splitk_last": "1"}
+    with _options_logged(opts, "plan for graph") as k1:
+        s = pg.Scheduler([VK], poison=True)
+        runs = [np.asarray(s.compute(y, feeds)) for _ in range(3)]
+    for r in runs:
+        assert np.array_equal(r, np.asarray(base)), nmse(r, np.asarray(base))
+    assert nmse(runs[0], ref) <= 5e-4
+    n = lambda ks: [tuple(map(int, re.search(r"(\d+) dispatches, (\d+) barriers", k).groups())) for k in ks if "dispatches" in k]
+    (d0, b0), (d1, b1) = n(k0)[0], n(k1)[0]
+    assert d1 == d0 - 1 and b1 == b0 - 1, (k0, k1)
+
+
+@pytest.mark.parametrize("gemm", ["cm_emulated", "coopmat"])
+def test_split_last_two_gemms_share_the_counters(gemm):
+    """Two split GEMMs of different grids one after the other (the second reads the first's result) share the region
+    and its counters: each against splitk_last=0's bytes, and a second run of the plan too."""
+    _skip_without(gemm)
+    rng = np.random.default_rng(5)
+    g = pg.Graph()
+    w1 = g.weight("w1", pg.quantize(rng.standard_normal((1024, 4096)).astype(np.float32), "q4_0"), type="q4_0", shape=(1024, 4096))
+    w2 = g.weight("w2", pg.quantize(rng.standard_normal((64, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(64, 1024))
+    x = g.input("x", (40, 4096))
+    h = pg.mul_mat(w1, x)                       # 40 x 1024: 16 tiles of 64 rows in 8 splits
+    y = pg.mul_mat(w2, h)                       # 40 x 64: one tile in 2 splits (K 1024), after h
+    feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32)}
+    base, k0 = _compute([h, y], feeds, _gemm_opts(gemm, 1024), "mul_mat '")
+    with _options_logged({**_gemm_opts(gemm, 1024), "splitk_last": "1"}, "mul_mat '") as k1:
+        s = pg.Scheduler([VK], poison=True)
+        runs = [s.compute([h, y], feeds) for _ in range(2)]
+    assert sum(" split" in k for k in k0) == 2, k0
+    for r in runs:
+        for a, b in zip(r, base):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.skipif(VALIDATING, reason="this process is the validated run")

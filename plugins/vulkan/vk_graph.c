@@ -158,7 +158,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
     memset(dp->slot, 0, sizeof dp->slot);
     dp->dq = 0;
     dp->b16 = 0;
-    dp->ks = 0; dp->ks_size = 0;
+    dp->ks = 0; dp->ks_size = 0; dp->ks_tiles = 0;
     dp->scratch_size = 0;
     dp->b16_size = 0;
     dp->slot[VKP_SLOT_DST] = n;
@@ -238,7 +238,8 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         dp->b16_size = copies[1];
         dp->b16 = copies[1] ? 2 : 0;  /* gemm_b16: the same for its activations */
         dp->ks = !e && vkp_is_cm4(shader) && ex[2] > 1;   /* gemm_splitk: the plan puts splitk_add.comp after it (vk_graph_plan) */
-        dp->ks_size = dp->ks ? (uint64_t)(ex[2] - 1) * pyg_tensor_nelements(n) * 4 : 0;
+        dp->ks_tiles = dp->ks && ex[4] ? work / ex[2] : 0;   /* splitk_last: its last split per tile adds them, no pass */
+        dp->ks_size = dp->ks ? (uint64_t)(ex[2] - (ex[4] ? 0 : 1)) * pyg_tensor_nelements(n) * 4 : 0;
         if (e) return e;
         spec = sp[0]; spec1 = sp[1];
         break;
@@ -397,25 +398,6 @@ static pyg_error *describe_outs(pyg_device *d, const dispatch *dp, uint32_t *p, 
     return NULL;
 }
 
-/* gemm_splitk: dispatch c (params pc) as splitk_add.comp after GEMM gm (params pg, its split count at extra word 2): adds
- * the partials of gm's splits 1.. (the plan's scratch) into its result, one invocation an element */
-static pyg_error *splitk_pass(pyg_device *d, const dispatch *gm, const uint32_t *pg, dispatch *c, uint32_t *pc, uint64_t pstride) {
-    memset(c, 0, sizeof *c);
-    c->slot[VKP_SLOT_DST] = gm->slot[VKP_SLOT_DST];
-    c->op = gm->op;
-    c->ks = 2;
-    c->ks_size = gm->ks_size;
-    memcpy(pc, pg, (size_t)pstride);   /* (slot 4's description) */
-    uint64_t total = (uint64_t)pyg_tensor_nelements(gm->slot[VKP_SLOT_DST]);
-    pc[96] = (uint32_t)total;
-    pc[97] = pg[96 + 2] - 1;
-    c->shader = VKP_SH_SPLITK_ADD;
-    c->spec0 = 0;
-    vkp_fold_groups((total + 255) / 256, c->groups);
-    uint32_t specs[2] = { 0, 1 };
-    return vkp_get_pipeline(d, VKP_SH_SPLITK_ADD, specs, &c->pipe);
-}
-
 pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **out) {
     pyg_error *e = NULL;
     int nn = g->n_nodes;
@@ -434,7 +416,7 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
 
     /* one dispatch per compute node (two for a KV-split flash attention) */
     int nd = 0;
-    uint64_t scratch_total = 0, dq_size = 0, b16_size = 0, ks_size = 0;
+    uint64_t scratch_total = 0, dq_size = 0, b16_size = 0;
     const pyg_tensor *b16_src = NULL;   /* what the b16 region holds while only its readers have run since */
     uint64_t b16_rows = 0, b16_k = 0;   /* and in which layout (gemm_bg pads it to the GEMM's tiles) */
     int norm_src = -1;   /* the last fused norm on norm_mul_reg.comp's vec4 path */
@@ -539,9 +521,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             p = pg_;   /* (the GEMM's parameters, for its split pass below) */
             nd++;
         }
-        if (dps[nd - 1].ks == 1) {   /* gemm_splitk: the pass adding its splits */
-            if (dps[nd - 1].ks_size > ks_size) ks_size = dps[nd - 1].ks_size;
-            if ((e = splitk_pass(d, &dps[nd - 1], p, &dps[nd], (uint32_t *)((char *)params + (size_t)nd * pstride), pstride))) goto fail;
+        if (dps[nd - 1].ks == 1 && !dps[nd - 1].ks_tiles) {   /* gemm_splitk: the pass adding its splits (vk_splitk.c) */
+            if ((e = vkp_splitk_pass(d, &dps[nd - 1], p, &dps[nd], (uint32_t *)((char *)params + (size_t)nd * pstride), pstride))) goto fail;
             nd++;
             continue;
         }
@@ -597,10 +578,8 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
         for (int i = 0; i < nd; i++) if (dps[i].q8) { dps[i].q8_off = scratch_total; dps[i].q8_size = q8_size; }
         scratch_total += (q8_size + align - 1) / align * align;
     }
-    if (ks_size > 0) {   /* gemm_splitk: one region every split GEMM / splitk_add pair shares (their stages keep them in order) */
-        for (int i = 0; i < nd; i++) if (dps[i].ks) { dps[i].ks_off = scratch_total; dps[i].ks_size = ks_size; }
-        scratch_total += (ks_size + align - 1) / align * align;
-    }
+    uint64_t ks_cnt = 0;   /* gemm_splitk: one region the split GEMMs share; splitk_last's counters at its start */
+    vkp_splitk_layout(dps, nd, params, pstride, align, &scratch_total, &ks_cnt);
     if (dq_size > 0) {   /* one region every dequant / GEMM pair shares (their stages keep them in order) */
         for (int i = 0; i < nd; i++) if (dps[i].dq) { dps[i].scratch_off = scratch_total; dps[i].scratch_size = dq_size; }
         scratch_total += (dq_size + align - 1) / align * align;
@@ -647,12 +626,14 @@ pyg_error *vkp_plan_create(pyg_device *d, const pyg_graph *g, pyg_graph_plan **o
             .flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT };
         if (r == VK_SUCCESS) r = d->fn.vkBeginCommandBuffer(plan->cb, &bgi);
         if (r != VK_SUCCESS) { free(sets); e = vkp_vk_err(r, "recording the plan"); goto fail; }
-        int nfill = 0;   /* flash_attn_dec's row counters start at 0 in every run */
+        int nfill = 0;   /* flash_attn_dec's row counters and splitk_last's tile counters start at 0 in every run */
         for (int i = 0; i < nd; i++)
             if (dps[i].fa_fold) {
                 d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].scratch_off + dps[i].scratch_size - dps[i].fa_fold, dps[i].fa_fold, 0);
                 nfill++;
             }
+        for (int i = 0; i < nd && ks_cnt; i++)
+            if (dps[i].ks) { d->fn.vkCmdFillBuffer(plan->cb, plan->sbuf, dps[i].ks_off, ks_cnt, 0); nfill++; break; }
         if (nfill) {
             VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                 .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT };

@@ -112,6 +112,7 @@ typedef struct vkp_options {
     int64_t gemm_lit;               /* mul_mat_cm4_khr from its literal builds where one has the GEMM's specialization */
     int64_t gemm_splitk;            /* mul_mat_cm4 over K splits where its stage's grids have fewer workgroups than this (0: never) */
     int64_t gemm_splitk_steps;      /* the fewest K steps a split takes */
+    int64_t splitk_last;            /* a split GEMM's last split per tile adds the splits (no splitk_add pass) */
     int64_t rp_lit;                 /* q4_0 mul_mat_vec_rp / _rpe / _rpg with 1 or 2 blocks per invocation from builds where those are literals */
     int64_t rp_rows;                /* mul_mat_vec_rp / _rpe rows per workgroup: 8 >> rp_rows (index of vk_plugin.c's k_rp_rows; 4: the _rp4 / _rpe4 builds) */
     int64_t cm_api;                 /* VKP_CM_API_*: the cooperative-matrix extension the GEMM's shader uses (auto, nv, khr) */

@@ -502,6 +502,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
             *work *= cm4_nsp;
             ex[2] = (uint32_t)cm4_nsp;
             ex[3] = (uint32_t)cm4_per;
+            ex[4] = d->opts.splitk_last ? 1u : 0u;   /* its last split per tile adds the sums (vk_splitk.c) */
+            ex[5] = 0;   /* (the partials' first word: vk_splitk.c sets it) */
         }
         ex[0] = (uint32_t)*work;
         uint64_t o0 = 0;

@@ -89,6 +89,8 @@
  *                (at most 8 splits of at least gemm_splitk_steps K steps); the splits past the first write their
  *                sums into the plan's scratch, splitk_add.comp adds them into the result after it (a 1b's down
  *                projection: 128 workgroups of 64 x 128 on an H100's 132 multiprocessors, 128 K steps each)
+ *   splitk_last  0 (default) / 1: a split GEMM's splits all write partials and count themselves per tile; the last
+ *                adds them in split order and writes the result, so no splitk_add pass and its stage (vk_splitk.c)
  *   fa_span      0 (default) / 1: flash_attn_cm3 with a mask walks each query block's open key chunks alone, found
  *                once per plan and mask by fa_mask_span.comp (vk_attn.c's vkp_fa_span)
  *   gemm_splitk_steps 32 (default) / S: the fewest K steps a split of gemm_splitk takes (16 splits a 1b's o
@@ -139,6 +141,7 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.gemm_splitk = 256;   /* H200 at a10c05c: 1b q4_0 pp512 +7.1% (4 interleaved rounds, 41.7k against 38.9k t/s; a 1b's
                                   * down projection split in two), 7b unchanged (its GEMMs have 256 workgroups or more) */
     d->opts.gemm_splitk_steps = 32;   /* (16 splits a 1b's o projection: not yet timed) */
+    d->opts.splitk_last = 0;   /* (not yet timed on a GPU) */
     d->opts.fa_span = 0;   /* (not yet timed on a GPU) */
     d->opts.fa_cm_wgs = 512;   /* H100 at 70a3cce: 2048 (4 splits at pp512) slowed the 1b / 7b prefill 3% */
     d->opts.fa_dec_wgs = 512;

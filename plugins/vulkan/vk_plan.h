@@ -50,6 +50,7 @@ typedef struct dispatch {
                                      * the plan's scratch (ks_off, ks_size: one region every such pair shares in turn; at
                                      * binding 6), 2 the splitk_add.comp pass after it adding them into its result */
     uint64_t ks_off, ks_size;
+    uint64_t ks_tiles;              /* splitk_last: the split GEMM's tiles (one counter each; its last split adds the sums) */
     int span;                       /* fa_span: 1 fa_mask_span.comp writing the open chunks of a mask into the plan's scratch
                                      * (span_off, span_size; at binding 6), 2 a flash_attn_cm3 reading them there */
     uint64_t span_off, span_size;
@@ -110,6 +111,11 @@ pyg_error *vkp_stage_barrier(pyg_device *d, pyg_graph_plan *plan, const range *r
  * nodes a dispatch took ahead of their place (fuse_rope_mv sets them; the caller skips them). */
 pyg_error *vkp_plan_node(pyg_device *d, const pyg_graph *g, int *ip, dispatch *dps, int nd, uint32_t *p, int norm_src,
                          unsigned char *done);
+/* vk_splitk.c: gemm_splitk's splitk_add pass after GEMM gm (params pg) as dispatch c (params pc), and the scratch region
+ * the split GEMMs share (*cnt_bytes: splitk_last's counters at its start, which the plan zeroes before each run) */
+pyg_error *vkp_splitk_pass(pyg_device *d, const dispatch *gm, const uint32_t *pg, dispatch *c, uint32_t *pc, uint64_t pstride);
+void vkp_splitk_layout(dispatch *dps, int nd, void *params, uint64_t pstride, uint64_t align, uint64_t *scratch_total,
+                       uint64_t *cnt_bytes);
 /* vk_attn.c: fa_span for the dispatch just built, dps[nd - 1] (params at params + (nd - 1) * pstride): where it is a
  * flash_attn_cm3 with a mask, it reads the open chunks that an earlier fa_mask_span dispatch of the same mask and shape
  * found, or one is put before it (*nd grows; its region from *scratch_total) */

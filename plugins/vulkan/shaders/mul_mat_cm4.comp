@@ -67,8 +67,13 @@ const uint DG = (SPEC >> 20) & 7u;
 layout(std430, binding = 1) readonly buffer S1q { uvec4 s1q[]; };
 layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
 // (option gemm_splitk) the K steps cut into ex[2] splits of ex[3] steps, a workgroup each: split 0 writes the result, split
-// s > 0 its partial sums at binding 6, [s - 1][i13][i12][n][m], which splitk_add.comp then adds into it
-layout(std430, binding = 6) writeonly buffer Pk { float pkf[]; };
+// s > 0 its partial sums at binding 6, [s - 1][i13][i12][n][m], which splitk_add.comp then adds into it. With ex[4] set
+// (option splitk_last) every split writes its sums there, [s][i13][i12][n][m] from word ex[5], and counts itself in its
+// tile's counter (word tile of binding 6, zero before): the last of a tile's splits adds them in split order (splitk_add's
+// sums, whichever split is last), writes the result and sets the counter back to zero for the next split GEMM.
+layout(std430, binding = 6) coherent buffer Pk { float pkf[]; };
+layout(std430, binding = 6) coherent buffer PkU { uint pku[]; };
+shared uint ks_last;
 #ifdef CM_EMULATE
 #define UNROLL_CM [[dont_unroll]]               // (one copy of the emulated product: lavapipe compiles it in seconds)
 #else
@@ -286,6 +291,7 @@ void main() {
     uint B2 = t_ne(1u, 2u);
     uint tm = (M + BM - 1u) / BM, tn = (N + BN - 1u) / BN;
     uint nsp = max(ex_u(2u), 1u), ks = w % nsp;   // K split ks of nsp
+    uint klast = nsp > 1u ? ex_u(4u) : 0u;       // splitk_last
     w /= nsp;
     bm = w % tm; w /= tm;
     bn = w % tn; w /= tn;
@@ -369,10 +375,29 @@ void main() {
                 uint x = 4u * cs + e, y = x + WM * WN * 256u;
                 float v = uintBitsToFloat(Cs[x >> 2][x & 3u]) + (KS > 1u ? uintBitsToFloat(Cs[y >> 2][y & 3u]) : 0.0);
                 if (m < M && n < N) {
-                    if (ks == 0u) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
-                    else pkf[(((ks - 1u) * t_ne(1u, 3u) + i13) * B2 + i12) * N * M + n * M + m] = v;
+                    if (ks == 0u && klast == 0u) dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
+                    else pkf[ex_u(5u) * klast + (((ks - 1u + klast) * t_ne(1u, 3u) + i13) * B2 + i12) * N * M + n * M + m] = v;
                 }
             }
         if (KS > 1u) barrier(); else { SG_SYNC(); }
+    }
+    if (klast != 0u) {   // splitk_last: the tile's last split adds them all
+        uint tile = bm + tm * (bn + tn * (i12 + B2 * i13)), t = gl_LocalInvocationIndex;
+        memoryBarrierBuffer();            // the sums before the count
+        barrier();
+        if (t == 0u) ks_last = atomicAdd(pku[tile], 1u) == nsp - 1u ? 1u : 0u;
+        barrier();
+        if (ks_last == 0u) return;        // (uniform)
+        memoryBarrierBuffer();            // the other splits' sums after it
+        uint per = t_ne(1u, 3u) * B2 * N * M;
+        for (uint e = t; e < BM * BN; e += WG) {
+            uint m = bm * BM + e % BM, n = bn * BN + e / BM;
+            if (m >= M || n >= N) continue;
+            uint o = ex_u(5u) + (i13 * B2 + i12) * N * M + n * M + m;
+            float v = pkf[o];
+            for (uint s = 1u; s < nsp; s++) v += pkf[o + s * per];
+            dw[t_at(4u, m, n, i12, i13) >> 2] = floatBitsToUint(v);
+        }
+        if (t == 0u) pku[tile] = 0u;
     }
 }
