@@ -92,7 +92,7 @@
 #   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_TIMEOUT=200 GPU_VK_TEST_FILES="tests/test_vulkan_fold_nodes.py \
 #   tests/test_vulkan_gemm_splitk.py tests/test_vulkan_fa_span.py tests/test_vulkan_norm_fold.py" GPU_VK_TEST_K="" \
 #   GPU_VK_FAPROBE=1 GPU_VK_FAPROBE_VARIANTS="fa_span=0 fa_span=1" GPU_VK_PROFILE=0 GPU_VK_REPS=3 GPU_VK_INTERLEAVE=1 \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new fold_nodes=1 gemm_splitk_steps=16 fa_span=1" \
+#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new fold_nodes=1 gemm_splitk_steps=16 fa_span=1 gemm_splitk_steps=16,splitk_last=1" \
 #   bash scripts/gpu_vulkan.sh
 # then the winners as defaults, with consecutive reps for the pp512 ratios.
 set -u -o pipefail
