@@ -28,7 +28,7 @@ def _gemm(wtype, M, K, N, batch=1, seed=0):
 
 
 def _gemm_opts(gemm, splitk):
-    return {"gemm": gemm, "gemm_v": "4", "gemm_splitk": str(splitk), "gemm_splitk_steps": "16"}
+    return {"gemm": gemm, "gemm_v": "4", "gemm_splitk": str(splitk), "gemm_splitk_steps": "16", "splitk_last": "0"}
 
 
 def _skip_without(gemm):
