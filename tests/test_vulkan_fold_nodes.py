@@ -96,26 +96,35 @@ def _two_readers(m, k, f, seed, between=False):
 
 def test_fold_nodes_not_past_a_reader():
     """A node reading the norm's product before its fold-in reader: the norm dispatch stays (it must have written the
-    product first), and every result matches the CPU plugin."""
+    product first), and every result matches the CPU plugin; the same graph without that node is taken."""
     m, k, f = 256, 512, 256
-    build = _two_readers(m, k, f, 3, between=True)
     feeds = [_feeds(m, k, 0)]
+    build = _two_readers(m, k, f, 3, between=True)
     want, _ = run_steps([CPU], build, feeds)
     with debug_records() as r1:
         got, _ = run_steps([VK], build, feeds, ON)
+    with debug_records() as r2:
+        run_steps([VK], _two_readers(m, k, f, 3), feeds, ON)
     assert not _took(r1), _took(r1)
+    if has_int8():
+        assert len(_took(r2)) == 1, r2
     for gv, wv in zip(got[0], want[0]):
         assert nmse(gv, wv) < 5e-4
 
 
 def test_fold_nodes_option_off_is_the_default():
-    """fold_nodes is 0 until it is timed on a GPU: the defaults with fold_norm keep the norm dispatch."""
-    m, k, f = 256, 512, 256
-    build = _two_readers(m, k, f, 4)
+    """fold_nodes is 0 until it is timed on a GPU: the defaults with fold_norm keep the norm dispatch of a fragment
+    that fold_nodes=1 takes."""
+    m, k, f = 2048, 512, 256
+    build = _fragment(m, k, f, 4)
     feeds = [_feeds(m, k, 0)]
     with debug_records() as r1:
+        run_steps([VK], build, feeds, ON)
+    with debug_records() as r0:
         run_steps([VK], build, feeds, BASE)
-    assert not _took(r1)
+    if has_int8():
+        assert len(_took(r1)) == 1, r1
+    assert not _took(r0), _took(r0)
 
 
 def test_fold_nodes_model_logits(tmp_path):
