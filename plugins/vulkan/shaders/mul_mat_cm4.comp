@@ -73,7 +73,7 @@ layout(std430, binding = 0) readonly buffer S0q { uvec4 s0q[]; };
 // sums, whichever split is last), writes the result and sets the counter back to zero for the next split GEMM.
 layout(std430, binding = 6) coherent buffer Pk { float pkf[]; };
 layout(std430, binding = 6) coherent buffer PkU { uint pku[]; };
-shared uint ks_last;
+shared uvec4 ks_last;                          // (x; every shared variable a multiple of 16 bytes: coopmat.glsl)
 #ifdef CM_EMULATE
 #define UNROLL_CM [[dont_unroll]]               // (one copy of the emulated product: lavapipe compiles it in seconds)
 #else
@@ -385,9 +385,9 @@ void main() {
         uint tile = bm + tm * (bn + tn * (i12 + B2 * i13)), t = gl_LocalInvocationIndex;
         memoryBarrierBuffer();            // the sums before the count
         barrier();
-        if (t == 0u) ks_last = atomicAdd(pku[tile], 1u) == nsp - 1u ? 1u : 0u;
+        if (t == 0u) ks_last.x = atomicAdd(pku[tile], 1u) == nsp - 1u ? 1u : 0u;
         barrier();
-        if (ks_last == 0u) return;        // (uniform)
+        if (ks_last.x == 0u) return;      // (uniform)
         memoryBarrierBuffer();            // the other splits' sums after it
         uint per = t_ne(1u, 3u) * B2 * N * M;
         for (uint e = t; e < BM * BN; e += WG) {
