@@ -385,11 +385,11 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
 int vkp_pipeline_usable(pyg_device *d, int shader, const uint32_t spec[2], int *disable);
 enum { VKP_COPY_AUTO, VKP_COPY_OFF, VKP_COPY_ON };   /* options gemm_dq (auto: the k-quants) and gemm_b16: auto, 0, 1 */
 #define VKP_FA2_LIT_SPEC 0x200401u   /* flash_attn_dec2_d128g1's (D = 128 aside): G = 1, U = 4, 32-wide subgroups (vulkan.mk) */
-int vkp_cm4_lit_has(uint32_t spec, uint32_t wg);
+int vkp_cm4_lit_has(uint32_t spec, uint32_t wg);   /* option gemm_lit: a literal mul_mat_cm4_khr build for it (vk_shaders.c) */
 /* shader is one of mul_mat_cm4.comp's builds (NV, emulated, KHR) */
 static inline int vkp_is_cm4(int shader) {
     return shader == VKP_SH_MUL_MAT_CM4 || shader == VKP_SH_MUL_MAT_CM4_EMU || shader == VKP_SH_MUL_MAT_CM4_KHR;
-}   /* option gemm_lit: a literal mul_mat_cm4_khr build for it (vk_shaders.c) */
+}
 extern const char *const vkp_gemm_cfg_names[];   /* option gemm_cfg's values (vk_matmul.c) */
 /* vk_attn.c: 1 when FLASH_ATTN_EXT node n runs on flash_attn_cm2.comp or flash_attn_cm.comp (shader, spec, work, ex filled) */
 int vkp_fa_scalar_shader(const pyg_device *d);   /* flash_attn.comp or its FA_V2 build (option fa_v) */

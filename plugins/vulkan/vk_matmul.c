@@ -429,7 +429,8 @@ pyg_error *vkp_mul_mat_setup(pyg_device *d, const pyg_tensor *n, int *shader, ui
          * on tiles as tall: gemm_share_tiles), has fewer workgroups than the option (a 1b's down and o projections: 128
          * tiles of 64 x 128 alone in their stages, one workgroup a multiprocessor of an H100; not its q/k/v, 192 tiles
          * together), at most 8 splits of at least gemm_splitk_steps steps; all but the first split's sums go to the
-         * plan's scratch and splitk_add.comp, the dispatch after it, adds them into the result (vk_graph.c) */
+         * plan's scratch and splitk_add.comp, the dispatch after it, adds them into the result (with splitk_last every
+         * split's sums go there and each tile's last split adds them: vk_splitk.c) */
         uint64_t grid = (M + c.bm - 1) / c.bm * ((N + c.bn - 1) / c.bn) * B, steps = ((uint64_t)s0->ne[0] + c.bk - 1) / c.bk;
         uint64_t stage_grid = grid;
         if (d->opts.gemm_splitk > 0 && grid < (uint64_t)d->opts.gemm_splitk && g)

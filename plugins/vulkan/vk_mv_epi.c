@@ -167,16 +167,11 @@ static int rope_mv(pyg_device *d, const pyg_graph *g, int i, unsigned char *done
     return 1;
 }
 
-/* t: one row of M f32, contiguous */
-static int row_f32(const pyg_tensor *t, int64_t M) {
-    return t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == M && pyg_tensor_nelements(t) == M;
-}
-
 /* a, one f32 row, the same bytes as t or apart from them */
 static int same_or_apart(const pyg_tensor *a, const pyg_tensor *t) {
     const pyg_buffer *ba, *bt; uint64_t oa, ot;
     if (!overlap(a, t)) return 1;
-    return vkp_resolve(a, &ba, &oa) && vkp_resolve(t, &bt, &ot) && ba == bt && oa == ot && row_f32(t, a->ne[0]);
+    return vkp_resolve(a, &ba, &oa) && vkp_resolve(t, &bt, &ot) && ba == bt && oa == ot && vkp_row_f32(t, a->ne[0]);
 }
 
 /* fold_nodes: whether mul_mat_vec_rpn for y (node i) may write the add's result a = y + r (node ja) at its own place:
@@ -193,16 +188,16 @@ static int norm_fold(pyg_device *d, const pyg_graph *g, int i, unsigned char *do
     if (!d->opts.fold_norm || y->op != PYG_OP_MUL_MAT) return 0;
     const int64_t M = y->ne[0];
     if (!vkp_norm_reg_on(d, M)) return 0;   /* (its readers take the copy only beside the register norm: as on GPUs) */
-    int ja = row_f32(y, M) && M % 32 == 0 ? first_reader(g, i, done, y) : -1;
+    int ja = vkp_row_f32(y, M) && M % 32 == 0 ? first_reader(g, i, done, y) : -1;
     const pyg_tensor *a = ja >= 0 ? g->nodes[ja] : NULL;
     if (!a || a->op != PYG_OP_ADD || !a->src[1] || (a->src[0] == y) == (a->src[1] == y)) return 0;
     const pyg_tensor *r = a->src[0] == y ? a->src[1] : a->src[0];
-    int jn = row_f32(a, M) && row_f32(r, M) ? first_reader(g, ja, done, a) : -1;
+    int jn = vkp_row_f32(a, M) && vkp_row_f32(r, M) ? first_reader(g, ja, done, a) : -1;
     const pyg_tensor *n = jn >= 0 ? g->nodes[jn] : NULL;
-    if (!n || n->op != PYG_OP_RMS_NORM || n->src[0] != a || !row_f32(n, M)) return 0;
+    if (!n || n->op != PYG_OP_RMS_NORM || n->src[0] != a || !vkp_row_f32(n, M)) return 0;
     int jm = first_reader(g, jn, done, n);
     const pyg_tensor *m = jm >= 0 ? g->nodes[jm] : NULL;
-    if (!m || m->op != PYG_OP_MUL || m->src[0] != n || !m->src[1] || m->src[1] == n || !row_f32(m, M) || !row_f32(m->src[1], M)) return 0;
+    if (!m || m->op != PYG_OP_MUL || m->src[0] != n || !m->src[1] || m->src[1] == n || !vkp_row_f32(m, M) || !vkp_row_f32(m->src[1], M)) return 0;
     const pyg_tensor *w = m->src[1], *rd[2] = { r, w };
     if (overlap(y, r) || overlap(y, w) || !hoistable(g, i, ja, done, NULL, 0, rd, 2)) return 0;
     if (!become(d, y, VKP_SH_MUL_MAT_VEC_RPN, dp)) return 0;

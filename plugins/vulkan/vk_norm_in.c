@@ -32,13 +32,19 @@ static const char *mv_name(const dispatch *dp) {
 
 /* dp, a mul_mat_vec_rp / _rpe / _rpg dispatch as built, runs the same build with specialization `bits` added (its
  * workgroup size as the setup chose it); 0 where that pipeline cannot be made here (logged), dp left as it was */
-static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
+/* the setup that built dp (mul_mat_vec_rp, _rpe, _rpn or _rpg), again: its specialization, workgroups and extras */
+static int rp_setup(pyg_device *d, const dispatch *dp, uint32_t spec[2], uint64_t *work, uint32_t ex[2]) {
     int sh = dp->shader;
     const pyg_tensor *y = dp->slot[VKP_SLOT_DST];
+    return sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, work, ex)
+         : sh == VKP_SH_MUL_MAT_VEC_RPE || sh == VKP_SH_MUL_MAT_VEC_RPN ? vkp_mv_rp_epi_setup(d, y, sh, spec, work, ex)
+         : vkp_mv_rp_setup(d, y, spec, work, ex);
+}
+
+static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
+    int sh = dp->shader;
     uint32_t spec[2], ex[2]; uint64_t work;
-    int ok = sh == VKP_SH_MUL_MAT_VEC_RPG ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, y, spec, &work, ex)
-           : sh == VKP_SH_MUL_MAT_VEC_RPE || sh == VKP_SH_MUL_MAT_VEC_RPN ? vkp_mv_rp_epi_setup(d, y, sh, spec, &work, ex)
-           : vkp_mv_rp_setup(d, y, spec, &work, ex);
+    int ok = rp_setup(d, dp, spec, &work, ex);
     if (!ok || (spec[0] & ~(1u << 16)) != (dp->spec0 & ~(1u << 16))) return 0;   /* (bit 16 kept: the fold-in build) */
     spec[0] = dp->spec0 | bits;
     VkPipeline pipe = VK_NULL_HANDLE;
@@ -96,19 +102,6 @@ static int q8_in(pyg_device *d, dispatch *dps, int nd, int ns, dispatch *dp) {
     return 1;
 }
 
-/* f32 row t of n elements, contiguous */
-static int row_f32(const pyg_tensor *t, int64_t n) {
-    return t && t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == n && pyg_tensor_nelements(t) == n;
-}
-
-/* whether dispatch dp reads or writes any of t's bytes (its slots, a fused add's output, extra bindings) */
-static int touches(const dispatch *dp, const pyg_tensor *t) {
-    for (int s = 0; s < VKP_NBIND; s++) if (dp->slot[s] && !vkp_disjoint(dp->slot[s], t)) return 1;
-    if (dp->add_out && !vkp_disjoint(dp->add_out, t)) return 1;
-    for (int k = 0; k < 3; k++) if (dp->xout[k] && !vkp_disjoint(dp->xout[k], t)) return 1;
-    return 0;
-}
-
 /* fold_nodes: the fold-in reader dp (built as such, its norm dispatch dps[ns], the rpn that wrote its region dps[k])
  * also writes that norm's results n and m, and the rpn the add's result a (mul_mat_vec_rp.comp's RP_NWR builds,
  * specialization bit 17), so the norm dispatch is left out of the plan (dropped; vk_graph.c). Taken for the norm's
@@ -121,17 +114,15 @@ static int fold_write(pyg_device *d, dispatch *dps, int nd, int ns, int k, dispa
     const pyg_tensor *n = nm->slot[3], *m = nm->slot[VKP_SLOT_DST];
     int64_t K = m->ne[0];
     if (!d->opts.fold_nodes || nm->dropped || !f->fold_a || f->fold_a != nm->add_out || (nm->q8 == 1 && nm->q8_n > 0)) return 0;
-    if ((dp->spec0 | f->spec0) & 3u << 14 || !row_f32(n, K) || !row_f32(m, K)) return 0;   /* (the 8-row builds, J specialized) */
+    if ((dp->spec0 | f->spec0) & 3u << 14 || !vkp_row_f32(n, K) || !vkp_row_f32(m, K)) return 0;   /* (the 8-row builds, J specialized) */
     if (!vkp_disjoint(n, m)) {   /* an in-place mul: the same elements (each invocation writes n, then m) */
         const pyg_buffer *bn, *bm; uint64_t on, om;
         if (!vkp_resolve(n, &bn, &on) || !vkp_resolve(m, &bm, &om) || bn != bm || on != om) return 0;
     }
-    if (touches(dp, n) || touches(dp, m)) return 0;
-    for (int j = ns + 1; j < nd; j++) if (touches(&dps[j], n) || touches(&dps[j], m)) return 0;
+    if (vkp_dispatch_touches(dp, n) || vkp_dispatch_touches(dp, m)) return 0;
+    for (int j = ns + 1; j < nd; j++) if (vkp_dispatch_touches(&dps[j], n) || vkp_dispatch_touches(&dps[j], m)) return 0;
     uint32_t spec[2], ex[2]; uint64_t work;   /* dp's workgroups and their size */
-    int glu = dp->shader == VKP_SH_MUL_MAT_VEC_RPG;
-    if (!(glu ? vkp_rp_glu_setup(d, dp->slot[3], dp->add_out, dp->slot[VKP_SLOT_DST], spec, &work, ex)
-              : vkp_mv_rp_epi_setup(d, dp->slot[VKP_SLOT_DST], dp->shader, spec, &work, ex)) || work * spec[1] < (uint64_t)K) return 0;
+    if (!rp_setup(d, dp, spec, &work, ex) || work * spec[1] < (uint64_t)K) return 0;
     dispatch wf = *f;
     if (!respecialize(d, &wf, 1u << 17) || !respecialize(d, dp, 1u << 17)) return 0;
     f->pipe = wf.pipe;

@@ -46,9 +46,10 @@ typedef struct dispatch {
     struct vkp_repack *rp, *rp2;    /* matvec_rp: the weights' repacked copy, bound at binding 0 (mul_mat_vec_rpg: and the second
                                      * weight's at binding 2); the plan holds the references */
     uint64_t b16_rows, b16_k;       /* the copy's rows per (ne2, ne3) and row length in elements (gemm_bg: padded) */
-    int ks;                         /* gemm_splitk: 1 a GEMM over K splits (their count at extra word 2) writing splits 1.. into
-                                     * the plan's scratch (ks_off, ks_size: one region every such pair shares in turn; at
-                                     * binding 6), 2 the splitk_add.comp pass after it adding them into its result */
+    int ks;                         /* gemm_splitk: 1 a GEMM over K splits (their count at extra word 2) writing splits 1.. (all
+                                     * of them with splitk_last) into the plan's scratch (ks_off, ks_size: one region every
+                                     * split GEMM shares in turn; at binding 6), 2 the splitk_add.comp pass after it adding
+                                     * them into its result (none with splitk_last: vk_splitk.c) */
     uint64_t ks_off, ks_size;
     uint64_t ks_tiles;              /* splitk_last: the split GEMM's tiles (one counter each; its last split adds the sums) */
     int span;                       /* fa_span: 1 fa_mask_span.comp writing the open chunks of a mask into the plan's scratch
@@ -82,11 +83,18 @@ struct pyg_graph_plan {
 
 #define VKP_RPD (VKP_NBIND + 9)   /* byte ranges per dispatch at most: slots, add_out, xout, up to five scratch regions */
 
+/* t: one row of n f32, contiguous (t may be NULL: 0) */
+static inline int vkp_row_f32(const pyg_tensor *t, int64_t n) {
+    return t && t->type == PYG_TYPE_F32 && pyg_tensor_is_contiguous(t) && t->ne[0] == n && pyg_tensor_nelements(t) == n;
+}
+
 /* vk_stages.c: what a dispatch reads and writes (VKP_RPD ranges at most; returns how many), and the barrier
  * stages of nd dispatches from their ranges (fills level, returns the number of stages) */
 int vkp_dispatch_ranges(const pyg_graph_plan *plan, const dispatch *dp, range *my, unsigned char *myw);
 /* whether dispatch dp writes into t's bytes (any output it writes: not its read-only extra bindings) */
 int vkp_dispatch_writes_into(const dispatch *dp, const pyg_tensor *t);
+/* whether dispatch dp reads or writes any of t's bytes (its slots, a fused add's output, its extra bindings) */
+int vkp_dispatch_touches(const dispatch *dp, const pyg_tensor *t);
 int vkp_plan_levels(const pyg_device *d, int nd, const range *rg, const unsigned char *rgw, const int *nrg, int *level);
 /* helpers of vk_graph.c */
 void vkp_fold_groups(uint64_t total, uint32_t g[3]);    /* workgroups over x, y, z (65535 each) */

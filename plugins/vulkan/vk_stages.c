@@ -43,6 +43,15 @@ int vkp_dispatch_writes_into(const dispatch *dp, const pyg_tensor *t) {
     return 0;
 }
 
+/* Whether dispatch dp reads or writes any of t's bytes: its slots, a fused add's output, its extra bindings (read or
+ * written). */
+int vkp_dispatch_touches(const dispatch *dp, const pyg_tensor *t) {
+    for (int s = 0; s < VKP_NBIND; s++) if (dp->slot[s] && !vkp_disjoint(dp->slot[s], t)) return 1;
+    if (dp->add_out && !vkp_disjoint(dp->add_out, t)) return 1;
+    for (int k = 0; k < 3; k++) if (dp->xout[k] && !vkp_disjoint(dp->xout[k], t)) return 1;
+    return 0;
+}
+
 /* Barrier stages. reorder=1: a dispatch's stage is one past the latest stage of an earlier dispatch it
  * conflicts with (reads what that one writes, or writes what it reads or writes), and the dispatches are
  * recorded stage by stage (graph order within a stage), one barrier between stages: every conflicting pair
