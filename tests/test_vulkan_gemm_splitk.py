@@ -164,11 +164,13 @@ def test_split_last_two_gemms_share_the_counters(gemm):
     _skip_without(gemm)
     rng = np.random.default_rng(5)
     g = pg.Graph()
-    w1 = g.weight("w1", pg.quantize(rng.standard_normal((1024, 4096)).astype(np.float32), "q4_0"), type="q4_0", shape=(1024, 4096))
-    w2 = g.weight("w2", pg.quantize(rng.standard_normal((64, 1024)).astype(np.float32), "q4_0"), type="q4_0", shape=(64, 1024))
+    w1 = g.weight("w1", pg.quantize(rng.standard_normal((2048, 4096)).astype(np.float32), "q4_0"), type="q4_0", shape=(2048, 4096))
+    w2 = g.weight("w2", pg.quantize(rng.standard_normal((64, 2048)).astype(np.float32), "q4_0"), type="q4_0", shape=(64, 2048))
     x = g.input("x", (40, 4096))
-    h = pg.mul_mat(w1, x)                       # 40 x 1024: 16 tiles of 64 rows in 8 splits
-    y = pg.mul_mat(w2, h)                       # 40 x 64: one tile in 2 splits (K 1024), after h
+    h = pg.mul_mat(w1, x)                       # 40 x 2048: 16-32 tiles (64 or 128 rows) in 4-8 splits
+    # 40 x 64 after h: one tile over K 2048, 32 steps of 64 (a GPU's tile up to 64 tokens: 2 splits of at least
+    # gemm_splitk_steps=16; at K 1024 it would not split) or 64 of 32 (lavapipe's: 4 splits)
+    y = pg.mul_mat(w2, h)
     feeds = {"x": rng.standard_normal((40, 4096)).astype(np.float32)}
     base, k0 = _compute([h, y], feeds, _gemm_opts(gemm, 1024), "mul_mat '")
     with _options_logged({**_gemm_opts(gemm, 1024), "splitk_last": "1"}, "mul_mat '") as k1:
