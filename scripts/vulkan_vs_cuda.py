@@ -152,7 +152,7 @@ VARIANTS = {"new": {}, "old": {"matvec": "1", "gemm": "tiled", "fa": "scalar", "
 DEFAULTS = {"reorder": "1", "params_dev": "auto", "fuse_rope": "1", "fuse_glu": "0", "fa_v": "0", "matvec": "6", "matvec_rows": "2", "gemm": "auto", "gemm_tile": "auto", "gemm_v": "0", "gemm_cfg": "auto", "cm_api": "auto", "cm_acc": "f16x4", "fa": "auto", "norm_v": "2", "barrier": "memory", "fuse_swiglu": "0", "fuse_norm_mv": "auto", "fa_wgs": "4096",
             "debug_drop_barriers": "0", "fa_cm": "3", "gemm_dq": "auto", "gemm_b16": "auto", "gemm_bg": "0", "matvec_q4_K": "0",
             "matvec_ahead": "0", "debug_mv_parts": "0", "mv_q8": "1", "matvec_rp": "1", "matvec_rp_k": "1", "fuse_rope_mv": "1", "fold_norm": "1", "fold_nodes": "0", "fa_dec_wgs": "512",
-            "rp_norm_in": "auto", "fa_cm_wgs": "512", "fa_span": "0", "swiglu8": "2", "norm_b16": "1", "gemm_lit": "1", "gemm_splitk": "256", "gemm_splitk_steps": "32", "splitk_last": "0", "fa_lit": "0", "rp_lit": "0",
+            "rp_norm_in": "auto", "fa_cm_wgs": "512", "fa_span": "0", "fa_acc": "f32", "swiglu8": "2", "norm_b16": "1", "gemm_lit": "1", "gemm_splitk": "256", "gemm_splitk_steps": "32", "splitk_last": "0", "fa_lit": "0", "rp_lit": "0",
             "rp_rows": "8", "fa_split": "auto", "fuse": "1", "norm_wg": "auto", "subgroups": "1", "debug_gemm_parts": "0"}
 
 

@@ -53,7 +53,9 @@ int vkp_fa_cm_split(pyg_device *d, const pyg_tensor *n, int *shader, uint32_t sp
     uint64_t rows = (uint64_t)(q->ne[1] * q->ne[2] * q->ne[3]), bytes = rows * ns * ((uint64_t)v->ne[0] + 2) * 4;
     if (base * ns > UINT32_MAX || bytes > d->max_range) return 0;   /* (ns stays >= 2: cps < nch once nch >= 3) */
     int sh = emu ? VKP_SH_FLASH_ATTN_CM2S_EMU : VKP_SH_FLASH_ATTN_CM2S;
-    if (!vkp_pipeline_usable(d, sh, spec, &d->fa_cm2s_broken)) return 0;
+    uint32_t sp2[2] = { spec[0] & 0xFFFFu, spec[1] };   /* (cm2's build: no fa_acc bits over its DMAX) */
+    if (!vkp_pipeline_usable(d, sh, sp2, &d->fa_cm2s_broken)) return 0;
+    spec[0] = sp2[0];
     *shader = sh;
     *work = base * ns;
     ex[0] = (uint32_t)(base * ns);
@@ -98,8 +100,10 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     /* the third (fa_cm=3) or second build where K and V are 16-byte rows (a model's f16 cache), its shared memory
      * fits and the driver takes it; a refused pipeline falls back to the next build, the first one last */
     int sh = 0;
+    /* flash_attn_cm3's specialization 0 also holds its accumulators (fa_acc) in bits 16-17 */
+    uint32_t sp3[2] = { dmax | (uint32_t)(d->opts.fa_acc & 3) << 16, sp[1] };
     if (ok && v2 && d->opts.fa_cm == 3)
-        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, emulated, fa_cm3_shared(dmax), &d->fa_cm3_broken, sp);
+        sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM3, VKP_SH_FLASH_ATTN_CM3_EMU, emulated, fa_cm3_shared(dmax), &d->fa_cm3_broken, sp3);
     if (ok && v2 && !sh)
         sh = fa_cm_build(d, VKP_SH_FLASH_ATTN_CM2, VKP_SH_FLASH_ATTN_CM2_EMU, emulated, fa_cm2_shared(dmax), &d->fa_cm2_broken, sp);
     if (ok && !sh)
@@ -108,7 +112,7 @@ int vkp_fa_cm_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *sha
     if (ok) {
         uint64_t wg = (uint64_t)((q->ne[1] + FA_BQ - 1) / FA_BQ) * (uint64_t)q->ne[2] * (uint64_t)q->ne[3];
         *shader = sh;
-        spec[0] = dmax;
+        spec[0] = sh == VKP_SH_FLASH_ATTN_CM3 || sh == VKP_SH_FLASH_ATTN_CM3_EMU ? sp3[0] : dmax;
         spec[1] = 4 * d->subgroup_size;
         *work = wg;
         ex[0] = (uint32_t)wg;
@@ -171,10 +175,12 @@ int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *s
 }
 
 /* the kernel chosen for a FLASH_ATTN_EXT node, at debug level (tests read it) */
-void vkp_fa_log(const pyg_tensor *n, int shader) {
+void vkp_fa_log(const pyg_tensor *n, int shader, uint32_t spec0) {
     const pyg_tensor *q = n->src[0];
-    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s", n->name, (long long)q->ne[0],
-            (long long)q->ne[1], (long long)n->src[1]->ne[1], vkp_shader_name(shader));
+    int cm3 = shader == VKP_SH_FLASH_ATTN_CM3 || shader == VKP_SH_FLASH_ATTN_CM3_EMU;
+    uint32_t acc = cm3 ? spec0 >> 16 & 3 : 0;
+    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s%s", n->name, (long long)q->ne[0],
+            (long long)q->ne[1], (long long)n->src[1]->ne[1], vkp_shader_name(shader), acc == 1 ? " pv16" : acc == 2 ? " f16acc" : "");
 }
 
 /* flash_attn_dec.comp (fa_v=3) for a node the KV split takes (ns splits of its rows): K and V f16 with

@@ -252,10 +252,10 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
         dp->fa_split = 0;
         uint32_t sp[2];
         if (vkp_fa_cm_setup(d, n, vkp_dev_align(d), &shader, sp, &work, ex)) {   /* prefill on the tensor cores (vk_attn.c) */
-            spec = sp[0]; spec1 = sp[1];
             if (fa_split_on(d))   /* over KV splits, then the merge pass (below, in the plan) */
                 vkp_fa_cm_split(d, n, &shader, sp, &work, ex, &dp->fa_split, &dp->scratch_size);
-            vkp_fa_log(n, shader);
+            spec = sp[0]; spec1 = sp[1];
+            vkp_fa_log(n, shader, spec);
             break;
         }
         uint64_t rows = (uint64_t)(s0->ne[1] * s0->ne[2] * s0->ne[3]), nkv = (uint64_t)s1->ne[1];
@@ -290,7 +290,7 @@ pyg_error *vkp_build_node(pyg_device *d, const pyg_tensor *n, dispatch *dp, uint
                 }
             }
         }
-        vkp_fa_log(n, shader);
+        vkp_fa_log(n, shader, 0);
         break;
     }
     default:
@@ -322,6 +322,9 @@ static int profile_label(const dispatch *dp) {
         break;
     case VKP_SH_FLASH_ATTN:
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
+        break;
+    case VKP_SH_FLASH_ATTN_CM3: case VKP_SH_FLASH_ATTN_CM3_EMU:   /* (fa_acc) */
+        snprintf(buf, sizeof buf, "%s%s", sh, (dp->spec0 >> 16 & 3) == 1 ? ".pv16" : (dp->spec0 >> 16 & 3) == 2 ? ".f16acc" : "");
         break;
     case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_ADD_Q8:
     case VKP_SH_NORM_MUL_REG_ADD_B16:

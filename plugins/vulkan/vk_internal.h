@@ -102,6 +102,7 @@ typedef struct vkp_options {
     int64_t norm_v;                 /* workgroup-per-row norm+mul: 2 norm_mul_reg.comp (default), 1 norm_mul_wg.comp */
     int64_t fa_wgs;                 /* KV-split flash attention: at most this many workgroups (splits = fa_wgs / rows) */
     int64_t fa_span;                /* flash_attn_cm3 walks each query block's open chunks alone (fa_mask_span.comp: vk_attn.c) */
+    int64_t fa_acc;                 /* flash_attn_cm3's accumulators: 0 f32, 1 each chunk's P V in f16, 2 Q K^T too (vk_attn.c) */
     int64_t fa_cm_wgs;              /* flash_attn_cm2 over KV splits (flash_attn_cm2s) up to about this many workgroups; 0: never */
     int64_t fa_dec_wgs;             /* fa_v=4: about this many workgroups over a node's row groups (splits of at least 32 cells) */
     int64_t cm_acc;                 /* mul_mat_cm4's KHR build: products summed in f16 over 1, 2, 4 or 8 K steps (1, 2, 3 = default, 4) before the f32 sums, 0 f32 accumulators */
@@ -401,7 +402,7 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
  * their end */
 int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
                       uint64_t *work, uint32_t *ns, uint32_t *len, uint64_t *scratch_size, uint64_t *counters);
-void vkp_fa_log(const pyg_tensor *n, int shader);
+void vkp_fa_log(const pyg_tensor *n, int shader, uint32_t spec0);
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* matvec_rp */
 int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work,
                         uint32_t *ex);   /* fuse_rope_mv, fold_norm: mul_mat_vec_rpe / _rpn */

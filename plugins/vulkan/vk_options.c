@@ -93,6 +93,8 @@
  *                adds them in split order and writes the result, so no splitk_add pass and its stage (vk_splitk.c)
  *   fa_span      0 (default) / 1: flash_attn_cm3 with a mask walks each query block's open key chunks alone, found
  *                once per plan and mask by fa_mask_span.comp (vk_attn.c's vkp_fa_span)
+ *   fa_acc       f32 (default) / pv16 / f16: flash_attn_cm3's tensor-core sums: f32 accumulators, each chunk's P V
+ *                in f16 accumulators (converted to f32 before its outputs take it), or Q K^T in f16 too
  *   gemm_splitk_steps 32 (default) / S: the fewest K steps a split of gemm_splitk takes (16 splits a 1b's o
  *                projection, K 2048 in 32 steps, alone in its stage, in two: not yet timed on a GPU)
  *   gemm_bg      0 (default) / 1: with gemm_b16's copy, mul_mat_cm4 loads its activation fragments from it in
@@ -142,7 +144,8 @@ void vkp_kernel_option_defaults(pyg_device *d) {
                                   * down projection split in two), 7b unchanged (its GEMMs have 256 workgroups or more) */
     d->opts.gemm_splitk_steps = 32;   /* (16 splits a 1b's o projection: not yet timed) */
     d->opts.splitk_last = 0;   /* (not yet timed on a GPU) */
-    d->opts.fa_span = 0;   /* (not yet timed on a GPU) */
+    d->opts.fa_span = 0;   /* H100 at 8618a4a: pp512 1b -6%, 7b -3% in interleaved rounds (bench/results/gpu-vulkan-s52-h100-20261208T0004/) */
+    d->opts.fa_acc = 0;    /* (not yet timed on a GPU) */
     d->opts.fa_cm_wgs = 512;   /* H100 at 70a3cce: 2048 (4 splits at pp512) slowed the 1b / 7b prefill 3% */
     d->opts.fa_dec_wgs = 512;
     d->opts.fa_cm = 3;   /* H100 at f5503cb: the prefill attention 1.53 / 4.11 ms against cm2's 1.84 / 4.81 (1b / 7b pp512) */

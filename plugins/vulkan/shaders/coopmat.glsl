@@ -38,6 +38,9 @@
 #define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseB>
 #define ACC_H coopmat<float16_t, gl_ScopeSubgroup, 16, 8, gl_MatrixUseAccumulator>   // (mul_mat_cm4's cm_acc=f16)
+#define CM_ZERO_H(acc) acc = ACC_H(0.0)
+#define CM_ROUND_H(acc)
+#define CM_TO_F32(acc) ACC(acc)
 #define CM_LAYOUT(col) ((col) ? gl_CooperativeMatrixLayoutColumnMajor : gl_CooperativeMatrixLayoutRowMajor)
 #define CM_ZERO(acc) acc = ACC(0.0)
 #define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
@@ -54,6 +57,12 @@
 #extension GL_NV_cooperative_matrix : require
 #define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 #define CM_ZERO(acc) acc = ACC(0.0)
+// f16 accumulators (flash_attn_cm3's fa_acc): CM_MMA into an ACC_H, CM_ROUND_H after each product (the emulation
+// rounds there; the tensor cores round their sums themselves), CM_TO_F32 converts the sums for an f32 store
+#define ACC_H fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_ZERO_H(acc) acc = ACC_H(0.0)
+#define CM_ROUND_H(acc)
+#define CM_TO_F32(acc) ACC(acc)
 // acc += A[16x16 at A_[ao], row stride lda] * B[16x16 at B_[bo], stride ldb; bcol: column-major]
 #define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
     fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma_, mb_; \
@@ -90,6 +99,12 @@ struct ACC { float v[EMAX]; };
 float hv(uint16_t h) { return unpackHalf2x16(uint(h)).x; }
 float hv(float f) { return f; }
 #define CM_ZERO(acc) { [[dont_unroll]] for (uint i_ = 0u; i_ < EMAX; i_++) acc.v[i_] = 0.0; }
+// f16 accumulators: the same floats, each product's sums rounded to f16 (round to nearest even: f32_to_f16)
+#define ACC_H ACC
+#define CM_ZERO_H(acc) CM_ZERO(acc)
+#define CM_ROUND_H(acc) { [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) \
+    acc.v[i_] = unpackHalf2x16(f32_to_f16(acc.v[i_])).x; }
+#define CM_TO_F32(acc) (acc)
 #define CM_MMA(acc, A_, ao, lda, B_, bo, ldb, bcol) { \
     [[dont_unroll]] for (uint i_ = 0u; i_ < 256u / SG_SIZE; i_++) { \
         uint e_ = SG_LANE + i_ * SG_SIZE, m_ = e_ & 15u, n_ = e_ >> 4; \

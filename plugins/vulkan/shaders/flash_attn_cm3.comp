@@ -16,8 +16,14 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 128, local_size_x_id = 1) in;
+// specialization constant 0: the emulated build's DMAX (bits 0-15), the accumulators (bits 16-17, option fa_acc): 0 f32,
+// 1 each chunk's P V summed in f16 (64 products of P in [0, 1]; the outputs stay f32 across chunks), 2 Q K^T too (D
+// products: scores within f16's 11 bits). On the NVIDIA driver products into f32 accumulators run at about 30 TFLOPS
+// (coopmat.glsl); the emulated build rounds the f16 sums after each 16-term product.
+layout(constant_id = 0) const uint SPEC0 = 128u;
+const uint FAH = (SPEC0 >> 16) & 3u;
 #ifdef CM_EMULATE
-layout(constant_id = 0) const uint DMAX = 128u;  // D rounded up to 64 or 128 (lavapipe's 32 KiB of shared memory)
+const uint DMAX = SPEC0 & 0xFFFFu;               // D rounded up to 64 or 128 (lavapipe's 32 KiB of shared memory)
 #define WGMIN 32u                                // the smallest workgroup the host allows (4 subgroups of 8)
 uint pack_h2(float a, float b) { return f32_to_f16(a) | (f32_to_f16(b) << 16); }
 #else
@@ -108,9 +114,19 @@ void main() {
         for (uint q = sg; q < 8u; q += 4u) {       // S tiles (2 x 4 of 16 x 16), two per subgroup
             uint si = q >> 2, sj = q & 3u;
             ACC s;
-            CM_ZERO(s);
-            for (uint kk = 0u; kk < D; kk += 16u)   // A = Q rows, B = K^T (column-major: K rows)
-                CM_MMA_V4(s, Qs, si * 16u * LDQ4 + kk / 8u, LDQ4, KV4, sj * 16u * LDQ4 + kk / 8u, LDQ4, true);
+            if (FAH == 2u) {
+                ACC_H sh;
+                CM_ZERO_H(sh);
+                for (uint kk = 0u; kk < D; kk += 16u) {
+                    CM_MMA_V4(sh, Qs, si * 16u * LDQ4 + kk / 8u, LDQ4, KV4, sj * 16u * LDQ4 + kk / 8u, LDQ4, true);
+                    CM_ROUND_H(sh);
+                }
+                s = CM_TO_F32(sh);
+            } else {
+                CM_ZERO(s);
+                for (uint kk = 0u; kk < D; kk += 16u)   // A = Q rows, B = K^T (column-major: K rows)
+                    CM_MMA_V4(s, Qs, si * 16u * LDQ4 + kk / 8u, LDQ4, KV4, sj * 16u * LDQ4 + kk / 8u, LDQ4, true);
+            }
             CM_STORE(s, Ss, sj * 16u * LDS + si * 16u, LDS, true);   // (query, key) at key * LDS + query
         }
         barrier();
@@ -156,6 +172,19 @@ void main() {
         ACC pv[4];                                     // this chunk's P V: the subgroup's tiles (oi, oj) = (q / nt, q % nt), q = sg + 4i
         [[unroll]] for (uint i = 0u; i < 4u; i++) {
             uint q = sg + 4u * i;   // (uniform in the subgroup)
+            if (FAH != 0u) {
+                ACC_H ph;
+                CM_ZERO_H(ph);
+                if (q < ntiles) {
+                    uint oi = q / nt, oj = q % nt;
+                    [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u) {
+                        CM_MMA_V4(ph, Ps4, oi * 16u * LDP4 + kk / 8u, LDP4, KV4, oj * 16u * LDV4 + kk / 8u, LDV4, true);
+                        CM_ROUND_H(ph);
+                    }
+                }
+                pv[i] = CM_TO_F32(ph);
+                continue;
+            }
             CM_ZERO(pv[i]);
             if (q < ntiles) {
                 uint oi = q / nt, oj = q % nt;
