@@ -84,17 +84,16 @@
 # Run on 2026-12-07 (H200, gpu-vulkan-splitk-h200-20261207T1748/): GPU_VK_FAPROBE=1 timed the prefill attention alone
 # (fa_cm=4, the mask scanned first and K loaded a chunk ahead, was slower than cm3 and was removed), and gemm_splitk=256
 # (a small grid's GEMM over two K splits: the 1b's down projection) gave 1b pp512 +7.1%: the default since 71e06a9.
-# Built on 2026-12-07 (session 51) and tested on lavapipe, not yet run on a GPU (no machine was lent): fold_nodes (the
-# decode's add + norm dispatch left out: mul_mat_vec_rpn writes the sum, the norm's first reader its nodes),
-# gemm_splitk_steps=16 (with the stage-aware split rule: the 1b's o projection in two splits), splitk_last (the last split
-# of a tile adds the sums: no splitk_add stage) and fa_span (the prefill attention walks each query block's open chunks
-# alone). Next, one call on the plugin built at <sha>:
-#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_TIMEOUT=200 GPU_VK_TEST_FILES="tests/test_vulkan_fold_nodes.py \
-#   tests/test_vulkan_gemm_splitk.py tests/test_vulkan_fa_span.py tests/test_vulkan_norm_fold.py" GPU_VK_TEST_K="" \
-#   GPU_VK_FAPROBE=1 GPU_VK_FAPROBE_VARIANTS="fa_span=0 fa_span=1" GPU_VK_PROFILE=0 GPU_VK_REPS=3 GPU_VK_INTERLEAVE=1 \
-#   GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new fold_nodes=1 gemm_splitk_steps=16 fa_span=1 gemm_splitk_steps=16,splitk_last=1" \
+# Run on 2026-12-08 (H100, gpu-vulkan-s52-h100-20261208T0004/): session 51's fold_nodes (tg128 7b -5%), splitk_last
+# (1b pp512 -3.5%), gemm_splitk_steps=16 (within noise) and fa_span (the probe -10% on D 64, +61% on D 128; the models'
+# pp512 -3 to -6%) all stay off. The prefill attention's products run at about 12 TFLOPS (1b), where products into f32
+# accumulators are capped near 30 on this driver: fa_acc (f16 sums in flash_attn_cm3, pv16 or f16) is built and tested
+# on lavapipe, not yet timed. Next, one call on the plugin built at <sha>:
+#   GPU_CHECK_COMMIT=<sha> GPU_VK_TEST_TIMEOUT=120 GPU_VK_TEST_FILES="tests/test_vulkan_fa_acc.py" GPU_VK_TEST_K="" \
+#   GPU_VK_FAPROBE=1 GPU_VK_FAPROBE_VARIANTS="fa_acc=f32 fa_acc=pv16 fa_acc=f16" GPU_VK_PROFILE=0 GPU_VK_REPS=3 \
+#   GPU_VK_INTERLEAVE=1 GPU_VK_MODELS="synth:1b:q4_0 synth:7b:q4_0" GPU_VK_VARIANTS="new fa_acc=pv16 fa_acc=f16" \
 #   bash scripts/gpu_vulkan.sh
-# then the winners as defaults, with consecutive reps for the pp512 ratios.
+# then the winner as the default, with consecutive reps for the pp512 ratios.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

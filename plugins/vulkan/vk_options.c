@@ -96,7 +96,7 @@
  *   fa_acc       f32 (default) / pv16 / f16: flash_attn_cm3's tensor-core sums: f32 accumulators, each chunk's P V
  *                in f16 accumulators (converted to f32 before its outputs take it), or Q K^T in f16 too
  *   gemm_splitk_steps 32 (default) / S: the fewest K steps a split of gemm_splitk takes (16 splits a 1b's o
- *                projection, K 2048 in 32 steps, alone in its stage, in two: not yet timed on a GPU)
+ *                projection, K 2048 in 32 steps, alone in its stage, in two: H100, 1b pp512 within noise)
  *   gemm_bg      0 (default) / 1: with gemm_b16's copy, mul_mat_cm4 loads its activation fragments from it in
  *                global memory (rows padded to whole tiles), shared memory holding the weight tiles alone;
  *                tested on lavapipe, not yet timed on a GPU
@@ -142,9 +142,10 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.fa_wgs = 4096;
     d->opts.gemm_splitk = 256;   /* H200 at a10c05c: 1b q4_0 pp512 +7.1% (4 interleaved rounds, 41.7k against 38.9k t/s; a 1b's
                                   * down projection split in two), 7b unchanged (its GEMMs have 256 workgroups or more) */
-    d->opts.gemm_splitk_steps = 32;   /* (16 splits a 1b's o projection: not yet timed) */
-    d->opts.splitk_last = 0;   /* (not yet timed on a GPU) */
-    d->opts.fa_span = 0;   /* H100 at 8618a4a: pp512 1b -6%, 7b -3% in interleaved rounds (bench/results/gpu-vulkan-s52-h100-20261208T0004/) */
+    d->opts.gemm_splitk_steps = 32;   /* H100 at 8618a4a: 16 (a 1b's o projection in two) +0.7% on 1b pp512, within noise */
+    d->opts.splitk_last = 0;   /* H100 at 8618a4a: 1b pp512 -3.5% (bench/results/gpu-vulkan-s52-h100-20261208T0004/) */
+    d->opts.fa_span = 0;   /* H100 at 8618a4a: pp512 1b -6%, 7b -3% in interleaved rounds
+                            * (bench/results/gpu-vulkan-s52-h100-20261208T0004/) */
     d->opts.fa_acc = 0;    /* (not yet timed on a GPU) */
     d->opts.fa_cm_wgs = 512;   /* H100 at 70a3cce: 2048 (4 splits at pp512) slowed the 1b / 7b prefill 3% */
     d->opts.fa_dec_wgs = 512;
@@ -152,7 +153,8 @@ void vkp_kernel_option_defaults(pyg_device *d) {
     d->opts.matvec_rp = 1;
     d->opts.matvec_rp_k = 1;
     d->opts.fuse_rope_mv = 1;
-    d->opts.fold_nodes = 0;
+    d->opts.fold_nodes = 0;   /* H100 at 8618a4a: tg128 1b -1.4%, 7b -5% in 7 interleaved rounds
+                               * (bench/results/gpu-vulkan-s52-h100-20261208T0004/fold7/) */
     d->opts.fold_norm = 1;   /* H100 at e8b42ef, interleaved: tg128 7b q4_0 +14.6%, 1b +13.7% (1b q4_K +15% at c28e222) */
     d->opts.rp_norm_in = VKP_AUTO;
     d->opts.mv_q8 = 1;
