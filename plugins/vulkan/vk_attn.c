@@ -177,10 +177,15 @@ int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *s
 /* the kernel chosen for a FLASH_ATTN_EXT node, at debug level (tests read it) */
 void vkp_fa_log(const pyg_tensor *n, int shader, uint32_t spec0) {
     const pyg_tensor *q = n->src[0];
-    int cm3 = shader == VKP_SH_FLASH_ATTN_CM3 || shader == VKP_SH_FLASH_ATTN_CM3_EMU;
-    uint32_t acc = cm3 ? spec0 >> 16 & 3 : 0;
-    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s%s", n->name, (long long)q->ne[0],
-            (long long)q->ne[1], (long long)n->src[1]->ne[1], vkp_shader_name(shader), acc == 1 ? " pv16" : acc == 2 ? " f16acc" : "");
+    const char *acc = vkp_fa_acc_name(shader, spec0);
+    vkp_log(PYG_LOG_DEBUG, "flash_attn '%s' (D %lld, n_q %lld, n_kv %lld): %s%s%s", n->name, (long long)q->ne[0],
+            (long long)q->ne[1], (long long)n->src[1]->ne[1], vkp_shader_name(shader), *acc ? " " : "", acc);
+}
+
+/* option fa_acc as flash_attn_cm3's specialization 0 holds it (bits 16-17): "pv16", "f16acc", else "" */
+const char *vkp_fa_acc_name(int shader, uint32_t spec0) {
+    if (shader != VKP_SH_FLASH_ATTN_CM3 && shader != VKP_SH_FLASH_ATTN_CM3_EMU) return "";
+    return (spec0 >> 16 & 3) == 1 ? "pv16" : (spec0 >> 16 & 3) == 2 ? "f16acc" : "";
 }
 
 /* flash_attn_dec.comp (fa_v=3) for a node the KV split takes (ns splits of its rows): K and V f16 with

@@ -323,9 +323,11 @@ static int profile_label(const dispatch *dp) {
     case VKP_SH_FLASH_ATTN:
         snprintf(buf, sizeof buf, "%s%s", sh, dp->spec0 == 1 ? ".split" : dp->spec0 == 2 ? ".merge" : "");
         break;
-    case VKP_SH_FLASH_ATTN_CM3: case VKP_SH_FLASH_ATTN_CM3_EMU:   /* (fa_acc) */
-        snprintf(buf, sizeof buf, "%s%s", sh, (dp->spec0 >> 16 & 3) == 1 ? ".pv16" : (dp->spec0 >> 16 & 3) == 2 ? ".f16acc" : "");
+    case VKP_SH_FLASH_ATTN_CM3: case VKP_SH_FLASH_ATTN_CM3_EMU: {   /* (fa_acc) */
+        const char *acc = vkp_fa_acc_name(dp->shader, dp->spec0);
+        snprintf(buf, sizeof buf, "%s%s%s", sh, *acc ? "." : "", acc);
         break;
+    }
     case VKP_SH_NORM_MUL_ADD: case VKP_SH_NORM_MUL_WG_ADD: case VKP_SH_NORM_MUL_REG_ADD: case VKP_SH_NORM_MUL_REG_ADD_Q8:
     case VKP_SH_NORM_MUL_REG_ADD_B16:
         snprintf(buf, sizeof buf, "add+%s", sh);

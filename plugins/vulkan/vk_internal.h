@@ -403,6 +403,7 @@ int vkp_fa_dec_setup(pyg_device *d, const pyg_tensor *n, uint64_t rows, uint64_t
 int vkp_fa_dec2_setup(pyg_device *d, const pyg_tensor *n, uint64_t align, int *shader, uint32_t spec[2], uint32_t *ex,
                       uint64_t *work, uint32_t *ns, uint32_t *len, uint64_t *scratch_size, uint64_t *counters);
 void vkp_fa_log(const pyg_tensor *n, int shader, uint32_t spec0);
+const char *vkp_fa_acc_name(int shader, uint32_t spec0);   /* option fa_acc in flash_attn_cm3's kernel name: "pv16", "f16acc", "" */
 int vkp_mv_rp_setup(pyg_device *d, const pyg_tensor *mm, uint32_t spec[2], uint64_t *work, uint32_t *ex);   /* matvec_rp */
 int vkp_mv_rp_epi_setup(pyg_device *d, const pyg_tensor *mm, int shader, uint32_t spec[2], uint64_t *work,
                         uint32_t *ex);   /* fuse_rope_mv, fold_norm: mul_mat_vec_rpe / _rpn */

@@ -30,8 +30,6 @@ static const char *mv_name(const dispatch *dp) {
     return (dp->shader == VKP_SH_MUL_MAT_VEC_RPG ? dp->slot[3] : dp->slot[VKP_SLOT_DST])->name;
 }
 
-/* dp, a mul_mat_vec_rp / _rpe / _rpg dispatch as built, runs the same build with specialization `bits` added (its
- * workgroup size as the setup chose it); 0 where that pipeline cannot be made here (logged), dp left as it was */
 /* the setup that built dp (mul_mat_vec_rp, _rpe, _rpn or _rpg), again: its specialization, workgroups and extras */
 static int rp_setup(pyg_device *d, const dispatch *dp, uint32_t spec[2], uint64_t *work, uint32_t ex[2]) {
     int sh = dp->shader;
@@ -41,6 +39,8 @@ static int rp_setup(pyg_device *d, const dispatch *dp, uint32_t spec[2], uint64_
          : vkp_mv_rp_setup(d, y, spec, work, ex);
 }
 
+/* dp, a mul_mat_vec_rp / _rpe / _rpg dispatch as built, runs the same build with specialization `bits` added (its
+ * workgroup size as the setup chose it); 0 where that pipeline cannot be made here (logged), dp left as it was */
 static int respecialize(pyg_device *d, dispatch *dp, uint32_t bits) {
     int sh = dp->shader;
     uint32_t spec[2], ex[2]; uint64_t work;

@@ -172,24 +172,21 @@ void main() {
         ACC pv[4];                                     // this chunk's P V: the subgroup's tiles (oi, oj) = (q / nt, q % nt), q = sg + 4i
         [[unroll]] for (uint i = 0u; i < 4u; i++) {
             uint q = sg + 4u * i;   // (uniform in the subgroup)
-            if (FAH != 0u) {
-                ACC_H ph;
-                CM_ZERO_H(ph);
-                if (q < ntiles) {
-                    uint oi = q / nt, oj = q % nt;
+            CM_ZERO(pv[i]);
+            if (q < ntiles) {
+                uint oi = q / nt, oj = q % nt;
+                if (FAH != 0u) {   // (fa_acc: the chunk's sums in f16, then as f32)
+                    ACC_H ph;
+                    CM_ZERO_H(ph);
                     [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u) {
                         CM_MMA_V4(ph, Ps4, oi * 16u * LDP4 + kk / 8u, LDP4, KV4, oj * 16u * LDV4 + kk / 8u, LDV4, true);
                         CM_ROUND_H(ph);
                     }
+                    pv[i] = CM_TO_F32(ph);
+                } else {
+                    [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u)
+                        CM_MMA_V4(pv[i], Ps4, oi * 16u * LDP4 + kk / 8u, LDP4, KV4, oj * 16u * LDV4 + kk / 8u, LDV4, true);
                 }
-                pv[i] = CM_TO_F32(ph);
-                continue;
-            }
-            CM_ZERO(pv[i]);
-            if (q < ntiles) {
-                uint oi = q / nt, oj = q % nt;
-                [[unroll]] for (uint kk = 0u; kk < BKV; kk += 16u)
-                    CM_MMA_V4(pv[i], Ps4, oi * 16u * LDP4 + kk / 8u, LDP4, KV4, oj * 16u * LDV4 + kk / 8u, LDV4, true);
             }
         }
         barrier();                                     // V^T read: its words take the tiles as f32, [dim][query]
